@@ -1,0 +1,132 @@
+//! Channels: streams of requests, each holding enforcement objects (§3.1, §5).
+//!
+//! A channel maps its requests to one of its objects with its own
+//! differentiation patterns; requests that match none go to the channel's
+//! default object, which is the built-in pass-through object
+//! [`DEFAULT_OBJECT`] unless a rule chose another. A request is never dropped
+//! for want of a match.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::differentiation::{Matcher, Pattern};
+use crate::object::{EnforceError, EnforcementObject, Outcome};
+use crate::stats::{ObjectRecorder, Sample};
+
+/// Name of the pass-through object every channel has.
+pub const DEFAULT_OBJECT: &str = "default";
+
+/// An object with its statistics. Shared between routing-table versions, so
+/// an object's state and counts survive rule changes that do not remove it.
+#[derive(Debug)]
+pub(crate) struct ObjectEntry {
+    pub(crate) uid: u64,
+    pub(crate) name: String,
+    pub(crate) object: Arc<dyn EnforcementObject>,
+    pub(crate) recorder: ObjectRecorder,
+}
+
+pub(crate) fn next_uid() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl ObjectEntry {
+    pub(crate) fn new(name: String, object: Arc<dyn EnforcementObject>) -> Arc<Self> {
+        Arc::new(Self {
+            uid: next_uid(),
+            name,
+            object,
+            recorder: ObjectRecorder::default(),
+        })
+    }
+}
+
+/// A channel as the control path sees it: names, patterns, history.
+#[derive(Debug, Clone)]
+pub(crate) struct ChannelModel {
+    pub(crate) uid: u64,
+    pub(crate) name: String,
+    pub(crate) objects: Vec<Arc<ObjectEntry>>,
+    /// Object patterns in the order they were added; unique patterns.
+    pub(crate) rules: Vec<(Pattern, String)>,
+    pub(crate) default_object: String,
+    /// Objects removed from the channel, kept so its totals stay exact.
+    pub(crate) retired: Vec<Arc<ObjectEntry>>,
+}
+
+impl ChannelModel {
+    pub(crate) fn new(name: String) -> Self {
+        Self {
+            uid: next_uid(),
+            name,
+            objects: vec![ObjectEntry::new(
+                DEFAULT_OBJECT.to_string(),
+                Arc::new(crate::object::Noop),
+            )],
+            rules: Vec::new(),
+            default_object: DEFAULT_OBJECT.to_string(),
+            retired: Vec::new(),
+        }
+    }
+
+    pub(crate) fn object_index(&self, name: &str) -> Option<usize> {
+        self.objects.iter().position(|o| o.name == name)
+    }
+
+    /// The cumulative figures of every object the channel ever had.
+    pub(crate) fn sample(&self) -> Sample {
+        let mut total = Sample::default();
+        for o in self.objects.iter().chain(&self.retired) {
+            total.merge(&o.recorder.sample());
+        }
+        total
+    }
+
+    /// Compiles the channel for the request path.
+    pub(crate) fn compile(&self) -> Channel {
+        let index = |name: &str| {
+            self.object_index(name)
+                .expect("validated: rules name existing objects") as u32
+        };
+        Channel {
+            name: self.name.clone(),
+            objects: self.objects.clone().into_boxed_slice(),
+            matcher: Matcher::compile(self.rules.iter().map(|(p, o)| (p, index(o)))),
+            default_object: index(&self.default_object),
+        }
+    }
+}
+
+/// A channel as the request path sees it: immutable, shared by all threads.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub(crate) name: String,
+    objects: Box<[Arc<ObjectEntry>]>,
+    matcher: Matcher<u32>,
+    default_object: u32,
+}
+
+impl Channel {
+    /// Selects the object for `ctx` (the paper's step 4).
+    #[inline]
+    pub(crate) fn select_object(&self, ctx: &Context) -> &ObjectEntry {
+        let i = self.matcher.find(ctx).unwrap_or(self.default_object);
+        &self.objects[i as usize]
+    }
+
+    /// Selects an object, applies it and records the request (steps 4–6).
+    #[inline]
+    pub(crate) fn enforce(
+        &self,
+        ctx: &Context,
+        data: Option<&[u8]>,
+    ) -> Result<Outcome, EnforceError> {
+        let entry = self.select_object(ctx);
+        let result = entry.object.enforce(ctx, data);
+        let waited = result.as_ref().map_or(0, |o| o.waited_ns);
+        entry.recorder.record(ctx.size, waited);
+        result
+    }
+}

@@ -1,0 +1,481 @@
+//! Context objects: the classifiers that describe one request (§3.1, §4).
+//!
+//! A [`Context`] is four integers — workflow id, request type, request context
+//! and size — so creating one never allocates and matching it never touches a
+//! string. Names ("read", "flush", "compaction_l0") are interned once, at
+//! configuration time, into small integers ([`RequestType`], [`RequestContext`]).
+//!
+//! Context propagation: a layer that knows why I/O happens (a flush job starts)
+//! sets the calling thread's request context with [`ContextScope::enter`] (or
+//! [`set_request_context`] / [`clear_request_context`]); [`Context::new`] picks
+//! it up. A request context given explicitly with
+//! [`Context::with_request_context`] overrides the thread's.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{OnceLock, RwLock};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Identifies a workflow: by default the kernel id of the calling thread.
+pub type WorkflowId = u64;
+
+/// The kind of operation a request performs (read, write, put, ...).
+///
+/// Built-in types have fixed numbers (the C ABI exports them as constants);
+/// [`RequestType::named`] interns any other name at or above
+/// [`RequestType::FIRST_CUSTOM`], so the set is extensible at run time.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct RequestType(u16);
+
+macro_rules! builtin_request_types {
+    ($($konst:ident = $num:literal => $name:literal,)*) => {
+        impl RequestType {
+            $(
+                #[doc = concat!("The built-in `", $name, "` request type.")]
+                pub const $konst: RequestType = RequestType($num);
+            )*
+        }
+        const BUILTIN_TYPES: &[(u16, &str)] = &[$(($num, $name),)*];
+    };
+}
+
+builtin_request_types! {
+    OTHER = 0 => "other",
+    READ = 1 => "read",
+    WRITE = 2 => "write",
+    OPEN = 3 => "open",
+    CLOSE = 4 => "close",
+    FSYNC = 5 => "fsync",
+    FDATASYNC = 6 => "fdatasync",
+    SYNC_FILE_RANGE = 7 => "sync_file_range",
+    STAT = 8 => "stat",
+    UNLINK = 9 => "unlink",
+    RENAME = 10 => "rename",
+    MKDIR = 11 => "mkdir",
+    RMDIR = 12 => "rmdir",
+    TRUNCATE = 13 => "truncate",
+    FALLOCATE = 14 => "fallocate",
+    PUT = 15 => "put",
+    GET = 16 => "get",
+    DELETE = 17 => "delete",
+    SCAN = 18 => "scan",
+    MERGE = 19 => "merge",
+}
+
+impl RequestType {
+    /// Custom request types are numbered from here.
+    pub const FIRST_CUSTOM: u16 = 1024;
+
+    /// The request type called `name`: a built-in one, or a custom one interned
+    /// on first use. Fails only when 64,512 custom names already exist or the
+    /// name is empty.
+    pub fn named(name: &str) -> Result<Self, InternError> {
+        if let Some(&(n, _)) = BUILTIN_TYPES.iter().find(|(_, s)| *s == name) {
+            return Ok(Self(n));
+        }
+        interner().intern(Namespace::RequestType, name).map(Self)
+    }
+
+    /// The type with number `raw`, if it is built in or was interned.
+    pub fn from_raw(raw: u16) -> Option<Self> {
+        let t = Self(raw);
+        t.lookup_name().map(|_| t)
+    }
+
+    /// The type's number.
+    pub const fn raw(self) -> u16 {
+        self.0
+    }
+
+    /// The type's name.
+    pub fn name(self) -> String {
+        self.lookup_name().unwrap_or_else(|| format!("#{}", self.0))
+    }
+
+    fn lookup_name(self) -> Option<String> {
+        if self.0 < Self::FIRST_CUSTOM {
+            BUILTIN_TYPES
+                .iter()
+                .find(|(n, _)| *n == self.0)
+                .map(|(_, s)| s.to_string())
+        } else {
+            interner().name(Namespace::RequestType, self.0)
+        }
+    }
+}
+
+/// The application-defined class of a request (`flush`, `compaction_l0`, ...),
+/// interned to a small integer. [`RequestContext::NONE`] means "not set".
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(transparent)]
+pub struct RequestContext(u16);
+
+impl RequestContext {
+    /// No request context was propagated.
+    pub const NONE: RequestContext = RequestContext(0);
+
+    /// The context called `name`, interned on first use (`"none"` is
+    /// [`RequestContext::NONE`]). Fails when 65,535 names exist already or the
+    /// name is empty.
+    pub fn named(name: &str) -> Result<Self, InternError> {
+        if name == "none" {
+            return Ok(Self::NONE);
+        }
+        interner().intern(Namespace::RequestContext, name).map(Self)
+    }
+
+    /// The context with number `raw`, if it is `NONE` or was interned.
+    pub fn from_raw(raw: u16) -> Option<Self> {
+        if raw == 0 {
+            return Some(Self::NONE);
+        }
+        interner()
+            .name(Namespace::RequestContext, raw)
+            .map(|_| Self(raw))
+    }
+
+    /// The context's number.
+    pub const fn raw(self) -> u16 {
+        self.0
+    }
+
+    /// The context's name (`"none"` for [`RequestContext::NONE`]).
+    pub fn name(self) -> String {
+        if self.0 == 0 {
+            return "none".to_string();
+        }
+        interner()
+            .name(Namespace::RequestContext, self.0)
+            .unwrap_or_else(|| format!("#{}", self.0))
+    }
+}
+
+macro_rules! named_serde {
+    ($ty:ident, $what:literal) => {
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({})", stringify!($ty), self.name())
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.name())
+            }
+        }
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.name())
+            }
+        }
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                $ty::named(&name).map_err(|e| {
+                    serde::de::Error::custom(format!(concat!("invalid ", $what, ": {}"), e))
+                })
+            }
+        }
+    };
+}
+named_serde!(RequestType, "request type");
+named_serde!(RequestContext, "request context");
+
+/// Why a name could not be interned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InternError {
+    /// The name was empty.
+    #[error("a name must not be empty")]
+    Empty,
+    /// The name was longer than 256 bytes.
+    #[error("name of {0} bytes is longer than the 256 allowed")]
+    TooLong(usize),
+    /// Every number of the namespace is taken.
+    #[error("no more {0} names can be interned (limit reached)")]
+    Full(&'static str),
+}
+
+#[derive(Clone, Copy)]
+enum Namespace {
+    RequestType,
+    RequestContext,
+}
+
+#[derive(Default)]
+struct Names {
+    by_name: HashMap<String, u16>,
+    by_id: Vec<String>,
+}
+
+#[derive(Default)]
+struct Interner {
+    types: RwLock<Names>,
+    contexts: RwLock<Names>,
+}
+
+fn interner() -> &'static Interner {
+    static I: OnceLock<Interner> = OnceLock::new();
+    I.get_or_init(Interner::default)
+}
+
+impl Interner {
+    fn table(&self, ns: Namespace) -> (&RwLock<Names>, u16, &'static str) {
+        match ns {
+            Namespace::RequestType => (&self.types, RequestType::FIRST_CUSTOM, "request type"),
+            Namespace::RequestContext => (&self.contexts, 1, "request context"),
+        }
+    }
+
+    fn intern(&self, ns: Namespace, name: &str) -> Result<u16, InternError> {
+        if name.is_empty() {
+            return Err(InternError::Empty);
+        }
+        if name.len() > 256 {
+            return Err(InternError::TooLong(name.len()));
+        }
+        let (lock, first, what) = self.table(ns);
+        if let Some(&id) = read(lock).by_name.get(name) {
+            return Ok(id);
+        }
+        let mut names = lock.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(&id) = names.by_name.get(name) {
+            return Ok(id);
+        }
+        let id = u16::try_from(first as usize + names.by_id.len())
+            .map_err(|_| InternError::Full(what))?;
+        names.by_id.push(name.to_string());
+        names.by_name.insert(name.to_string(), id);
+        Ok(id)
+    }
+
+    fn name(&self, ns: Namespace, id: u16) -> Option<String> {
+        let (lock, first, _) = self.table(ns);
+        let idx = id.checked_sub(first)? as usize;
+        read(lock).by_id.get(idx).cloned()
+    }
+}
+
+fn read(lock: &RwLock<Names>) -> std::sync::RwLockReadGuard<'_, Names> {
+    lock.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The classifiers of one request. `Copy`, 24 bytes, no allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Context {
+    /// Who issued the request (default: the calling thread's kernel id).
+    pub workflow: WorkflowId,
+    /// What the request does.
+    pub request_type: RequestType,
+    /// Why the request happens (propagated from the layer above).
+    pub request_context: RequestContext,
+    /// Size in bytes (0 for context-only requests such as `open`).
+    pub size: u64,
+}
+
+impl Context {
+    /// A context for the calling thread: workflow = its kernel thread id,
+    /// request context = the one the thread has set (or `NONE`).
+    #[inline]
+    pub fn new(request_type: RequestType, size: u64) -> Self {
+        Self {
+            workflow: current_workflow(),
+            request_type,
+            request_context: current_request_context(),
+            size,
+        }
+    }
+
+    /// A context with every classifier given explicitly.
+    #[inline]
+    pub const fn explicit(
+        workflow: WorkflowId,
+        request_type: RequestType,
+        request_context: RequestContext,
+        size: u64,
+    ) -> Self {
+        Self {
+            workflow,
+            request_type,
+            request_context,
+            size,
+        }
+    }
+
+    /// The same context with another workflow id.
+    #[inline]
+    pub const fn with_workflow(mut self, workflow: WorkflowId) -> Self {
+        self.workflow = workflow;
+        self
+    }
+
+    /// The same context with an explicit request context, which overrides the
+    /// one propagated through the thread.
+    #[inline]
+    pub const fn with_request_context(mut self, request_context: RequestContext) -> Self {
+        self.request_context = request_context;
+        self
+    }
+}
+
+thread_local! {
+    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
+    static REQUEST_CONTEXT: Cell<RequestContext> = const { Cell::new(RequestContext::NONE) };
+}
+
+/// The calling thread's kernel thread id, read once per thread and cached.
+///
+/// A forked child's first thread inherits its parent's cached value; call
+/// [`forget_thread_id`] in the child (the preload library does so from its
+/// `atfork` handler).
+#[inline]
+pub fn current_workflow() -> WorkflowId {
+    THREAD_ID.with(|c| {
+        let v = c.get();
+        if v != 0 {
+            v
+        } else {
+            let id = rustix::thread::gettid().as_raw_nonzero().get() as u64;
+            c.set(id);
+            id
+        }
+    })
+}
+
+/// Drops the calling thread's cached thread id so the next
+/// [`current_workflow`] reads it from the kernel again.
+pub fn forget_thread_id() {
+    THREAD_ID.with(|c| c.set(0));
+}
+
+/// The calling thread's propagated request context (`NONE` if unset).
+#[inline]
+pub fn current_request_context() -> RequestContext {
+    REQUEST_CONTEXT.with(|c| c.get())
+}
+
+/// Sets the calling thread's request context until changed or cleared.
+#[inline]
+pub fn set_request_context(ctx: RequestContext) {
+    REQUEST_CONTEXT.with(|c| c.set(ctx));
+}
+
+/// Clears the calling thread's request context (back to `NONE`).
+#[inline]
+pub fn clear_request_context() {
+    set_request_context(RequestContext::NONE);
+}
+
+/// Sets the thread's request context for a scope and restores the previous
+/// one when dropped, so scopes nest. Not `Send`: it belongs to its thread.
+#[must_use = "the context is restored as soon as the scope is dropped"]
+pub struct ContextScope {
+    previous: RequestContext,
+    _thread_bound: PhantomData<*const ()>,
+}
+
+impl ContextScope {
+    /// Enters `ctx` on the calling thread.
+    pub fn enter(ctx: RequestContext) -> Self {
+        let previous = REQUEST_CONTEXT.with(|c| c.replace(ctx));
+        Self {
+            previous,
+            _thread_bound: PhantomData,
+        }
+    }
+}
+
+impl Drop for ContextScope {
+    fn drop(&mut self) {
+        set_request_context(self.previous);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_types_round_trip() {
+        for &(n, name) in BUILTIN_TYPES {
+            let t = RequestType::named(name).unwrap();
+            assert_eq!(t.raw(), n);
+            assert_eq!(t.name(), name);
+            assert_eq!(RequestType::from_raw(n), Some(t));
+        }
+        assert_eq!(RequestType::named("read").unwrap(), RequestType::READ);
+    }
+
+    #[test]
+    fn custom_names_intern_to_stable_ids() {
+        let a = RequestType::named("ctx-test-custom-op").unwrap();
+        assert!(a.raw() >= RequestType::FIRST_CUSTOM);
+        assert_eq!(RequestType::named("ctx-test-custom-op").unwrap(), a);
+        assert_eq!(a.name(), "ctx-test-custom-op");
+        let f = RequestContext::named("ctx-test-flush").unwrap();
+        assert_ne!(f, RequestContext::NONE);
+        assert_eq!(RequestContext::named("ctx-test-flush").unwrap(), f);
+        assert_eq!(RequestContext::from_raw(f.raw()), Some(f));
+        assert_eq!(RequestContext::named("none").unwrap(), RequestContext::NONE);
+        assert_eq!(RequestContext::from_raw(u16::MAX), None);
+        assert_eq!(RequestType::from_raw(u16::MAX), None);
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert_eq!(RequestContext::named(""), Err(InternError::Empty));
+        assert_eq!(
+            RequestType::named(&"x".repeat(300)),
+            Err(InternError::TooLong(300))
+        );
+    }
+
+    #[test]
+    fn context_takes_thread_state_and_explicit_overrides() {
+        let flush = RequestContext::named("ctx-test-scope").unwrap();
+        let other = RequestContext::named("ctx-test-other").unwrap();
+        assert_eq!(
+            Context::new(RequestType::READ, 1).request_context,
+            RequestContext::NONE
+        );
+        {
+            let _s = ContextScope::enter(flush);
+            let c = Context::new(RequestType::WRITE, 4096);
+            assert_eq!(c.request_context, flush);
+            assert_eq!(c.size, 4096);
+            assert_eq!(c.workflow, current_workflow());
+            {
+                let _inner = ContextScope::enter(other);
+                assert_eq!(current_request_context(), other);
+            }
+            assert_eq!(current_request_context(), flush);
+            assert_eq!(c.with_request_context(other).request_context, other);
+        }
+        assert_eq!(current_request_context(), RequestContext::NONE);
+        set_request_context(flush);
+        assert_eq!(current_request_context(), flush);
+        clear_request_context();
+        assert_eq!(current_request_context(), RequestContext::NONE);
+    }
+
+    #[test]
+    fn workflow_is_per_thread() {
+        let here = current_workflow();
+        assert_eq!(here, current_workflow());
+        let there = std::thread::spawn(current_workflow).join().unwrap();
+        assert_ne!(here, there);
+        forget_thread_id();
+        assert_eq!(current_workflow(), here);
+    }
+
+    #[test]
+    fn serde_uses_names() {
+        let j = serde_json::to_string(&RequestType::FSYNC).unwrap();
+        assert_eq!(j, "\"fsync\"");
+        let t: RequestType = serde_json::from_str("\"get\"").unwrap();
+        assert_eq!(t, RequestType::GET);
+        assert!(serde_json::from_str::<RequestContext>("\"\"").is_err());
+    }
+}

@@ -1,0 +1,428 @@
+//! Differentiation: which channel, and which object inside it, handles a
+//! request (§4).
+//!
+//! A [`Pattern`] names values for some classifiers and leaves the others as
+//! wildcards. Patterns are compiled into a [`Matcher`]: one integer-keyed hash
+//! table per combination of named classifiers, probed from the most specific
+//! combination to the least. No string is built or hashed per request.
+//!
+//! **Which rule wins.** Among the patterns that match a request, the one that
+//! names the most classifiers wins; between patterns naming the same number,
+//! the order of precedence is workflow, then request context, then request
+//! type. Two patterns naming the same classifiers with the same values are the
+//! same pattern: adding it again replaces its target. So exactly one pattern
+//! wins, whatever order rules arrived in.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde::{Deserialize, Serialize};
+
+use crate::context::{Context, RequestContext, RequestType, WorkflowId};
+
+/// A request classifier (the paper's I/O classifiers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Classifier {
+    /// [`Context::workflow`].
+    Workflow,
+    /// [`Context::request_type`].
+    RequestType,
+    /// [`Context::request_context`].
+    RequestContext,
+}
+
+impl Classifier {
+    /// All classifiers.
+    pub const ALL: [Classifier; 3] = [
+        Classifier::Workflow,
+        Classifier::RequestType,
+        Classifier::RequestContext,
+    ];
+
+    const fn bit(self) -> u8 {
+        match self {
+            Classifier::Workflow => 0b100,
+            Classifier::RequestContext => 0b010,
+            Classifier::RequestType => 0b001,
+        }
+    }
+}
+
+impl fmt::Display for Classifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Classifier::Workflow => "workflow",
+            Classifier::RequestType => "request_type",
+            Classifier::RequestContext => "request_context",
+        })
+    }
+}
+
+/// A set of classifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClassifierSet(u8);
+
+impl ClassifierSet {
+    /// Every classifier.
+    pub const ALL: ClassifierSet = ClassifierSet(0b111);
+
+    /// The set of `classifiers`.
+    pub fn of(classifiers: &[Classifier]) -> Self {
+        Self(classifiers.iter().fold(0, |m, c| m | c.bit()))
+    }
+
+    /// Whether `c` is in the set.
+    pub const fn contains(self, c: Classifier) -> bool {
+        self.0 & c.bit() != 0
+    }
+
+    /// The classifiers in the set.
+    pub fn to_vec(self) -> Vec<Classifier> {
+        Classifier::ALL
+            .into_iter()
+            .filter(|c| self.contains(*c))
+            .collect()
+    }
+}
+
+/// Values for some classifiers; a `None` field matches anything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pattern {
+    /// Match only this workflow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowId>,
+    /// Match only this request type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_type: Option<RequestType>,
+    /// Match only this request context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_context: Option<RequestContext>,
+}
+
+impl Pattern {
+    /// The pattern that matches every request.
+    pub const ANY: Pattern = Pattern {
+        workflow: None,
+        request_type: None,
+        request_context: None,
+    };
+
+    /// The classifiers this pattern names.
+    pub fn classifiers(&self) -> ClassifierSet {
+        let mut m = 0;
+        if self.workflow.is_some() {
+            m |= Classifier::Workflow.bit();
+        }
+        if self.request_context.is_some() {
+            m |= Classifier::RequestContext.bit();
+        }
+        if self.request_type.is_some() {
+            m |= Classifier::RequestType.bit();
+        }
+        ClassifierSet(m)
+    }
+
+    /// Whether `ctx` matches this pattern.
+    pub fn matches(&self, ctx: &Context) -> bool {
+        self.workflow.is_none_or(|w| w == ctx.workflow)
+            && self.request_type.is_none_or(|t| t == ctx.request_type)
+            && self
+                .request_context
+                .is_none_or(|c| c == ctx.request_context)
+    }
+
+    fn key(&self) -> Key {
+        Key {
+            workflow: self.workflow.unwrap_or(0),
+            kinds: pack(
+                self.request_type.map_or(0, RequestType::raw),
+                self.request_context.map_or(0, RequestContext::raw),
+            ),
+        }
+    }
+
+    /// How specific the pattern is; larger wins (see the module docs).
+    fn rank(mask: u8) -> (u32, u8) {
+        (mask.count_ones(), mask)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(w) = self.workflow {
+            parts.push(format!("workflow = {w}"));
+        }
+        if let Some(t) = self.request_type {
+            parts.push(format!("request_type = {t}"));
+        }
+        if let Some(c) = self.request_context {
+            parts.push(format!("request_context = {c}"));
+        }
+        if parts.is_empty() {
+            f.write_str("{any}")
+        } else {
+            write!(f, "{{{}}}", parts.join(", "))
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+struct Key {
+    workflow: u64,
+    kinds: u32,
+}
+
+const fn pack(request_type: u16, request_context: u16) -> u32 {
+    (request_type as u32) << 16 | request_context as u32
+}
+
+impl Key {
+    #[inline]
+    fn of(ctx: &Context, mask: u8) -> Key {
+        let m = |c: Classifier| mask & c.bit() != 0;
+        Key {
+            workflow: if m(Classifier::Workflow) {
+                ctx.workflow
+            } else {
+                0
+            },
+            kinds: pack(
+                if m(Classifier::RequestType) {
+                    ctx.request_type.raw()
+                } else {
+                    0
+                },
+                if m(Classifier::RequestContext) {
+                    ctx.request_context.raw()
+                } else {
+                    0
+                },
+            ),
+        }
+    }
+}
+
+/// A multiply-rotate hasher for the two integers of a key (keys are not
+/// attacker-chosen strings: they come from the stage's own rules).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+}
+
+type KeyMap<T> = HashMap<Key, T, BuildHasherDefault<KeyHasher>>;
+
+/// Compiled patterns mapping requests to targets of type `T`.
+#[derive(Debug, Clone)]
+pub struct Matcher<T> {
+    /// Tables in the order they are probed (most specific first).
+    tables: Vec<(u8, KeyMap<T>)>,
+}
+
+impl<T> Default for Matcher<T> {
+    fn default() -> Self {
+        Self { tables: Vec::new() }
+    }
+}
+
+impl<T: Copy> Matcher<T> {
+    /// Compiles `(pattern, target)` pairs; a later pair with the same pattern
+    /// replaces an earlier one.
+    pub fn compile<'a>(rules: impl IntoIterator<Item = (&'a Pattern, T)>) -> Self {
+        let mut tables: Vec<(u8, KeyMap<T>)> = Vec::new();
+        for (pattern, target) in rules {
+            let mask = pattern.classifiers().0;
+            let table = match tables.iter().position(|(m, _)| *m == mask) {
+                Some(i) => &mut tables[i].1,
+                None => {
+                    tables.push((mask, KeyMap::default()));
+                    &mut tables.last_mut().expect("just pushed").1
+                }
+            };
+            table.insert(pattern.key(), target);
+        }
+        tables.sort_by_key(|(mask, _)| std::cmp::Reverse(Pattern::rank(*mask)));
+        Self { tables }
+    }
+
+    /// The target of the most specific pattern matching `ctx`.
+    #[inline]
+    pub fn find(&self, ctx: &Context) -> Option<T> {
+        for (mask, table) in &self.tables {
+            if let Some(t) = table.get(&Key::of(ctx, *mask)) {
+                return Some(*t);
+            }
+        }
+        None
+    }
+
+    /// Whether no pattern was compiled.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rc(name: &str) -> RequestContext {
+        RequestContext::named(name).unwrap()
+    }
+
+    #[test]
+    fn most_specific_wins_regardless_of_order() {
+        let flush = rc("dif-test-flush");
+        let any = Pattern::ANY;
+        let writes = Pattern {
+            request_type: Some(RequestType::WRITE),
+            ..any
+        };
+        let flushes = Pattern {
+            request_context: Some(flush),
+            ..any
+        };
+        let flush_writes = Pattern {
+            request_type: Some(RequestType::WRITE),
+            request_context: Some(flush),
+            ..any
+        };
+        let wf7 = Pattern {
+            workflow: Some(7),
+            ..any
+        };
+        let rules = [
+            (&any, 0),
+            (&writes, 1),
+            (&flushes, 2),
+            (&flush_writes, 3),
+            (&wf7, 4),
+        ];
+        for perm in [[0, 1, 2, 3, 4], [4, 3, 2, 1, 0], [2, 4, 0, 3, 1]] {
+            let m = Matcher::compile(perm.iter().map(|&i| rules[i]));
+            let c = |w, t, x| Context::explicit(w, t, x, 0);
+            assert_eq!(
+                m.find(&c(1, RequestType::READ, RequestContext::NONE)),
+                Some(0)
+            );
+            assert_eq!(
+                m.find(&c(1, RequestType::WRITE, RequestContext::NONE)),
+                Some(1)
+            );
+            assert_eq!(m.find(&c(1, RequestType::READ, flush)), Some(2));
+            assert_eq!(m.find(&c(1, RequestType::WRITE, flush)), Some(3));
+            // Two classifiers beat one, even the workflow.
+            assert_eq!(m.find(&c(7, RequestType::WRITE, flush)), Some(3));
+            // Workflow beats request context at equal specificity.
+            assert_eq!(m.find(&c(7, RequestType::READ, flush)), Some(4));
+        }
+    }
+
+    #[test]
+    fn same_pattern_replaces() {
+        let p = Pattern {
+            request_type: Some(RequestType::READ),
+            ..Pattern::ANY
+        };
+        let m = Matcher::compile([(&p, 1), (&p, 2)]);
+        assert_eq!(
+            m.find(&Context::explicit(
+                0,
+                RequestType::READ,
+                RequestContext::NONE,
+                0
+            )),
+            Some(2)
+        );
+        assert_eq!(
+            m.find(&Context::explicit(
+                0,
+                RequestType::WRITE,
+                RequestContext::NONE,
+                0
+            )),
+            None
+        );
+        assert!(Matcher::<u8>::compile([]).is_empty());
+    }
+
+    #[test]
+    fn display_and_serde() {
+        let p = Pattern {
+            workflow: Some(3),
+            request_type: Some(RequestType::GET),
+            ..Pattern::ANY
+        };
+        assert_eq!(p.to_string(), "{workflow = 3, request_type = get}");
+        assert_eq!(Pattern::ANY.to_string(), "{any}");
+        let j = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<Pattern>(&j).unwrap(), p);
+        assert!(serde_json::from_str::<Pattern>(r#"{"flavour": 1}"#).is_err());
+        assert_eq!(
+            ClassifierSet::of(&[Classifier::Workflow]).to_vec(),
+            vec![Classifier::Workflow]
+        );
+    }
+
+    fn pattern() -> impl Strategy<Value = Pattern> {
+        let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
+        (
+            proptest::option::of(0u64..3),
+            proptest::option::of(0usize..3),
+            proptest::option::of(0u16..3),
+        )
+            .prop_map(move |(w, t, c)| Pattern {
+                workflow: w,
+                request_type: t.map(|i| types[i]),
+                request_context: c.map(|i| rc(&format!("dif-prop-{i}"))),
+            })
+    }
+
+    proptest! {
+        /// The compiled matcher agrees with a brute-force search for the
+        /// highest-ranked matching pattern (last one added among equals).
+        #[test]
+        fn matcher_agrees_with_brute_force(
+            patterns in proptest::collection::vec(pattern(), 0..24),
+            w in 0u64..3, t in 0usize..3, c in 0u16..4,
+        ) {
+            let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
+            let ctx = Context::explicit(
+                w, types[t],
+                if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
+                0,
+            );
+            let m = Matcher::compile(patterns.iter().enumerate().map(|(i, p)| (p, i)));
+            let expect = patterns
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.matches(&ctx))
+                .max_by_key(|(i, p)| (Pattern::rank(p.classifiers().0), *i))
+                .map(|(i, _)| i);
+            prop_assert_eq!(m.find(&ctx), expect);
+        }
+    }
+}

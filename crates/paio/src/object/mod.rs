@@ -1,0 +1,123 @@
+//! Enforcement objects: the mechanisms a channel applies to its requests (§5,
+//! §6.3).
+//!
+//! An object implements the paper's three calls: `obj_init` is its
+//! constructor (for built-in kinds, [`build`] from an [`ObjectConfig`]),
+//! `obj_config` is [`EnforcementObject::configure`], and `obj_enf` is
+//! [`EnforcementObject::enforce`]. Objects are shared by all threads of a
+//! stage and must not block one another except as their mechanism demands
+//! (a rate limiter makes requests wait; a configuration change never waits
+//! behind them).
+
+mod drl;
+mod noop;
+
+pub use drl::{Drl, DrlConfig, DrlStatus};
+pub use noop::Noop;
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::SharedClock;
+use crate::context::Context;
+
+/// What an object did with a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// How long the request was held back, in nanoseconds.
+    pub waited_ns: u64,
+    /// New request content, for objects that transform data (compression,
+    /// encryption). `None` means "unchanged": the caller uses its own buffer,
+    /// which the object never copied.
+    pub data: Option<Vec<u8>>,
+}
+
+impl Outcome {
+    /// Passed at once, content unchanged.
+    pub const PASS: Outcome = Outcome {
+        waited_ns: 0,
+        data: None,
+    };
+}
+
+/// Why an object refused a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object {object:?} refused the request: {reason}")]
+pub struct EnforceError {
+    /// The refusing object's kind.
+    pub object: String,
+    /// What went wrong.
+    pub reason: String,
+}
+
+/// Why an object could not be created or configured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The new state is for another kind of object.
+    #[error("cannot configure a {object} object with {given} settings")]
+    WrongKind {
+        /// The object's kind.
+        object: &'static str,
+        /// The kind of the settings given.
+        given: &'static str,
+    },
+    /// A setting is out of range.
+    #[error("invalid {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// A mechanism applied to requests (the paper's enforcement object).
+pub trait EnforcementObject: Send + Sync + fmt::Debug {
+    /// A short name of the mechanism (`"noop"`, `"drl"`).
+    fn kind(&self) -> &'static str;
+
+    /// `obj_config`: adopts a new state. Takes effect at once, also for
+    /// requests already waiting; never waits for requests in flight.
+    fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError>;
+
+    /// `obj_enf`: applies the mechanism to one request. `data` is the request
+    /// content when the caller supplied it; objects that do not transform
+    /// data must not read it.
+    fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError>;
+
+    /// The object's current state, as a configuration that would recreate it.
+    fn config(&self) -> ObjectConfig;
+}
+
+/// The state of a built-in object: what `obj_init` and `obj_config` take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ObjectConfig {
+    /// A pass-through [`Noop`].
+    Noop,
+    /// A token-bucket [`Drl`].
+    Drl(DrlConfig),
+}
+
+impl ObjectConfig {
+    /// The kind named by this configuration.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ObjectConfig::Noop => "noop",
+            ObjectConfig::Drl(_) => "drl",
+        }
+    }
+}
+
+/// `obj_init`: creates a built-in object from its configuration.
+pub fn build(
+    config: &ObjectConfig,
+    clock: &SharedClock,
+) -> Result<Arc<dyn EnforcementObject>, ConfigError> {
+    Ok(match config {
+        ObjectConfig::Noop => Arc::new(Noop),
+        ObjectConfig::Drl(c) => Arc::new(Drl::new(c.clone(), clock.clone())?),
+    })
+}

@@ -1,0 +1,702 @@
+//! The stage: the data plane embedded in a process (§3.2, §6.1).
+//!
+//! Request path ([`Stage::enforce`]): read the current routing table, select
+//! the channel (step 2), select the object (step 4), apply it (step 5), count
+//! the request (step 6). No allocation, no lock shared between threads, no
+//! string: the routing table is an immutable snapshot that each thread caches
+//! and revalidates with one atomic load.
+//!
+//! Control path ([`Stage::apply`], [`Stage::collect`], [`Stage::info`]):
+//! serialized by a mutex the request path never takes. A rule builds a new
+//! snapshot and publishes it atomically, so a request sees either the old or
+//! the new routing, never a mix, and never waits for the update. Enforcement
+//! rules change objects in place (objects are shared between snapshots).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+
+use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
+use crate::clock::{monotonic, SharedClock};
+use crate::context::Context;
+use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
+use crate::object::{self, EnforceError, EnforcementObject, ObjectConfig, Outcome};
+use crate::rule::{Rule, RuleError};
+use crate::stats::{ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
+
+/// Who a stage is: reported to the control plane (`stage_info`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageIdentity {
+    /// The stage's name.
+    pub name: String,
+    /// The process id.
+    pub pid: u32,
+    /// The host name.
+    pub host: String,
+    /// Free-form labels (`job = "train1"`).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Description of one object, as [`Stage::info`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectInfo {
+    /// Name in its channel.
+    pub name: String,
+    /// Kind (`noop`, `drl`, ...).
+    pub kind: String,
+    /// Current state, for built-in kinds.
+    pub config: Option<ObjectConfig>,
+}
+
+/// Description of one channel, as [`Stage::info`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelInfo {
+    /// Name.
+    pub name: String,
+    /// Objects in creation order.
+    pub objects: Vec<ObjectInfo>,
+    /// Object mappings in the order they were added.
+    pub object_rules: Vec<(Pattern, String)>,
+    /// Where unmatched requests of the channel go.
+    pub default_object: String,
+}
+
+/// A stage's identity and configuration (`stage_info`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageInfo {
+    /// Who the stage is.
+    #[serde(flatten)]
+    pub identity: StageIdentity,
+    /// Classifiers rules may use.
+    pub classifiers: Vec<Classifier>,
+    /// Channels in creation order.
+    pub channels: Vec<ChannelInfo>,
+    /// Channel mappings in the order they were added.
+    pub channel_rules: Vec<(Pattern, String)>,
+    /// Where requests matching no channel go (`None`: pass unenforced).
+    pub default_channel: Option<String>,
+}
+
+/// The control path's view of the stage.
+#[derive(Debug, Clone)]
+struct Model {
+    classifiers: ClassifierSet,
+    channels: Vec<ChannelModel>,
+    channel_rules: Vec<(Pattern, String)>,
+    default_channel: Option<String>,
+    /// Channels removed, kept so the stage's totals stay exact.
+    removed: Vec<ChannelModel>,
+}
+
+/// The request path's view: an immutable snapshot.
+#[derive(Debug)]
+struct Table {
+    channels: Box<[Channel]>,
+    matcher: Matcher<u32>,
+    default_channel: Option<u32>,
+}
+
+impl Table {
+    #[inline]
+    fn select_channel(&self, ctx: &Context) -> Option<&Channel> {
+        self.matcher
+            .find(ctx)
+            .or(self.default_channel)
+            .map(|i| &self.channels[i as usize])
+    }
+}
+
+impl Model {
+    fn channel_index(&self, name: &str) -> Result<usize, RuleError> {
+        self.channels
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| RuleError::UnknownChannel(name.to_string()))
+    }
+
+    fn channel_mut(&mut self, name: &str) -> Result<&mut ChannelModel, RuleError> {
+        let i = self.channel_index(name)?;
+        Ok(&mut self.channels[i])
+    }
+
+    fn check_pattern(&self, pattern: &Pattern) -> Result<(), RuleError> {
+        let used = pattern.classifiers();
+        for c in Classifier::ALL {
+            if used.contains(c) && !self.classifiers.contains(c) {
+                return Err(RuleError::ClassifierDisabled {
+                    pattern: pattern.to_string(),
+                    classifier: c,
+                    enabled: names(self.classifiers),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn compile(&self) -> Table {
+        let index = |name: &str| {
+            self.channel_index(name)
+                .expect("validated: rules name existing channels") as u32
+        };
+        Table {
+            channels: self.channels.iter().map(ChannelModel::compile).collect(),
+            matcher: Matcher::compile(self.channel_rules.iter().map(|(p, c)| (p, index(c)))),
+            default_channel: self.default_channel.as_deref().map(index),
+        }
+    }
+
+    /// Applies `rule` to this model; `Ok(true)` when the routing changed.
+    fn apply(&mut self, rule: &Rule, clock: &SharedClock) -> Result<bool, RuleError> {
+        match rule {
+            Rule::CreateChannel { name } => {
+                check_name(name)?;
+                if self.channel_index(name).is_ok() {
+                    return Err(RuleError::Exists {
+                        what: "channel",
+                        name: name.clone(),
+                    });
+                }
+                self.channels.push(ChannelModel::new(name.clone()));
+            }
+            Rule::RemoveChannel { name } => {
+                let i = self.channel_index(name)?;
+                if let Some((p, _)) = self.channel_rules.iter().find(|(_, c)| c == name) {
+                    return Err(in_use("channel", name, format!("the mapping of {p}")));
+                }
+                if self.default_channel.as_deref() == Some(name) {
+                    return Err(in_use("channel", name, "the default channel rule".into()));
+                }
+                let removed = self.channels.remove(i);
+                self.removed.push(removed);
+            }
+            Rule::CreateObject {
+                channel,
+                name,
+                config,
+            } => {
+                check_name(name)?;
+                if name == DEFAULT_OBJECT {
+                    return Err(RuleError::BadName {
+                        name: name.clone(),
+                        reason: "reserved for the channel's pass-through object",
+                    });
+                }
+                let ch = self.channel_mut(channel)?;
+                if ch.object_index(name).is_some() {
+                    return Err(RuleError::Exists {
+                        what: "object",
+                        name: name.clone(),
+                    });
+                }
+                let object = object::build(config, clock).map_err(|source| RuleError::Config {
+                    channel: channel.clone(),
+                    object: name.clone(),
+                    source,
+                })?;
+                ch.objects.push(ObjectEntry::new(name.clone(), object));
+            }
+            Rule::RemoveObject { channel, name } => {
+                let ch = self.channel_mut(channel)?;
+                let i = ch
+                    .object_index(name)
+                    .ok_or_else(|| unknown_object(channel, name))?;
+                if name == DEFAULT_OBJECT {
+                    return Err(RuleError::BadName {
+                        name: name.clone(),
+                        reason: "the pass-through object cannot be removed",
+                    });
+                }
+                if let Some((p, _)) = ch.rules.iter().find(|(_, o)| o == name) {
+                    return Err(in_use(
+                        "object",
+                        name,
+                        format!("the mapping of {p} in channel {channel:?}"),
+                    ));
+                }
+                if ch.default_object == *name {
+                    return Err(in_use(
+                        "object",
+                        name,
+                        format!("channel {channel:?} as its default object"),
+                    ));
+                }
+                let removed = ch.objects.remove(i);
+                ch.retired.push(removed);
+            }
+            Rule::SetClassifiers { classifiers } => {
+                let set = ClassifierSet::of(classifiers);
+                let previous = std::mem::replace(&mut self.classifiers, set);
+                let patterns = self
+                    .channel_rules
+                    .iter()
+                    .chain(self.channels.iter().flat_map(|c| &c.rules))
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>();
+                if let Err(e) = patterns.iter().try_for_each(|p| self.check_pattern(p)) {
+                    self.classifiers = previous;
+                    return Err(e);
+                }
+                return Ok(false);
+            }
+            Rule::MapChannel { pattern, channel } => {
+                self.check_pattern(pattern)?;
+                self.channel_index(channel)?;
+                upsert(&mut self.channel_rules, *pattern, channel.clone());
+            }
+            Rule::UnmapChannel { pattern } => remove_pattern(&mut self.channel_rules, pattern)?,
+            Rule::SetDefaultChannel { channel } => {
+                if let Some(c) = channel {
+                    self.channel_index(c)?;
+                }
+                self.default_channel = channel.clone();
+            }
+            Rule::MapObject {
+                channel,
+                pattern,
+                object,
+            } => {
+                self.check_pattern(pattern)?;
+                let ch = self.channel_mut(channel)?;
+                ch.object_index(object)
+                    .ok_or_else(|| unknown_object(channel, object))?;
+                upsert(&mut ch.rules, *pattern, object.clone());
+            }
+            Rule::UnmapObject { channel, pattern } => {
+                remove_pattern(&mut self.channel_mut(channel)?.rules, pattern)?
+            }
+            Rule::SetDefaultObject { channel, object } => {
+                let ch = self.channel_mut(channel)?;
+                ch.object_index(object)
+                    .ok_or_else(|| unknown_object(channel, object))?;
+                ch.default_object = object.clone();
+            }
+            Rule::Configure {
+                channel,
+                object,
+                config,
+            } => {
+                let ch = &self.channels[self.channel_index(channel)?];
+                let i = ch
+                    .object_index(object)
+                    .ok_or_else(|| unknown_object(channel, object))?;
+                ch.objects[i]
+                    .object
+                    .configure(config)
+                    .map_err(|source| RuleError::Config {
+                        channel: channel.clone(),
+                        object: object.clone(),
+                        source,
+                    })?;
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn names(set: ClassifierSet) -> String {
+    let v: Vec<String> = set.to_vec().iter().map(|c| c.to_string()).collect();
+    if v.is_empty() {
+        "none".to_string()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn in_use(what: &'static str, name: &str, by: String) -> RuleError {
+    RuleError::InUse {
+        what,
+        name: name.to_string(),
+        by,
+    }
+}
+
+fn unknown_object(channel: &str, object: &str) -> RuleError {
+    RuleError::UnknownObject {
+        channel: channel.to_string(),
+        object: object.to_string(),
+    }
+}
+
+fn check_name(name: &str) -> Result<(), RuleError> {
+    let bad = |reason| {
+        Err(RuleError::BadName {
+            name: name.chars().take(80).collect(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name.len() > 128 {
+        return bad("longer than 128 bytes");
+    }
+    if name.chars().any(|c| c.is_control()) {
+        return bad("contains control characters");
+    }
+    Ok(())
+}
+
+fn upsert(rules: &mut Vec<(Pattern, String)>, pattern: Pattern, target: String) {
+    match rules.iter_mut().find(|(p, _)| *p == pattern) {
+        Some(r) => r.1 = target,
+        None => rules.push((pattern, target)),
+    }
+}
+
+fn remove_pattern(rules: &mut Vec<(Pattern, String)>, pattern: &Pattern) -> Result<(), RuleError> {
+    let i = rules
+        .iter()
+        .position(|(p, _)| p == pattern)
+        .ok_or_else(|| RuleError::UnknownPattern(pattern.to_string()))?;
+    rules.remove(i);
+    Ok(())
+}
+
+/// Collection bookkeeping: the previous cumulative sample of each thing.
+#[derive(Debug, Default)]
+struct Collected {
+    at_ns: u64,
+    previous: HashMap<u64, Sample>,
+}
+
+/// A data plane stage. Share it between threads (`Arc<Stage>` or a static):
+/// every method takes `&self`.
+#[derive(Debug)]
+pub struct Stage {
+    identity: StageIdentity,
+    uid: u64,
+    clock: SharedClock,
+    model: Mutex<Model>,
+    table: ArcSwap<Table>,
+    generation: AtomicU64,
+    unmatched: ObjectRecorder,
+    collected: Mutex<Collected>,
+}
+
+const UNMATCHED_KEY: u64 = 0;
+const REMOVED_KEY: u64 = u64::MAX;
+const TABLE_CACHE_SLOTS: usize = 4;
+
+struct CachedTable {
+    stage: u64,
+    generation: u64,
+    table: Arc<Table>,
+}
+
+thread_local! {
+    /// Per-thread cache of routing tables, direct-mapped by stage uid.
+    static TABLES: RefCell<[Option<CachedTable>; TABLE_CACHE_SLOTS]> =
+        const { RefCell::new([None, None, None, None]) };
+}
+
+/// Builds a [`Stage`].
+#[derive(Debug, Clone)]
+pub struct StageBuilder {
+    name: String,
+    labels: BTreeMap<String, String>,
+    clock: Option<SharedClock>,
+}
+
+impl StageBuilder {
+    /// Adds a label.
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// Uses `clock` for the stage and its objects (default: monotonic).
+    pub fn clock(mut self, clock: SharedClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// An empty stage: no channels, every classifier enabled, requests pass
+    /// unenforced (counted as `unmatched`) until rules say otherwise.
+    pub fn build(self) -> Stage {
+        let clock = self.clock.unwrap_or_else(monotonic);
+        let model = Model {
+            classifiers: ClassifierSet::ALL,
+            channels: Vec::new(),
+            channel_rules: Vec::new(),
+            default_channel: None,
+            removed: Vec::new(),
+        };
+        let table = model.compile();
+        Stage {
+            identity: StageIdentity {
+                name: self.name,
+                pid: std::process::id(),
+                host: hostname(),
+                labels: self.labels,
+            },
+            uid: next_uid(),
+            collected: Mutex::new(Collected {
+                at_ns: clock.now_ns(),
+                previous: HashMap::new(),
+            }),
+            clock,
+            model: Mutex::new(model),
+            table: ArcSwap::from_pointee(table),
+            generation: AtomicU64::new(0),
+            unmatched: ObjectRecorder::default(),
+        }
+    }
+}
+
+fn hostname() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Stage {
+    /// Starts building a stage called `name`.
+    pub fn builder(name: impl Into<String>) -> StageBuilder {
+        StageBuilder {
+            name: name.into(),
+            labels: BTreeMap::new(),
+            clock: None,
+        }
+    }
+
+    /// The stage's clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Runs `f` on the current routing table without touching its reference
+    /// count: the thread's cached snapshot when it is current, else a fresh
+    /// one (cached for the next request).
+    #[inline]
+    fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        let mut f = Some(f);
+        let cached = TABLES.try_with(|cell| {
+            let Ok(mut slots) = cell.try_borrow_mut() else {
+                return None;
+            };
+            let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
+            let fresh =
+                matches!(slot, Some(c) if c.stage == self.uid && c.generation == generation);
+            if !fresh {
+                *slot = Some(CachedTable {
+                    stage: self.uid,
+                    generation,
+                    table: self.table.load_full(),
+                });
+            }
+            let table = &slot.as_ref().expect("filled above").table;
+            f.take().map(|f| f(table))
+        });
+        match cached {
+            Ok(Some(r)) => r,
+            // Re-entered from inside an object, or during thread exit.
+            _ => (f.take().expect("not consumed"))(&self.table.load()),
+        }
+    }
+
+    /// Enforces one request: selects its channel and object from `ctx` and
+    /// applies the object, blocking if its mechanism says so. `data` is the
+    /// request's content if the caller has it; it is never copied unless an
+    /// object transforms it (then [`Outcome::data`] holds the new content).
+    /// Requests matching no channel pass at once and are counted as
+    /// unmatched.
+    #[inline]
+    pub fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+        self.with_table(|t| match t.select_channel(ctx) {
+            Some(channel) => channel.enforce(ctx, data),
+            None => {
+                self.unmatched.record(ctx.size, 0);
+                Ok(Outcome::PASS)
+            }
+        })
+    }
+
+    /// Where `ctx` would go: `(channel, object)` names, or `None` when it
+    /// matches no channel. Does not enforce or count anything.
+    pub fn route(&self, ctx: &Context) -> Option<(String, String)> {
+        self.with_table(|t| {
+            let channel = t.select_channel(ctx)?;
+            Some((
+                channel.name.clone(),
+                channel.select_object(ctx).name.clone(),
+            ))
+        })
+    }
+
+    fn model(&self) -> MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies one rule atomically: on error the stage is unchanged.
+    pub fn apply(&self, rule: &Rule) -> Result<(), RuleError> {
+        self.apply_all(std::slice::from_ref(rule))
+    }
+
+    /// Applies rules in order as one transaction: all take effect, or none
+    /// does and the error of the first failing rule is returned with its
+    /// index. Enforcement rules already applied to objects before a later
+    /// failure are rolled back.
+    pub fn apply_all(&self, rules: &[Rule]) -> Result<(), RuleError> {
+        self.try_apply_all(rules).map_err(|(_, e)| e)
+    }
+
+    /// Like [`Stage::apply_all`], also telling which rule failed.
+    pub fn try_apply_all(&self, rules: &[Rule]) -> Result<(), (usize, RuleError)> {
+        let mut model = self.model();
+        let mut next = model.clone();
+        let mut rerouted = false;
+        let mut undo: Vec<(Arc<ObjectEntry>, ObjectConfig)> = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            if let Rule::Configure {
+                channel, object, ..
+            } = rule
+            {
+                if let Some(entry) = next.channel_index(channel).ok().and_then(|c| {
+                    next.channels[c]
+                        .object_index(object)
+                        .map(|o| next.channels[c].objects[o].clone())
+                }) {
+                    undo.push((entry.clone(), entry.object.config()));
+                }
+            }
+            match next.apply(rule, &self.clock) {
+                Ok(changed) => rerouted |= changed,
+                Err(e) => {
+                    for (entry, config) in undo.into_iter().rev() {
+                        // Restoring a state the object had cannot fail.
+                        let _ = entry.object.configure(&config);
+                    }
+                    return Err((i, e));
+                }
+            }
+        }
+        if rerouted {
+            self.table.store(Arc::new(next.compile()));
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        *model = next;
+        Ok(())
+    }
+
+    /// Adds an object of a kind defined outside this crate to `channel`.
+    /// It can then be mapped and configured like built-in ones.
+    pub fn add_object(
+        &self,
+        channel: &str,
+        name: &str,
+        object: Arc<dyn EnforcementObject>,
+    ) -> Result<(), RuleError> {
+        check_name(name)?;
+        let mut model = self.model();
+        let mut next = model.clone();
+        let ch = next.channel_mut(channel)?;
+        if name == DEFAULT_OBJECT || ch.object_index(name).is_some() {
+            return Err(RuleError::Exists {
+                what: "object",
+                name: name.to_string(),
+            });
+        }
+        ch.objects.push(ObjectEntry::new(name.to_string(), object));
+        self.table.store(Arc::new(next.compile()));
+        self.generation.fetch_add(1, Ordering::Release);
+        *model = next;
+        Ok(())
+    }
+
+    /// `stage_info`: identity and current configuration.
+    pub fn info(&self) -> StageInfo {
+        let model = self.model();
+        StageInfo {
+            identity: self.identity.clone(),
+            classifiers: model.classifiers.to_vec(),
+            channels: model
+                .channels
+                .iter()
+                .map(|c| ChannelInfo {
+                    name: c.name.clone(),
+                    objects: c
+                        .objects
+                        .iter()
+                        .map(|o| {
+                            let config = o.object.config();
+                            ObjectInfo {
+                                name: o.name.clone(),
+                                kind: o.object.kind().to_string(),
+                                config: Some(config),
+                            }
+                        })
+                        .collect(),
+                    object_rules: c.rules.clone(),
+                    default_object: c.default_object.clone(),
+                })
+                .collect(),
+            channel_rules: model.channel_rules.clone(),
+            default_channel: model.default_channel.clone(),
+        }
+    }
+
+    /// The stage's identity.
+    pub fn identity(&self) -> &StageIdentity {
+        &self.identity
+    }
+
+    /// `collect`: statistics of every channel and object; interval figures
+    /// cover the time since the previous call.
+    pub fn collect(&self) -> StageStats {
+        let model = self.model();
+        let mut collected = self.collected.lock().unwrap_or_else(|e| e.into_inner());
+        let now = self.clock.now_ns();
+        let interval = now.saturating_sub(collected.at_ns);
+        let mut previous = std::mem::take(&mut collected.previous);
+        let mut seen = HashMap::new();
+        let mut counts = |key: u64, sample: Sample| {
+            let before = previous.remove(&key).unwrap_or_default();
+            let c = sample.counts_since(&before, interval);
+            seen.insert(key, sample);
+            c
+        };
+        let channels = model
+            .channels
+            .iter()
+            .map(|ch| {
+                let objects = ch
+                    .objects
+                    .iter()
+                    .map(|o| ObjectStats {
+                        name: o.name.clone(),
+                        kind: o.object.kind().to_string(),
+                        counts: counts(o.uid, o.recorder.sample()),
+                    })
+                    .collect();
+                ChannelStats {
+                    name: ch.name.clone(),
+                    counts: counts(ch.uid, ch.sample()),
+                    objects,
+                }
+            })
+            .collect();
+        let unmatched = counts(UNMATCHED_KEY, self.unmatched.sample());
+        let mut removed_sample = Sample::default();
+        for ch in &model.removed {
+            removed_sample.merge(&ch.sample());
+        }
+        let removed = counts(REMOVED_KEY, removed_sample);
+        collected.previous = seen;
+        collected.at_ns = now;
+        StageStats {
+            stage: self.identity.name.clone(),
+            collected_at_ns: now,
+            interval_ns: interval,
+            channels,
+            unmatched,
+            removed,
+        }
+    }
+}

@@ -1,0 +1,541 @@
+//! Statistics: per-object counters and wait-time histograms, aggregated per
+//! channel and per stage at collection time.
+//!
+//! Hot-path cost: recording a request touches only the calling thread's own
+//! cache line of the object's counters (plain loads and stores, no locked
+//! instruction) — see [`ObjectCounters`]. Requests that waited also update the
+//! object's wait histogram with atomic adds; they have just slept, so the cost
+//! does not matter. Channel and stage figures are sums computed by
+//! [`crate::Stage::collect`], never maintained per request.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// Threads that own a counter slot; later threads share one atomic slot.
+pub const COUNTER_SLOTS: usize = 64;
+const OVERFLOW: usize = COUNTER_SLOTS;
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Slot {
+    ops: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// Operation and byte counters of one enforcement object, one cache line per
+/// thread.
+///
+/// Each of the first [`COUNTER_SLOTS`] live threads owns a slot and updates it
+/// with a relaxed load and store (no other thread writes it while it is
+/// owned); further threads share an overflow slot updated with atomic adds.
+/// A slot is handed to a new thread when its owner exits, with its counts, so
+/// totals are exact and never go backwards.
+pub struct ObjectCounters {
+    slots: Box<[Slot]>,
+}
+
+impl Default for ObjectCounters {
+    fn default() -> Self {
+        Self {
+            slots: (0..=COUNTER_SLOTS).map(|_| Slot::default()).collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for ObjectCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (ops, bytes) = self.totals();
+        f.debug_struct("ObjectCounters")
+            .field("ops", &ops)
+            .field("bytes", &bytes)
+            .finish()
+    }
+}
+
+impl ObjectCounters {
+    /// Counts one request of `bytes` bytes.
+    #[inline]
+    pub fn record(&self, bytes: u64) {
+        let i = thread_slot();
+        let slot = &self.slots[i];
+        if i == OVERFLOW {
+            slot.ops.fetch_add(1, Ordering::Relaxed);
+            slot.bytes.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            // Only the owning thread writes this slot: a load and a store
+            // cannot lose an update, and avoid a locked instruction.
+            slot.ops
+                .store(slot.ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            slot.bytes.store(
+                slot.bytes.load(Ordering::Relaxed).wrapping_add(bytes),
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Total (operations, bytes) recorded so far.
+    pub fn totals(&self) -> (u64, u64) {
+        self.slots.iter().fold((0, 0), |(o, b), s| {
+            (
+                o + s.ops.load(Ordering::Relaxed),
+                b.wrapping_add(s.bytes.load(Ordering::Relaxed)),
+            )
+        })
+    }
+}
+
+/// Bitmap of owned slots.
+static SLOTS_IN_USE: Mutex<u64> = Mutex::new(0);
+
+thread_local! {
+    /// The thread's slot index; `UNASSIGNED` until first use.
+    static SLOT: Cell<usize> = const { Cell::new(UNASSIGNED) };
+    static SLOT_OWNER: SlotOwner = const { SlotOwner };
+}
+const UNASSIGNED: usize = usize::MAX;
+
+/// Releases the thread's slot when the thread exits.
+struct SlotOwner;
+
+impl Drop for SlotOwner {
+    fn drop(&mut self) {
+        let i = SLOT.with(|s| s.replace(OVERFLOW));
+        if i < COUNTER_SLOTS {
+            let mut used = SLOTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+            *used &= !(1u64 << i);
+        }
+    }
+}
+
+#[inline]
+fn thread_slot() -> usize {
+    let i = SLOT.with(|s| s.get());
+    if i != UNASSIGNED {
+        return i;
+    }
+    assign_slot()
+}
+
+#[cold]
+fn assign_slot() -> usize {
+    // Registering the owner may fail during thread exit; then the thread uses
+    // the shared overflow slot, which is always correct.
+    let registered = SLOT_OWNER.try_with(|_| ()).is_ok();
+    let i = if registered {
+        let mut used = SLOTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
+        let free = (!*used).trailing_zeros() as usize;
+        if free < COUNTER_SLOTS {
+            *used |= 1u64 << free;
+            free
+        } else {
+            OVERFLOW
+        }
+    } else {
+        OVERFLOW
+    };
+    let _ = SLOT.try_with(|s| s.set(i));
+    i
+}
+
+/// Sub-buckets per power of two in [`WaitHistogram`] (relative error ≤ 1/8).
+const SUB_BITS: u32 = 3;
+const SUB: usize = 1 << SUB_BITS;
+/// Buckets: exact values 0..8, then 8 per octave up to 2⁶⁴ ns.
+const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
+
+/// A log-linear histogram of wait times in nanoseconds (8 buckets per power of
+/// two, so a reported percentile is within 12.5 % above the true value).
+pub struct WaitHistogram {
+    buckets: Box<[AtomicU64]>,
+    sum_ns: AtomicU64,
+}
+
+impl Default for WaitHistogram {
+    fn default() -> Self {
+        Self {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for WaitHistogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitHistogram")
+            .field("sum_ns", &self.sum_ns.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+fn bucket_of(ns: u64) -> usize {
+    if ns < SUB as u64 {
+        return ns as usize;
+    }
+    let octave = 63 - ns.leading_zeros(); // ≥ SUB_BITS
+    let sub = (ns >> (octave - SUB_BITS)) as usize & (SUB - 1);
+    SUB + (octave - SUB_BITS) as usize * SUB + sub
+}
+
+/// The largest value that falls in bucket `b`.
+fn bucket_upper(b: usize) -> u64 {
+    if b < SUB {
+        return b as u64;
+    }
+    let octave = (b - SUB) / SUB + SUB_BITS as usize;
+    let sub = ((b - SUB) % SUB) as u64;
+    let low = (1u64 << octave) | (sub << (octave - SUB_BITS as usize));
+    low.saturating_add((1u64 << (octave - SUB_BITS as usize)) - 1)
+}
+
+impl WaitHistogram {
+    /// Records one wait of `ns` nanoseconds (> 0; zero waits are implied by
+    /// the operation count).
+    pub fn record(&self, ns: u64) {
+        self.buckets[bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A copy of the current counts.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        HistogramSnapshot {
+            counts: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+            sum_ns: self.sum_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counts of a [`WaitHistogram`] at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistogramSnapshot {
+    counts: Vec<u64>,
+    sum_ns: u64,
+}
+
+impl Default for HistogramSnapshot {
+    fn default() -> Self {
+        Self {
+            counts: vec![0; BUCKETS],
+            sum_ns: 0,
+        }
+    }
+}
+
+impl HistogramSnapshot {
+    /// Requests that waited.
+    pub fn waited(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Adds `other`'s counts into `self`.
+    pub fn merge(&mut self, other: &HistogramSnapshot) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.sum_ns = self.sum_ns.wrapping_add(other.sum_ns);
+    }
+
+    /// Counts accumulated since `earlier`.
+    pub fn since(&self, earlier: &HistogramSnapshot) -> HistogramSnapshot {
+        HistogramSnapshot {
+            counts: self
+                .counts
+                .iter()
+                .zip(&earlier.counts)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .collect(),
+            sum_ns: self.sum_ns.wrapping_sub(earlier.sum_ns),
+        }
+    }
+
+    /// The `q` quantile (0 ≤ q ≤ 1) over `total_ops` requests, of which those
+    /// not in the histogram waited 0 ns. Returns the upper bound of the bucket
+    /// holding the quantile.
+    pub fn quantile(&self, q: f64, total_ops: u64) -> u64 {
+        let waited = self.waited();
+        let total = total_ops.max(waited);
+        if total == 0 {
+            return 0;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let zeros = total - waited;
+        if rank <= zeros {
+            return 0;
+        }
+        let mut seen = zeros;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return bucket_upper(b);
+            }
+        }
+        bucket_upper(BUCKETS - 1)
+    }
+
+    /// Summary over `total_ops` requests.
+    pub fn summary(&self, total_ops: u64) -> WaitSummary {
+        let waited = self.waited();
+        WaitSummary {
+            waited_ops: waited,
+            total_ns: self.sum_ns,
+            mean_ns: if total_ops == 0 {
+                0
+            } else {
+                self.sum_ns / total_ops.max(waited)
+            },
+            p50_ns: self.quantile(0.50, total_ops),
+            p99_ns: self.quantile(0.99, total_ops),
+            p999_ns: self.quantile(0.999, total_ops),
+            max_ns: self
+                .counts
+                .iter()
+                .rposition(|&c| c > 0)
+                .map_or(0, bucket_upper),
+        }
+    }
+}
+
+/// Wait-time figures over a set of requests. Percentiles and the maximum are
+/// bucket upper bounds (at most 12.5 % above the true value).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitSummary {
+    /// Requests that waited at all.
+    pub waited_ops: u64,
+    /// Total time spent waiting.
+    pub total_ns: u64,
+    /// Mean wait over all requests, including those that did not wait.
+    pub mean_ns: u64,
+    /// Median wait.
+    pub p50_ns: u64,
+    /// 99th percentile wait.
+    pub p99_ns: u64,
+    /// 99.9th percentile wait.
+    pub p999_ns: u64,
+    /// Longest wait.
+    pub max_ns: u64,
+}
+
+/// Figures of one object, one channel or the unmatched requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Operations since the stage was created.
+    pub ops: u64,
+    /// Bytes since the stage was created.
+    pub bytes: u64,
+    /// Operations since the previous collection.
+    pub interval_ops: u64,
+    /// Bytes since the previous collection.
+    pub interval_bytes: u64,
+    /// `interval_ops` per second of the interval.
+    pub ops_per_sec: f64,
+    /// `interval_bytes` per second of the interval.
+    pub bytes_per_sec: f64,
+    /// Wait times of the requests of the interval.
+    pub wait: WaitSummary,
+}
+
+/// Statistics of one enforcement object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectStats {
+    /// The object's name in its channel.
+    pub name: String,
+    /// The object's kind (`noop`, `drl`, ...).
+    pub kind: String,
+    /// Its figures.
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// Statistics of one channel: the sums of its objects (including objects
+/// removed since the stage started, so totals never go backwards).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelStats {
+    /// The channel's name.
+    pub name: String,
+    /// Its figures.
+    #[serde(flatten)]
+    pub counts: Counts,
+    /// Its live objects.
+    pub objects: Vec<ObjectStats>,
+}
+
+/// One collection of a stage's statistics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageStats {
+    /// The stage's name.
+    pub stage: String,
+    /// Clock time of this collection, in nanoseconds of the stage's clock.
+    pub collected_at_ns: u64,
+    /// Length of the interval since the previous collection.
+    pub interval_ns: u64,
+    /// Live channels.
+    pub channels: Vec<ChannelStats>,
+    /// Requests that matched no channel (they passed through unenforced).
+    pub unmatched: Counts,
+    /// Requests counted by channels that have since been removed.
+    pub removed: Counts,
+}
+
+/// Live statistics of one object: its counters and wait histogram.
+#[derive(Debug, Default)]
+pub struct ObjectRecorder {
+    counters: ObjectCounters,
+    waits: WaitHistogram,
+}
+
+impl ObjectRecorder {
+    /// Records one request of `bytes` that waited `waited_ns`.
+    #[inline]
+    pub fn record(&self, bytes: u64, waited_ns: u64) {
+        self.counters.record(bytes);
+        if waited_ns > 0 {
+            self.waits.record(waited_ns);
+        }
+    }
+
+    /// Cumulative figures.
+    pub fn sample(&self) -> Sample {
+        let (ops, bytes) = self.counters.totals();
+        Sample {
+            ops,
+            bytes,
+            waits: self.waits.snapshot(),
+        }
+    }
+}
+
+/// Cumulative figures of one recorder (or a sum of several) at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// Operations.
+    pub ops: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Wait histogram.
+    pub waits: HistogramSnapshot,
+}
+
+impl Sample {
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &Sample) {
+        self.ops += other.ops;
+        self.bytes = self.bytes.wrapping_add(other.bytes);
+        self.waits.merge(&other.waits);
+    }
+
+    /// Figures of `self` with the interval since `earlier`, `interval_ns` long.
+    pub fn counts_since(&self, earlier: &Sample, interval_ns: u64) -> Counts {
+        let interval_ops = self.ops.saturating_sub(earlier.ops);
+        let interval_bytes = self.bytes.wrapping_sub(earlier.bytes);
+        let secs = interval_ns as f64 / 1e9;
+        let per_sec = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        Counts {
+            ops: self.ops,
+            bytes: self.bytes,
+            interval_ops,
+            interval_bytes,
+            ops_per_sec: per_sec(interval_ops),
+            bytes_per_sec: per_sec(interval_bytes),
+            wait: self.waits.since(&earlier.waits).summary(interval_ops),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    /// Serializes the tests that depend on how many slots are free.
+    static SLOT_TESTS: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn counters_are_exact_across_many_threads() {
+        let _g = SLOT_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let c = Arc::new(ObjectCounters::default());
+        // More threads than slots, so the overflow slot is exercised too.
+        let threads: Vec<_> = (0..COUNTER_SLOTS + 16)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        c.record(3);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n = (COUNTER_SLOTS as u64 + 16) * 1000;
+        assert_eq!(c.totals(), (n, 3 * n));
+    }
+
+    #[test]
+    fn slots_are_reused_after_threads_exit() {
+        let _g = SLOT_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let c = Arc::new(ObjectCounters::default());
+        for round in 0..3 * COUNTER_SLOTS {
+            let c2 = c.clone();
+            std::thread::spawn(move || c2.record(1)).join().unwrap();
+            assert_eq!(c.totals().0, round as u64 + 1);
+        }
+        assert_eq!(c.slots[OVERFLOW].ops.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn histogram_quantiles() {
+        let h = WaitHistogram::default();
+        for ns in 1..=1000u64 {
+            h.record(ns * 1000);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.waited(), 1000);
+        // 1000 waits plus 1000 requests that did not wait.
+        assert_eq!(s.quantile(0.5, 2000), 0);
+        let p99 = s.quantile(0.99, 2000);
+        assert!((980_000..=980_000 * 9 / 8 + 1).contains(&p99), "{p99}");
+        let sum = s.summary(2000);
+        assert_eq!(sum.waited_ops, 1000);
+        assert_eq!(sum.total_ns, 500_500_000);
+        assert_eq!(sum.mean_ns, 250_250);
+        assert!(sum.max_ns >= 1_000_000 && sum.max_ns <= 1_125_000);
+        assert_eq!(HistogramSnapshot::default().quantile(0.99, 0), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn bucket_bounds_contain_value(ns in any::<u64>()) {
+            let b = bucket_of(ns);
+            prop_assert!(b < BUCKETS);
+            prop_assert!(bucket_upper(b) >= ns);
+            // Relative error of the upper bound is at most 1/8.
+            prop_assert!(bucket_upper(b) - ns <= ns / 8);
+            if b > 0 {
+                prop_assert!(bucket_upper(b - 1) < ns);
+            }
+        }
+
+        #[test]
+        fn quantile_is_monotone(waits in proptest::collection::vec(1u64..1u64 << 40, 1..200), extra in 0u64..100) {
+            let h = WaitHistogram::default();
+            for &w in &waits { h.record(w); }
+            let s = h.snapshot();
+            let total = waits.len() as u64 + extra;
+            let mut last = 0;
+            for q in [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0] {
+                let v = s.quantile(q, total);
+                prop_assert!(v >= last);
+                last = v;
+            }
+            prop_assert!(last >= *waits.iter().max().unwrap());
+        }
+    }
+}
