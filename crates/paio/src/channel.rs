@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::context::Context;
 use crate::differentiation::{Matcher, Pattern};
-use crate::object::{EnforceError, EnforcementObject, Outcome};
+use crate::object::{EnforceError, EnforcementObject, Outcome, TryEnforceError};
 use crate::stats::{ObjectRecorder, Sample};
 
 /// Name of the pass-through object every channel has.
@@ -127,6 +127,24 @@ impl Channel {
         let result = entry.object.enforce(ctx, data);
         let waited = result.as_ref().map_or(0, |o| o.waited_ns);
         entry.recorder.record(ctx.size, waited);
+        result
+    }
+
+    /// Non-blocking [`Channel::enforce`]: counts the request only if admitted
+    /// or refused, not when it would have to wait.
+    #[inline]
+    pub(crate) fn try_enforce(
+        &self,
+        ctx: &Context,
+        data: Option<&[u8]>,
+    ) -> Result<Outcome, TryEnforceError> {
+        let entry = self.select_object(ctx);
+        let result = entry.object.try_enforce(ctx, data);
+        match &result {
+            Ok(o) => entry.recorder.record(ctx.size, o.waited_ns),
+            Err(TryEnforceError::Refused(_)) => entry.recorder.record(ctx.size, 0),
+            Err(TryEnforceError::Wait(_)) => {}
+        }
         result
     }
 }

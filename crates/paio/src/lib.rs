@@ -52,7 +52,7 @@ pub use context::{
     RequestContext, RequestType, WorkflowId,
 };
 pub use differentiation::{Classifier, Pattern};
-pub use object::{EnforceError, EnforcementObject, ObjectConfig, Outcome};
+pub use object::{EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError};
 pub use policy::{Policy, PolicyError};
 pub use rule::{Rule, RuleError};
 pub use stage::{Stage, StageBuilder, StageInfo};

@@ -10,14 +10,16 @@ use std::fmt;
 use std::ops::Range;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use crate::differentiation::{Classifier, Pattern};
 use crate::object::{DrlConfig, ObjectConfig};
 use crate::rule::Rule;
 use crate::stage::{Stage, StageBuilder};
-use crate::units::{Rate, Size};
+use crate::units::{parse_rate, Rate, Size};
 
 /// Largest policy file accepted.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
@@ -59,7 +61,10 @@ struct Source {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a policy: a [stage] table and [[channel]] tables"
+)]
 struct PolicyFile {
     #[serde(default)]
     stage: StageSection,
@@ -68,7 +73,10 @@ struct PolicyFile {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [stage] table with name, classifiers, default_channel and labels"
+)]
 struct StageSection {
     name: Option<String>,
     classifiers: Option<Spanned<Vec<Classifier>>>,
@@ -78,7 +86,10 @@ struct StageSection {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [[channel]] table with name, match, default_object and object"
+)]
 struct ChannelSection {
     name: Spanned<String>,
     #[serde(default, rename = "match")]
@@ -89,11 +100,14 @@ struct ChannelSection {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [[channel.object]] table with name, kind, rate, burst, zero_size_cost and match"
+)]
 struct ObjectSection {
     name: Spanned<String>,
     kind: Spanned<Kind>,
-    rate: Option<Spanned<Rate>>,
+    rate: Option<Spanned<RateField>>,
     burst: Option<Spanned<Size>>,
     zero_size_cost: Option<Spanned<u64>>,
     #[serde(default, rename = "match")]
@@ -107,22 +121,109 @@ enum Kind {
     Drl,
 }
 
-#[derive(Deserialize)]
-#[serde(
-    untagged,
-    expecting = "a pattern table such as { request_type = \"read\" } or an array of them"
-)]
+/// A `match` value: one pattern table, or an array of them (each with its
+/// own span, so errors point at the element).
+///
+/// Deserialized by hand rather than as an untagged enum, so that an error
+/// inside a pattern (an unknown classifier, an empty name) is reported as
+/// such instead of as "did not match any variant".
 enum OneOrMany {
     One(Pattern),
-    Many(Vec<Pattern>),
+    Many(Vec<Spanned<Pattern>>),
+}
+
+const PATTERN_EXPECTED: &str =
+    "a pattern table such as { request_type = \"read\" } or an array of them";
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(PATTERN_EXPECTED)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<OneOrMany, A::Error> {
+                Pattern::deserialize(MapAccessDeserializer::new(map)).map(OneOrMany::One)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<OneOrMany, A::Error> {
+                Vec::deserialize(SeqAccessDeserializer::new(seq)).map(OneOrMany::Many)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl OneOrMany {
-    fn patterns(&self) -> &[Pattern] {
+    /// Each pattern with its span and its field suffix (`match` or
+    /// `match[i]`); `whole` is the span of the entire value.
+    fn patterns(&self, whole: Range<usize>) -> Vec<(Pattern, Range<usize>, String)> {
         match self {
-            OneOrMany::One(p) => std::slice::from_ref(p),
-            OneOrMany::Many(v) => v,
+            OneOrMany::One(p) => vec![(*p, whole, "match".to_string())],
+            OneOrMany::Many(v) => v
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (*p.get_ref(), p.span(), format!("match[{i}]")))
+                .collect(),
         }
+    }
+}
+
+/// A `rate` value: a string with units or a `{ bytes_per_sec = N }` /
+/// `{ ops_per_sec = N }` table. Deserialized here, not with [`Rate`]'s own
+/// impl, so that a wrong type says what a rate looks like.
+struct RateField(Rate);
+
+impl<'de> Deserialize<'de> for RateField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Table {
+            bytes_per_sec: Option<u64>,
+            ops_per_sec: Option<u64>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Rate;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a rate such as \"50MiB/s\" or \"20k ops/s\", \
+                     or a table { bytes_per_sec = N } or { ops_per_sec = N }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Rate, E> {
+                parse_rate(s).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Rate, A::Error> {
+                match Table::deserialize(MapAccessDeserializer::new(map))? {
+                    Table {
+                        bytes_per_sec: Some(n),
+                        ops_per_sec: None,
+                    } => Ok(Rate::bytes_per_sec(n)),
+                    Table {
+                        bytes_per_sec: None,
+                        ops_per_sec: Some(n),
+                    } => Ok(Rate::ops_per_sec(n)),
+                    _ => Err(de::Error::custom(
+                        "a rate table needs exactly one of bytes_per_sec or ops_per_sec",
+                    )),
+                }
+            }
+        }
+        d.deserialize_any(V).map(RateField)
+    }
+}
+
+/// A serde path as users write it: `toml::Spanned` adds an internal
+/// `$__serde_spanned_private_value` segment to every spanned field, which is
+/// dropped here (`channel[0].match.$__serde_spanned_private_value[1]` →
+/// `channel[0].match[1]`).
+fn clean_path(path: &str) -> String {
+    let cleaned = path.replace(".$__serde_spanned_private_value", "");
+    if cleaned == "." || cleaned.is_empty() {
+        "policy".to_string()
+    } else {
+        cleaned
     }
 }
 
@@ -169,13 +270,8 @@ impl Policy {
         let de = toml::Deserializer::parse(text)
             .map_err(|e| error(e.span(), "policy".into(), e.message().trim().to_string()))?;
         let file: PolicyFile = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = e.path().to_string();
+            let field = clean_path(&e.path().to_string());
             let inner = e.into_inner();
-            let field = if field == "." || field.is_empty() {
-                "policy".into()
-            } else {
-                field
-            };
             error(inner.span(), field, inner.message().trim().to_string())
         })?;
         let mut p = Policy {
@@ -224,15 +320,15 @@ impl Policy {
                     format!("{at}.name"),
                 );
                 if let Some(m) = &obj.matches {
-                    for pattern in m.get_ref().patterns() {
+                    for (pattern, span, f) in m.get_ref().patterns(m.span()) {
                         push(
                             Rule::MapObject {
                                 channel: channel.clone(),
-                                pattern: *pattern,
+                                pattern,
                                 object: name.clone(),
                             },
-                            m.span(),
-                            format!("{at}.match"),
+                            span,
+                            format!("{at}.{f}"),
                         );
                     }
                 }
@@ -248,14 +344,14 @@ impl Policy {
                 );
             }
             if let Some(m) = &ch.matches {
-                for pattern in m.get_ref().patterns() {
+                for (pattern, span, f) in m.get_ref().patterns(m.span()) {
                     push(
                         Rule::MapChannel {
-                            pattern: *pattern,
+                            pattern,
                             channel: channel.clone(),
                         },
-                        m.span(),
-                        format!("{at}.match"),
+                        span,
+                        format!("{at}.{f}"),
                     );
                 }
             }
@@ -368,7 +464,7 @@ fn object_config(
                 }
             }
             Ok(ObjectConfig::Drl(DrlConfig {
-                rate: *rate.get_ref(),
+                rate: rate.get_ref().0,
                 burst: obj.burst.as_ref().map(|b| *b.get_ref()),
                 zero_size_cost: obj.zero_size_cost.as_ref().map_or(0, |z| *z.get_ref()),
             }))
@@ -391,5 +487,691 @@ impl Stage {
     /// A stage built from the policy file at `path`.
     pub fn from_policy_file(path: &Path) -> Result<Stage, PolicyError> {
         Policy::from_file(path)?.new_stage()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{Context, RequestContext, RequestType};
+    use crate::units::RateUnit;
+
+    fn rc(name: &str) -> RequestContext {
+        RequestContext::named(name).unwrap()
+    }
+
+    fn route(stage: &Stage, w: u64, t: RequestType, c: RequestContext) -> Option<(String, String)> {
+        stage.route(&Context::explicit(w, t, c, 4096))
+    }
+
+    fn to(channel: &str, object: &str) -> Option<(String, String)> {
+        Some((channel.to_string(), object.to_string()))
+    }
+
+    const FULL: &str = r#"
+# A stage using every section and key of the format.
+[stage]
+name = "full"
+classifiers = ["workflow", "request_type", "request_context"]
+default_channel = "fg"
+
+[stage.labels]
+job = "train1"
+tier = "gold"
+
+[[channel]]
+name = "bg"
+match = { request_context = "pt-flush" }   # one table
+default_object = "slow"
+
+[[channel.object]]
+name = "slow"
+kind = "drl"
+rate = "50MiB/s"
+burst = "1MiB"
+zero_size_cost = 4096
+
+[[channel.object]]
+name = "reads"
+kind = "drl"
+rate = "2k ops/s"
+match = { request_type = "read" }
+
+[[channel]]
+name = "compaction"
+match = [{ request_context = "pt-compaction" }, { workflow = 7, request_type = "write" }]
+
+[[channel.object]]
+name = "pass"
+kind = "noop"
+match = [{ request_type = "write" }, { request_type = "fsync" }]
+
+[[channel.object]]
+name = "table-rate"
+kind = "drl"
+rate = { ops_per_sec = 100 }
+burst = 4
+
+[[channel]]
+name = "fg"
+"#;
+
+    #[test]
+    fn full_policy_routes_as_written() {
+        let stage = Stage::from_policy_str(FULL, "full.toml").unwrap();
+        let (flush, compaction) = (rc("pt-flush"), rc("pt-compaction"));
+        let none = RequestContext::NONE;
+        use RequestType as T;
+        // Channel `bg`: reads go to `reads`, the rest to its default `slow`.
+        assert_eq!(route(&stage, 1, T::WRITE, flush), to("bg", "slow"));
+        assert_eq!(route(&stage, 1, T::OPEN, flush), to("bg", "slow"));
+        assert_eq!(route(&stage, 1, T::READ, flush), to("bg", "reads"));
+        // Channel `compaction`, matched by either array element; objects not
+        // matched go to the built-in `default`.
+        assert_eq!(
+            route(&stage, 1, T::WRITE, compaction),
+            to("compaction", "pass")
+        );
+        assert_eq!(
+            route(&stage, 1, T::FSYNC, compaction),
+            to("compaction", "pass")
+        );
+        assert_eq!(
+            route(&stage, 1, T::READ, compaction),
+            to("compaction", "default")
+        );
+        assert_eq!(route(&stage, 7, T::WRITE, none), to("compaction", "pass"));
+        // Two classifiers (workflow + type) beat one (request context).
+        assert_eq!(route(&stage, 7, T::WRITE, flush), to("compaction", "pass"));
+        // Everything else: the default channel.
+        assert_eq!(route(&stage, 7, T::READ, none), to("fg", "default"));
+        assert_eq!(route(&stage, 2, T::WRITE, none), to("fg", "default"));
+
+        let info = stage.info();
+        assert_eq!(info.identity.name, "full");
+        assert_eq!(info.identity.labels.len(), 2);
+        assert_eq!(info.identity.labels["job"], "train1");
+        assert_eq!(info.identity.labels["tier"], "gold");
+        assert_eq!(info.classifiers, Classifier::ALL.to_vec());
+        assert_eq!(info.default_channel.as_deref(), Some("fg"));
+        let names: Vec<&str> = info.channels.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["bg", "compaction", "fg"]);
+        let pat = |w: Option<u64>, t: Option<RequestType>, c: Option<RequestContext>| Pattern {
+            workflow: w,
+            request_type: t,
+            request_context: c,
+        };
+        assert_eq!(
+            info.channel_rules,
+            vec![
+                (pat(None, None, Some(flush)), "bg".to_string()),
+                (pat(None, None, Some(compaction)), "compaction".to_string()),
+                (pat(Some(7), Some(T::WRITE), None), "compaction".to_string()),
+            ]
+        );
+
+        let bg = &info.channels[0];
+        assert_eq!(bg.default_object, "slow");
+        let objects: Vec<(&str, &str)> = bg
+            .objects
+            .iter()
+            .map(|o| (o.name.as_str(), o.kind.as_str()))
+            .collect();
+        assert_eq!(
+            objects,
+            [("default", "noop"), ("slow", "drl"), ("reads", "drl")]
+        );
+        assert_eq!(
+            bg.objects[1].config,
+            Some(ObjectConfig::Drl(DrlConfig {
+                rate: Rate::bytes_per_sec(50 << 20),
+                burst: Some(Size(1 << 20)),
+                zero_size_cost: 4096,
+            }))
+        );
+        assert_eq!(
+            bg.objects[2].config,
+            Some(ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(2000))))
+        );
+        assert_eq!(
+            bg.object_rules,
+            vec![(pat(None, Some(T::READ), None), "reads".into())]
+        );
+
+        let cp = &info.channels[1];
+        assert_eq!(cp.default_object, "default");
+        assert_eq!(cp.objects[1].config, Some(ObjectConfig::Noop));
+        assert_eq!(
+            cp.objects[2].config,
+            Some(ObjectConfig::Drl(DrlConfig {
+                rate: Rate::ops_per_sec(100),
+                burst: Some(Size(4)),
+                zero_size_cost: 0,
+            }))
+        );
+        assert_eq!(
+            cp.object_rules,
+            vec![
+                (pat(None, Some(T::WRITE), None), "pass".to_string()),
+                (pat(None, Some(T::FSYNC), None), "pass".to_string()),
+            ]
+        );
+        let fg = &info.channels[2];
+        assert_eq!(fg.objects.len(), 1);
+        assert!(fg.object_rules.is_empty());
+    }
+
+    #[test]
+    fn parse_exposes_name_labels_and_rules() {
+        let p = Policy::parse(FULL, "full.toml").unwrap();
+        assert_eq!(p.name.as_deref(), Some("full"));
+        assert_eq!(p.labels["job"], "train1");
+        assert_eq!(
+            p.to_string(),
+            format!("policy full.toml ({} rules)", p.rules().len())
+        );
+        // classifiers, 3 channels, 4 objects, 1 default object, 3 object
+        // mappings, 3 channel mappings, default channel.
+        assert_eq!(p.rules().len(), 1 + 3 + 4 + 1 + 3 + 3 + 1);
+        assert!(matches!(p.rules()[0], Rule::SetClassifiers { .. }));
+        assert!(matches!(
+            p.rules().last(),
+            Some(Rule::SetDefaultChannel { channel: Some(c) }) if c == "fg"
+        ));
+        // Rules are plain data: the policy is a rule list a control plane
+        // could have sent.
+        let json = serde_json::to_string(p.rules()).unwrap();
+        let back: Vec<Rule> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, p.rules());
+    }
+
+    #[test]
+    fn empty_policy_lets_everything_pass_unmatched() {
+        let stage = Stage::from_policy_str("", "<empty>").unwrap();
+        assert_eq!(stage.identity().name, "paio");
+        assert_eq!(
+            route(&stage, 1, RequestType::READ, RequestContext::NONE),
+            None
+        );
+        let ctx = Context::explicit(1, RequestType::READ, RequestContext::NONE, 10);
+        stage.enforce(&ctx, None).unwrap();
+        let stats = stage.collect();
+        assert_eq!(stats.unmatched.ops, 1);
+        assert_eq!(stats.unmatched.bytes, 10);
+    }
+
+    #[test]
+    fn policy_without_default_channel_passes_unmatched_requests() {
+        let stage = Stage::from_policy_str(
+            "[[channel]]\nname = \"reads\"\nmatch = { request_type = \"read\" }\n",
+            "t.toml",
+        )
+        .unwrap();
+        let none = RequestContext::NONE;
+        assert_eq!(
+            route(&stage, 1, RequestType::READ, none),
+            to("reads", "default")
+        );
+        assert_eq!(route(&stage, 1, RequestType::WRITE, none), None);
+        // An empty pattern table matches everything.
+        let stage =
+            Stage::from_policy_str("[[channel]]\nname = \"all\"\nmatch = {}\n", "t").unwrap();
+        assert_eq!(
+            route(&stage, 9, RequestType::STAT, none),
+            to("all", "default")
+        );
+    }
+
+    #[test]
+    fn apply_to_is_one_transaction() {
+        let stage = Stage::from_policy_str("[[channel]]\nname = \"a\"\n", "t").unwrap();
+        let before = stage.info();
+        let p = Policy::parse(
+            "[[channel]]\nname = \"b\"\nmatch = {}\n[[channel]]\nname = \"a\"\n",
+            "second.toml",
+        )
+        .unwrap();
+        let e = p.apply_to(&stage).unwrap_err();
+        assert_eq!(
+            (e.line, e.column, e.field.as_str()),
+            (5, 8, "channel[1].name")
+        );
+        assert!(e.message.contains("exists already"), "{e}");
+        assert_eq!(stage.info(), before, "nothing of the failed policy applied");
+    }
+
+    #[test]
+    fn build_stage_uses_the_builders_clock_and_merges_labels() {
+        let clock = crate::clock::FakeClock::new();
+        let p = Policy::parse("[stage.labels]\nb = \"2\"\n", "t").unwrap();
+        let stage = p
+            .build_stage(
+                Stage::builder("mine")
+                    .label("a", "1")
+                    .clock(Arc::new(clock)),
+            )
+            .unwrap();
+        let id = stage.identity();
+        assert_eq!(id.name, "mine");
+        assert_eq!(id.labels.len(), 2);
+    }
+
+    use std::sync::Arc;
+
+    // ---- errors ----
+
+    /// Asserts that `text` fails with the error at `line:column` on `field`,
+    /// its message containing every one of `needles`.
+    #[track_caller]
+    fn fails(text: &str, line: usize, column: usize, field: &str, needles: &[&str]) -> PolicyError {
+        let e = Stage::from_policy_str(text, "t.toml").unwrap_err();
+        assert_eq!(
+            (e.line, e.column, e.field.as_str()),
+            (line, column, field),
+            "wrong place for: {e}"
+        );
+        assert_eq!(e.origin, "t.toml");
+        for n in needles {
+            assert!(e.message.contains(n), "message lacks {n:?}: {e}");
+        }
+        assert_eq!(
+            e.to_string(),
+            format!("t.toml:{line}:{column}: {field}: {}", e.message)
+        );
+        assert!(!e.field.contains("serde"), "internal name leaked: {e}");
+        e
+    }
+
+    const CH: &str = "[[channel]]\nname = \"a\"\n";
+    const OBJ: &str = "[[channel]]\nname = \"a\"\n[[channel.object]]\nname = \"o\"\n";
+
+    #[test]
+    fn toml_syntax_error() {
+        fails("[stage\nname = \"x\"\n", 1, 7, "policy", &["expected `]`"]);
+        fails(
+            "[stage]\nname = \"x\"\nname = \"y\"\n",
+            3,
+            1,
+            "policy",
+            &["duplicate key"],
+        );
+        fails("[[channel]]\nname = \"a\n", 2, 10, "policy", &["string"]);
+    }
+
+    #[test]
+    fn unknown_keys() {
+        fails(
+            "colour = 1\n",
+            1,
+            1,
+            "colour",
+            &["unknown field `colour`", "`stage`", "`channel`"],
+        );
+        fails(
+            "[stage]\nname = \"x\"\nflavour = 2\n",
+            3,
+            1,
+            "stage.flavour",
+            &["unknown field `flavour`", "`default_channel`"],
+        );
+        fails(
+            &format!("{CH}speed = 1\n"),
+            3,
+            1,
+            "channel[0].speed",
+            &["unknown field `speed`", "`default_object`", "`object`"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"noop\"\ncolour = 1\n"),
+            6,
+            1,
+            "channel[0].object[0].colour",
+            &["unknown field `colour`", "`rate`", "`zero_size_cost`"],
+        );
+        fails(
+            &format!("{CH}\n[[channel]]\nname = \"b\"\nmatch = {{ request_kind = \"x\" }}\n"),
+            6,
+            11,
+            "channel[1].match.request_kind",
+            &["unknown field `request_kind`", "`request_context`"],
+        );
+        fails(
+            &format!("{CH}match = [{{ request_type = \"read\" }}, {{ request_kind = \"x\" }}]\n"),
+            3,
+            39,
+            "channel[0].match[1].request_kind",
+            &["unknown field `request_kind`"],
+        );
+    }
+
+    #[test]
+    fn wrong_types_say_what_was_expected() {
+        fails(
+            "stage = 3\n",
+            1,
+            9,
+            "stage",
+            &["integer `3`", "[stage] table"],
+        );
+        fails(
+            &format!("{CH}match = 5\n"),
+            3,
+            9,
+            "channel[0].match",
+            &["integer `5`", "pattern table"],
+        );
+        fails(
+            &format!("{CH}match = {{ request_type = \"\" }}\n"),
+            3,
+            26,
+            "channel[0].match.request_type",
+            &["must not be empty"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"blah\"\n"),
+            5,
+            8,
+            "channel[0].object[0].kind",
+            &["unknown variant `blah`", "`noop` or `drl`"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = 5\n"),
+            6,
+            8,
+            "channel[0].object[0].rate",
+            &["integer `5`", "\"50MiB/s\""],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = {{ bytes_per_sec = 1, ops_per_sec = 2 }}\n"),
+            6,
+            8,
+            "channel[0].object[0].rate",
+            &["exactly one of bytes_per_sec or ops_per_sec"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = {{ bits_per_sec = 1 }}\n"),
+            6,
+            10,
+            "channel[0].object[0].rate.bits_per_sec",
+            &["unknown field `bits_per_sec`"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nburst = \"1 parsec\"\n"),
+            7,
+            9,
+            "channel[0].object[0].burst",
+            &["unknown unit \"parsec\"", "\"4KiB\""],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nzero_size_cost = -1\n"),
+            7,
+            18,
+            "channel[0].object[0].zero_size_cost",
+            &["-1", "u64"],
+        );
+        fails(
+            "[stage]\nclassifiers = [\"workflow\", \"colour\"]\n",
+            2,
+            28,
+            "stage.classifiers[1]",
+            &["unknown variant `colour`", "`request_type`"],
+        );
+        fails(
+            "[stage.labels]\nteam = 1\n",
+            2,
+            8,
+            "stage.labels.team",
+            &["expected a string"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"noop\"\nmatch = {{ workflow = -3 }}\n"),
+            6,
+            22,
+            "channel[0].object[0].match.workflow",
+            &["-3", "u64"],
+        );
+    }
+
+    #[test]
+    fn missing_fields() {
+        fails(
+            "[[channel]]\n",
+            1,
+            1,
+            "channel[0]",
+            &["missing field `name`"],
+        );
+        fails(
+            &format!("{CH}[[channel.object]]\nkind = \"noop\"\n"),
+            3,
+            1,
+            "channel[0].object[0]",
+            &["missing field `name`"],
+        );
+        fails(
+            &format!("{OBJ}rate = \"1MiB/s\"\n"),
+            3,
+            1,
+            "channel[0].object[0]",
+            &["missing field `kind`"],
+        );
+    }
+
+    #[test]
+    fn bad_rate_unit() {
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"50MiB\"\n"),
+            6,
+            8,
+            "channel[0].object[0].rate",
+            &["\"50MiB\"", "/s", "\"50MiB/s\""],
+        );
+    }
+
+    #[test]
+    fn drl_without_rate() {
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nburst = 10\n"),
+            5,
+            8,
+            "channel[0].object[0].rate",
+            &["needs a rate", "\"50MiB/s\""],
+        );
+    }
+
+    #[test]
+    fn drl_settings_on_a_noop_object() {
+        for (key, value, column) in [
+            ("rate", "\"1MiB/s\"", 8),
+            ("burst", "\"4KiB\"", 9),
+            ("zero_size_cost", "1", 18),
+        ] {
+            fails(
+                &format!("{OBJ}kind = \"noop\"\n{key} = {value}\n"),
+                6,
+                column,
+                &format!("channel[0].object[0].{key}"),
+                &[&format!("takes no {key}"), "only drl objects"],
+            );
+        }
+    }
+
+    #[test]
+    fn zero_burst() {
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nburst = 0\n"),
+            7,
+            9,
+            "channel[0].object[0].burst",
+            &["at least one token"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nburst = \"0KiB\"\n"),
+            7,
+            9,
+            "channel[0].object[0].burst",
+            &["at least one token"],
+        );
+    }
+
+    #[test]
+    fn duplicate_names_point_at_the_second() {
+        fails(
+            &format!("{CH}match = {{}}\n\n[[channel]]\nname = \"a\"\n"),
+            6,
+            8,
+            "channel[1].name",
+            &["channel \"a\" exists already"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"noop\"\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n"),
+            7,
+            8,
+            "channel[0].object[1].name",
+            &["object \"o\" exists already"],
+        );
+        fails(
+            &format!("{CH}[[channel.object]]\nname = \"default\"\nkind = \"noop\"\n"),
+            4,
+            8,
+            "channel[0].object[0].name",
+            &["\"default\"", "reserved"],
+        );
+        fails(
+            "[[channel]]\nname = \"\"\n",
+            2,
+            8,
+            "channel[0].name",
+            &["must not be empty"],
+        );
+    }
+
+    #[test]
+    fn references_to_missing_things() {
+        fails(
+            &format!("{CH}default_object = \"nope\"\n"),
+            3,
+            18,
+            "channel[0].default_object",
+            &["no object named \"nope\" in channel \"a\""],
+        );
+        fails(
+            &format!("[stage]\ndefault_channel = \"nope\"\n\n{CH}"),
+            2,
+            19,
+            "stage.default_channel",
+            &["no channel named \"nope\""],
+        );
+    }
+
+    #[test]
+    fn match_on_a_disabled_classifier() {
+        let stage = "[stage]\nclassifiers = [\"request_type\"]\n";
+        fails(
+            &format!("{stage}{CH}match = {{ request_context = \"pt-x\" }}\n"),
+            5,
+            9,
+            "channel[0].match",
+            &["classifier request_context", "enabled: request_type"],
+        );
+        // In an array, the error points at the element.
+        fails(
+            &format!("{stage}{CH}match = [{{ request_type = \"read\" }}, {{ workflow = 3 }}]\n"),
+            5,
+            37,
+            "channel[0].match[1]",
+            &["classifier workflow", "enabled: request_type"],
+        );
+        fails(
+            &format!(
+                "[stage]\nclassifiers = []\n{OBJ}kind = \"noop\"\nmatch = {{ request_type = \"read\" }}\n"
+            ),
+            8,
+            9,
+            "channel[0].object[0].match",
+            &["classifier request_type", "enabled: none"],
+        );
+    }
+
+    #[test]
+    fn columns_count_characters_and_crlf_is_a_line_break() {
+        fails(
+            &format!("{CH}match = {{ request_type = \"é\", oops = 1 }}\n"),
+            3,
+            31,
+            "channel[0].match.oops",
+            &["unknown field `oops`"],
+        );
+        fails(
+            "[[channel]]\r\nname = \"a\"\r\nspeed = 1\r\n",
+            3,
+            1,
+            "channel[0].speed",
+            &["unknown field"],
+        );
+    }
+
+    #[test]
+    fn oversized_text() {
+        let big = "#".repeat(MAX_POLICY_BYTES + 1);
+        fails(
+            &big,
+            1,
+            1,
+            "policy",
+            &["exceeds", &MAX_POLICY_BYTES.to_string()],
+        );
+        // Exactly the limit is fine.
+        assert!(Policy::parse(&big[1..], "t").is_ok());
+    }
+
+    fn temp_path(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("paio-policy-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn from_file() {
+        let path = temp_path("ok.toml");
+        std::fs::write(&path, format!("{CH}\n[[channel]]\nname = \"a\"\n")).unwrap();
+        let e = Stage::from_policy_file(&path).unwrap_err();
+        let shown = path.display().to_string();
+        assert_eq!(e.origin, shown);
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{shown}:5:8: channel[1].name: ")),
+            "{e}"
+        );
+
+        std::fs::write(&path, CH).unwrap();
+        assert!(Stage::from_policy_file(&path).is_ok());
+        std::fs::write(&path, "#".repeat(MAX_POLICY_BYTES + 1)).unwrap();
+        let e = Policy::from_file(&path).unwrap_err();
+        assert!(e.message.contains("exceeds"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn from_missing_file_names_the_path() {
+        let path = temp_path("does-not-exist.toml");
+        let e = Policy::from_file(&path).unwrap_err();
+        let shown = path.display().to_string();
+        assert_eq!((e.line, e.column, e.field.as_str()), (1, 1, "policy"));
+        assert!(e.message.starts_with("cannot read"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{shown}:1:1: policy: cannot read")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn clean_path_drops_serde_internals() {
+        assert_eq!(clean_path("."), "policy");
+        assert_eq!(clean_path(""), "policy");
+        assert_eq!(
+            clean_path("channel[0].match.$__serde_spanned_private_value[1].workflow"),
+            "channel[0].match[1].workflow"
+        );
+        assert_eq!(RateUnit::Ops, Rate::ops_per_sec(1).unit);
     }
 }

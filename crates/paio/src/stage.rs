@@ -24,7 +24,9 @@ use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJEC
 use crate::clock::{monotonic, SharedClock};
 use crate::context::Context;
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
-use crate::object::{self, EnforceError, EnforcementObject, ObjectConfig, Outcome};
+use crate::object::{
+    self, EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError,
+};
 use crate::rule::{Rule, RuleError};
 use crate::stats::{ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
 
@@ -518,6 +520,25 @@ impl Stage {
         })
     }
 
+    /// Non-blocking [`Stage::enforce`]: the request is admitted (and counted)
+    /// only if its object lets it go at once; otherwise nothing changes and
+    /// [`TryEnforceError::Wait`] says how long it would wait, so an
+    /// event-driven caller can retry later instead of blocking a thread.
+    #[inline]
+    pub fn try_enforce(
+        &self,
+        ctx: &Context,
+        data: Option<&[u8]>,
+    ) -> Result<Outcome, TryEnforceError> {
+        self.with_table(|t| match t.select_channel(ctx) {
+            Some(channel) => channel.try_enforce(ctx, data),
+            None => {
+                self.unmatched.record(ctx.size, 0);
+                Ok(Outcome::PASS)
+            }
+        })
+    }
+
     /// Where `ctx` would go: `(channel, object)` names, or `None` when it
     /// matches no channel. Does not enforce or count anything.
     pub fn route(&self, ctx: &Context) -> Option<(String, String)> {
@@ -698,5 +719,600 @@ impl Stage {
             unmatched,
             removed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+    use crate::context::{RequestContext, RequestType};
+    use crate::object::{ConfigError, DrlConfig};
+    use crate::units::Rate;
+    use std::time::Duration;
+
+    fn rc(name: &str) -> RequestContext {
+        RequestContext::named(name).unwrap()
+    }
+
+    fn ctx(t: RequestType, c: RequestContext, size: u64) -> Context {
+        Context::explicit(1, t, c, size)
+    }
+
+    fn route(stage: &Stage, c: &Context) -> Option<(String, String)> {
+        stage.route(c)
+    }
+
+    fn pair(a: &str, b: &str) -> Option<(String, String)> {
+        Some((a.to_string(), b.to_string()))
+    }
+
+    fn channel(name: &str) -> Rule {
+        Rule::CreateChannel { name: name.into() }
+    }
+
+    fn drl(channel: &str, name: &str, rate: Rate) -> Rule {
+        Rule::CreateObject {
+            channel: channel.into(),
+            name: name.into(),
+            config: ObjectConfig::Drl(DrlConfig::new(rate)),
+        }
+    }
+
+    fn by_context(c: RequestContext) -> Pattern {
+        Pattern {
+            request_context: Some(c),
+            ..Pattern::ANY
+        }
+    }
+
+    #[test]
+    fn empty_stage_passes_and_counts_unmatched() {
+        let stage = Stage::builder("s").label("job", "j1").build();
+        let out = stage
+            .enforce(&ctx(RequestType::READ, RequestContext::NONE, 10), None)
+            .unwrap();
+        assert_eq!(out, Outcome::PASS);
+        let stats = stage.collect();
+        assert_eq!(stats.unmatched.ops, 1);
+        assert_eq!(stats.unmatched.bytes, 10);
+        assert!(stats.channels.is_empty());
+        let info = stage.info();
+        assert_eq!(info.identity.name, "s");
+        assert_eq!(info.identity.labels["job"], "j1");
+        assert_eq!(info.identity.pid, std::process::id());
+        assert!(!info.identity.host.is_empty());
+        assert_eq!(info.classifiers.len(), 3);
+    }
+
+    #[test]
+    fn rules_route_requests_to_channels_and_objects() {
+        let stage = Stage::builder("s").build();
+        let flush = rc("stage-test-flush");
+        stage
+            .apply_all(&[
+                channel("bg"),
+                channel("fg"),
+                drl("bg", "limit", Rate::bytes_per_sec(1 << 30)),
+                Rule::MapChannel {
+                    pattern: by_context(flush),
+                    channel: "bg".into(),
+                },
+                Rule::MapObject {
+                    channel: "bg".into(),
+                    pattern: Pattern {
+                        request_type: Some(RequestType::WRITE),
+                        ..Pattern::ANY
+                    },
+                    object: "limit".into(),
+                },
+                Rule::SetDefaultChannel {
+                    channel: Some("fg".into()),
+                },
+            ])
+            .unwrap();
+        assert_eq!(
+            route(&stage, &ctx(RequestType::WRITE, flush, 1)),
+            pair("bg", "limit")
+        );
+        assert_eq!(
+            route(&stage, &ctx(RequestType::READ, flush, 1)),
+            pair("bg", "default")
+        );
+        assert_eq!(
+            route(&stage, &ctx(RequestType::WRITE, RequestContext::NONE, 1)),
+            pair("fg", "default")
+        );
+        stage
+            .apply(&Rule::SetDefaultObject {
+                channel: "bg".into(),
+                object: "limit".into(),
+            })
+            .unwrap();
+        assert_eq!(
+            route(&stage, &ctx(RequestType::READ, flush, 1)),
+            pair("bg", "limit")
+        );
+        stage
+            .apply(&Rule::SetDefaultChannel { channel: None })
+            .unwrap();
+        assert_eq!(
+            route(&stage, &ctx(RequestType::READ, RequestContext::NONE, 1)),
+            None
+        );
+        for (t, size) in [(RequestType::WRITE, 100), (RequestType::READ, 7)] {
+            stage.enforce(&ctx(t, flush, size), None).unwrap();
+        }
+        let stats = stage.collect();
+        let bg = &stats.channels[0];
+        assert_eq!(
+            (bg.name.as_str(), bg.counts.ops, bg.counts.bytes),
+            ("bg", 2, 107)
+        );
+        let limit = bg.objects.iter().find(|o| o.name == "limit").unwrap();
+        assert_eq!((limit.kind.as_str(), limit.counts.bytes), ("drl", 107));
+    }
+
+    #[test]
+    fn invalid_rules_are_rejected_with_reasons() {
+        let stage = Stage::builder("s").build();
+        stage
+            .apply_all(&[channel("a"), drl("a", "x", Rate::ops_per_sec(5))])
+            .unwrap();
+        let err = |r: Rule| stage.apply(&r).unwrap_err();
+        assert_eq!(
+            err(channel("a")),
+            RuleError::Exists {
+                what: "channel",
+                name: "a".into()
+            }
+        );
+        assert_eq!(
+            err(Rule::RemoveChannel { name: "zz".into() }),
+            RuleError::UnknownChannel("zz".into())
+        );
+        assert!(matches!(err(channel("")), RuleError::BadName { .. }));
+        assert!(matches!(
+            err(channel(&"n".repeat(200))),
+            RuleError::BadName { .. }
+        ));
+        assert!(matches!(
+            err(drl("a", "default", Rate::ops_per_sec(1))),
+            RuleError::BadName { .. }
+        ));
+        assert!(matches!(
+            err(drl("a", "x", Rate::ops_per_sec(1))),
+            RuleError::Exists { what: "object", .. }
+        ));
+        assert!(matches!(
+            err(Rule::RemoveObject {
+                channel: "a".into(),
+                name: "default".into()
+            }),
+            RuleError::BadName { .. }
+        ));
+        assert!(matches!(
+            err(Rule::MapObject {
+                channel: "a".into(),
+                pattern: Pattern::ANY,
+                object: "nope".into()
+            }),
+            RuleError::UnknownObject { .. }
+        ));
+        assert!(matches!(
+            err(Rule::UnmapChannel {
+                pattern: Pattern::ANY
+            }),
+            RuleError::UnknownPattern(_)
+        ));
+        let bad = Rule::Configure {
+            channel: "a".into(),
+            object: "x".into(),
+            config: ObjectConfig::Noop,
+        };
+        assert!(matches!(
+            err(bad),
+            RuleError::Config {
+                source: ConfigError::WrongKind {
+                    object: "drl",
+                    given: "noop"
+                },
+                ..
+            }
+        ));
+        // In use: a mapped channel and a default object cannot be removed.
+        stage
+            .apply(&Rule::MapChannel {
+                pattern: Pattern::ANY,
+                channel: "a".into(),
+            })
+            .unwrap();
+        assert!(matches!(
+            err(Rule::RemoveChannel { name: "a".into() }),
+            RuleError::InUse { .. }
+        ));
+        stage
+            .apply(&Rule::SetDefaultObject {
+                channel: "a".into(),
+                object: "x".into(),
+            })
+            .unwrap();
+        assert!(matches!(
+            err(Rule::RemoveObject {
+                channel: "a".into(),
+                name: "x".into()
+            }),
+            RuleError::InUse { .. }
+        ));
+        // Classifiers: patterns may only use enabled ones.
+        let wf = Pattern {
+            workflow: Some(3),
+            ..Pattern::ANY
+        };
+        stage
+            .apply(&Rule::SetClassifiers {
+                classifiers: vec![Classifier::RequestType],
+            })
+            .unwrap();
+        let e = err(Rule::MapChannel {
+            pattern: wf,
+            channel: "a".into(),
+        });
+        assert!(e.to_string().contains("does not differentiate by"), "{e}");
+        stage
+            .apply(&Rule::SetClassifiers {
+                classifiers: Classifier::ALL.to_vec(),
+            })
+            .unwrap();
+        stage
+            .apply(&Rule::MapChannel {
+                pattern: wf,
+                channel: "a".into(),
+            })
+            .unwrap();
+        let e = err(Rule::SetClassifiers {
+            classifiers: vec![Classifier::RequestType],
+        });
+        assert!(matches!(
+            e,
+            RuleError::ClassifierDisabled {
+                classifier: Classifier::Workflow,
+                ..
+            }
+        ));
+        assert_eq!(
+            stage.info().classifiers.len(),
+            3,
+            "failed rule changed nothing"
+        );
+    }
+
+    #[test]
+    fn apply_all_is_a_transaction() {
+        let clock = FakeClock::new();
+        let stage = Stage::builder("s").clock(Arc::new(clock)).build();
+        stage
+            .apply_all(&[channel("a"), drl("a", "x", Rate::ops_per_sec(5))])
+            .unwrap();
+        let before = stage.info();
+        let faster = ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(500)));
+        let (i, e) = stage
+            .try_apply_all(&[
+                channel("b"),
+                Rule::Configure {
+                    channel: "a".into(),
+                    object: "x".into(),
+                    config: faster,
+                },
+                Rule::MapChannel {
+                    pattern: Pattern::ANY,
+                    channel: "missing".into(),
+                },
+            ])
+            .unwrap_err();
+        assert_eq!(i, 2);
+        assert_eq!(e, RuleError::UnknownChannel("missing".into()));
+        // Neither the new channel nor the rate change survived.
+        assert_eq!(stage.info(), before);
+    }
+
+    #[test]
+    fn configure_changes_rate_in_place_and_keeps_counts() {
+        let clock = FakeClock::new();
+        let stage = Stage::builder("s").clock(Arc::new(clock.clone())).build();
+        let c = rc("stage-test-cfg");
+        stage
+            .apply_all(&[
+                channel("a"),
+                drl("a", "x", Rate::ops_per_sec(1_000_000)),
+                Rule::MapChannel {
+                    pattern: by_context(c),
+                    channel: "a".into(),
+                },
+                Rule::SetDefaultObject {
+                    channel: "a".into(),
+                    object: "x".into(),
+                },
+            ])
+            .unwrap();
+        for _ in 0..5 {
+            stage.enforce(&ctx(RequestType::READ, c, 1), None).unwrap();
+        }
+        let slower = ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(3));
+        stage
+            .apply(&Rule::Configure {
+                channel: "a".into(),
+                object: "x".into(),
+                config: slower.clone(),
+            })
+            .unwrap();
+        let info = stage.info();
+        assert_eq!(info.channels[0].objects[1].config, Some(slower));
+        assert_eq!(stage.collect().channels[0].counts.ops, 5);
+    }
+
+    #[test]
+    fn collect_reports_interval_throughput_and_waits() {
+        let clock = FakeClock::new();
+        let stage = Stage::builder("s").clock(Arc::new(clock.clone())).build();
+        stage
+            .apply_all(&[
+                channel("a"),
+                Rule::SetDefaultChannel {
+                    channel: Some("a".into()),
+                },
+            ])
+            .unwrap();
+        for _ in 0..10 {
+            stage
+                .enforce(&ctx(RequestType::WRITE, RequestContext::NONE, 1000), None)
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(2));
+        let s = stage.collect();
+        assert_eq!(s.interval_ns, 2_000_000_000);
+        let a = &s.channels[0].counts;
+        assert_eq!((a.interval_ops, a.interval_bytes), (10, 10_000));
+        assert_eq!(a.bytes_per_sec, 5_000.0);
+        assert_eq!(a.ops_per_sec, 5.0);
+        assert_eq!(a.wait.waited_ops, 0);
+        stage
+            .enforce(&ctx(RequestType::WRITE, RequestContext::NONE, 1), None)
+            .unwrap();
+        clock.advance(Duration::from_secs(1));
+        let s = stage.collect();
+        let a = &s.channels[0].counts;
+        assert_eq!((a.ops, a.interval_ops, a.interval_bytes), (11, 1, 1));
+    }
+
+    #[test]
+    fn removed_objects_and_channels_keep_totals_exact() {
+        let stage = Stage::builder("s").build();
+        let c = rc("stage-test-rm");
+        stage
+            .apply_all(&[
+                channel("a"),
+                drl("a", "x", Rate::bytes_per_sec(1 << 40)),
+                Rule::MapObject {
+                    channel: "a".into(),
+                    pattern: Pattern::ANY,
+                    object: "x".into(),
+                },
+                Rule::MapChannel {
+                    pattern: by_context(c),
+                    channel: "a".into(),
+                },
+            ])
+            .unwrap();
+        stage.enforce(&ctx(RequestType::READ, c, 5), None).unwrap();
+        stage
+            .apply_all(&[
+                Rule::UnmapObject {
+                    channel: "a".into(),
+                    pattern: Pattern::ANY,
+                },
+                Rule::RemoveObject {
+                    channel: "a".into(),
+                    name: "x".into(),
+                },
+            ])
+            .unwrap();
+        stage.enforce(&ctx(RequestType::READ, c, 7), None).unwrap();
+        let s = stage.collect();
+        assert_eq!(s.channels[0].counts.bytes, 12);
+        assert_eq!(s.channels[0].objects.len(), 1);
+        stage
+            .apply_all(&[
+                Rule::UnmapChannel {
+                    pattern: by_context(c),
+                },
+                Rule::RemoveChannel { name: "a".into() },
+            ])
+            .unwrap();
+        let s = stage.collect();
+        assert!(s.channels.is_empty());
+        assert_eq!((s.removed.ops, s.removed.bytes), (2, 12));
+    }
+
+    /// Upper-cases the request: a transforming object.
+    #[derive(Debug)]
+    struct Upper;
+    impl EnforcementObject for Upper {
+        fn kind(&self) -> &'static str {
+            "upper"
+        }
+        fn configure(&self, _: &ObjectConfig) -> Result<(), ConfigError> {
+            Err(ConfigError::Invalid {
+                field: "kind",
+                reason: "not configurable".into(),
+            })
+        }
+        fn enforce(&self, _: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+            match data {
+                Some(d) => Ok(Outcome {
+                    waited_ns: 0,
+                    data: Some(d.to_ascii_uppercase()),
+                }),
+                None => Err(EnforceError {
+                    object: "upper".into(),
+                    reason: "needs the request's content".into(),
+                }),
+            }
+        }
+        fn config(&self) -> ObjectConfig {
+            ObjectConfig::Noop
+        }
+    }
+
+    #[test]
+    fn custom_objects_transform_data_and_report_errors() {
+        let stage = Stage::builder("s").build();
+        stage.apply(&channel("a")).unwrap();
+        stage.add_object("a", "up", Arc::new(Upper)).unwrap();
+        assert!(stage.add_object("a", "up", Arc::new(Upper)).is_err());
+        assert!(stage.add_object("zz", "up", Arc::new(Upper)).is_err());
+        stage
+            .apply_all(&[
+                Rule::SetDefaultObject {
+                    channel: "a".into(),
+                    object: "up".into(),
+                },
+                Rule::SetDefaultChannel {
+                    channel: Some("a".into()),
+                },
+            ])
+            .unwrap();
+        let c = ctx(RequestType::WRITE, RequestContext::NONE, 3);
+        let out = stage.enforce(&c, Some(b"abc")).unwrap();
+        assert_eq!(out.data.as_deref(), Some(&b"ABC"[..]));
+        let e = stage.enforce(&c, None).unwrap_err();
+        assert!(e.to_string().contains("needs the request's content"));
+        // Refused requests are counted too.
+        assert_eq!(stage.collect().channels[0].counts.ops, 2);
+    }
+
+    /// An object that enforces on a stage from inside its own enforce call.
+    #[derive(Debug)]
+    struct Reenter(Arc<Stage>);
+    impl EnforcementObject for Reenter {
+        fn kind(&self) -> &'static str {
+            "reenter"
+        }
+        fn configure(&self, _: &ObjectConfig) -> Result<(), ConfigError> {
+            Ok(())
+        }
+        fn enforce(&self, ctx: &Context, _: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+            self.0.enforce(ctx, None)
+        }
+        fn config(&self) -> ObjectConfig {
+            ObjectConfig::Noop
+        }
+    }
+
+    #[test]
+    fn reentrant_enforce_works() {
+        let inner = Arc::new(Stage::builder("inner").build());
+        let outer = Stage::builder("outer").build();
+        outer.apply(&channel("a")).unwrap();
+        outer
+            .add_object("a", "re", Arc::new(Reenter(inner.clone())))
+            .unwrap();
+        outer
+            .apply_all(&[
+                Rule::SetDefaultObject {
+                    channel: "a".into(),
+                    object: "re".into(),
+                },
+                Rule::SetDefaultChannel {
+                    channel: Some("a".into()),
+                },
+            ])
+            .unwrap();
+        outer
+            .enforce(&ctx(RequestType::READ, RequestContext::NONE, 4), None)
+            .unwrap();
+        assert_eq!(inner.collect().unmatched.bytes, 4);
+        assert_eq!(outer.collect().channels[0].counts.bytes, 4);
+    }
+
+    #[test]
+    fn updates_are_visible_at_once_across_many_stages_on_one_thread() {
+        // More stages than cache slots, alternating, each updated in turn.
+        let stages: Vec<Stage> = (0..TABLE_CACHE_SLOTS * 2 + 1)
+            .map(|i| Stage::builder(format!("s{i}")).build())
+            .collect();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 1);
+        for round in 0..3 {
+            for (i, s) in stages.iter().enumerate() {
+                let name = format!("c{round}");
+                s.apply_all(&[
+                    channel(&name),
+                    Rule::SetDefaultChannel {
+                        channel: Some(name.clone()),
+                    },
+                ])
+                .unwrap();
+                assert_eq!(
+                    route(s, &c),
+                    pair(&name, "default"),
+                    "stage {i} round {round}"
+                );
+                s.enforce(&c, None).unwrap();
+            }
+        }
+        for s in &stages {
+            let st = s.collect();
+            assert_eq!(st.channels.iter().map(|c| c.counts.ops).sum::<u64>(), 3);
+        }
+    }
+
+    #[test]
+    fn try_enforce_admits_or_says_how_long() {
+        let clock = FakeClock::new();
+        let stage = Stage::builder("s").clock(Arc::new(clock.clone())).build();
+        stage
+            .apply_all(&[
+                channel("a"),
+                Rule::CreateObject {
+                    channel: "a".into(),
+                    name: "x".into(),
+                    config: ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(1)),
+                },
+                Rule::SetDefaultObject {
+                    channel: "a".into(),
+                    object: "x".into(),
+                },
+                Rule::SetDefaultChannel {
+                    channel: Some("a".into()),
+                },
+            ])
+            .unwrap();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 1);
+        assert_eq!(stage.try_enforce(&c, None), Ok(Outcome::PASS));
+        assert_eq!(
+            stage.try_enforce(&c, None),
+            Err(TryEnforceError::Wait(Duration::from_millis(100)))
+        );
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(stage.try_enforce(&c, None), Ok(Outcome::PASS));
+        assert_eq!(
+            stage.collect().channels[0].counts.ops,
+            2,
+            "the refused try is not counted"
+        );
+    }
+
+    #[test]
+    fn stage_info_serializes_to_json() {
+        let stage = Stage::builder("s").build();
+        stage
+            .apply_all(&[channel("a"), drl("a", "x", Rate::ops_per_sec(5))])
+            .unwrap();
+        let j = serde_json::to_value(stage.info()).unwrap();
+        assert_eq!(j["name"], "s");
+        assert_eq!(j["channels"][0]["objects"][1]["config"]["kind"], "drl");
+        assert_eq!(j["channels"][0]["objects"][1]["config"]["rate"], "5 ops/s");
+        let s = serde_json::to_value(stage.collect()).unwrap();
+        assert_eq!(s["channels"][0]["ops"], 0);
     }
 }

@@ -338,6 +338,8 @@ pub struct Counts {
     pub bytes_per_sec: f64,
     /// Wait times of the requests of the interval.
     pub wait: WaitSummary,
+    /// Wait times of all requests since the stage was created.
+    pub wait_total: WaitSummary,
 }
 
 /// Statistics of one enforcement object.
@@ -443,6 +445,7 @@ impl Sample {
             ops_per_sec: per_sec(interval_ops),
             bytes_per_sec: per_sec(interval_bytes),
             wait: self.waits.since(&earlier.waits).summary(interval_ops),
+            wait_total: self.waits.summary(self.ops),
         }
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Outcome};
+use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError};
 use crate::clock::SharedClock;
 use crate::context::Context;
 use crate::units::{Rate, RateUnit, Size};
@@ -299,6 +299,12 @@ impl EnforcementObject for Drl {
 
     fn config(&self) -> ObjectConfig {
         ObjectConfig::Drl(self.lock().config.clone())
+    }
+
+    fn try_enforce(&self, ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, TryEnforceError> {
+        self.try_acquire(ctx)
+            .map(|()| Outcome::PASS)
+            .map_err(TryEnforceError::Wait)
     }
 }
 

@@ -17,6 +17,7 @@ pub use noop::Noop;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,26 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
 
     /// The object's current state, as a configuration that would recreate it.
     fn config(&self) -> ObjectConfig;
+
+    /// Non-blocking `obj_enf`: applies the mechanism only if the request can
+    /// go at once; otherwise changes nothing and returns
+    /// [`TryEnforceError::Wait`] with how long the caller would have to wait
+    /// (`Duration::MAX`: indefinitely). The default suits objects that never
+    /// wait: it calls [`EnforcementObject::enforce`].
+    fn try_enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, TryEnforceError> {
+        self.enforce(ctx, data).map_err(TryEnforceError::Refused)
+    }
+}
+
+/// Why a non-blocking enforce did not admit a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TryEnforceError {
+    /// The request would have to wait this long; nothing was charged.
+    #[error("the request would wait {0:?}")]
+    Wait(Duration),
+    /// The object refused the request.
+    #[error(transparent)]
+    Refused(#[from] EnforceError),
 }
 
 /// The state of a built-in object: what `obj_init` and `obj_config` take.

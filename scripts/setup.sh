@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what `make demo`, `make test` and `make bench` need on a fresh
+# Debian machine: the Debian packages below (when missing) and a check for the
+# Rust toolchain. Crates are fetched by cargo itself.
+set -euo pipefail
+
+# Debian packages the build and tests use. Add to this list, never install by hand.
+PACKAGES=(build-essential pkg-config)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then
+    SUDO=""
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO="sudo"
+  else
+    echo "setup: not root and no password-less sudo; install them with:" >&2
+    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found. Install Rust (https://rustup.rs), 1.85 or newer, then re-run." >&2
+  exit 1
+fi
