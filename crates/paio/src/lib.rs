@@ -35,6 +35,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
 pub mod channel;
 pub mod clock;
 pub mod context;
