@@ -15,6 +15,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{OnceLock, RwLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -81,9 +82,15 @@ impl RequestType {
     }
 
     /// The type with number `raw`, if it is built in or was interned.
+    /// Lock-free: cheap enough to validate ids on every request.
+    #[inline]
     pub fn from_raw(raw: u16) -> Option<Self> {
-        let t = Self(raw);
-        t.lookup_name().map(|_| t)
+        let known = if raw < Self::FIRST_CUSTOM {
+            (raw as usize) < BUILTIN_TYPES.len()
+        } else {
+            raw - Self::FIRST_CUSTOM < interner().type_count.load(Ordering::Acquire)
+        };
+        known.then_some(Self(raw))
     }
 
     /// The type's number.
@@ -129,13 +136,10 @@ impl RequestContext {
     }
 
     /// The context with number `raw`, if it is `NONE` or was interned.
+    /// Lock-free: cheap enough to validate ids on every request.
+    #[inline]
     pub fn from_raw(raw: u16) -> Option<Self> {
-        if raw == 0 {
-            return Some(Self::NONE);
-        }
-        interner()
-            .name(Namespace::RequestContext, raw)
-            .map(|_| Self(raw))
+        (raw <= interner().context_count.load(Ordering::Acquire)).then_some(Self(raw))
     }
 
     /// The context's number.
@@ -214,6 +218,9 @@ struct Names {
 struct Interner {
     types: RwLock<Names>,
     contexts: RwLock<Names>,
+    /// Number of interned names of each namespace, readable without a lock.
+    type_count: AtomicU16,
+    context_count: AtomicU16,
 }
 
 fn interner() -> &'static Interner {
@@ -222,10 +229,17 @@ fn interner() -> &'static Interner {
 }
 
 impl Interner {
-    fn table(&self, ns: Namespace) -> (&RwLock<Names>, u16, &'static str) {
+    fn table(&self, ns: Namespace) -> (&RwLock<Names>, &AtomicU16, u16, &'static str) {
         match ns {
-            Namespace::RequestType => (&self.types, RequestType::FIRST_CUSTOM, "request type"),
-            Namespace::RequestContext => (&self.contexts, 1, "request context"),
+            Namespace::RequestType => (
+                &self.types,
+                &self.type_count,
+                RequestType::FIRST_CUSTOM,
+                "request type",
+            ),
+            Namespace::RequestContext => {
+                (&self.contexts, &self.context_count, 1, "request context")
+            }
         }
     }
 
@@ -236,7 +250,7 @@ impl Interner {
         if name.len() > 256 {
             return Err(InternError::TooLong(name.len()));
         }
-        let (lock, first, what) = self.table(ns);
+        let (lock, count, first, what) = self.table(ns);
         if let Some(&id) = read(lock).by_name.get(name) {
             return Ok(id);
         }
@@ -248,11 +262,12 @@ impl Interner {
             .map_err(|_| InternError::Full(what))?;
         names.by_id.push(name.to_string());
         names.by_name.insert(name.to_string(), id);
+        count.store(names.by_id.len() as u16, Ordering::Release);
         Ok(id)
     }
 
     fn name(&self, ns: Namespace, id: u16) -> Option<String> {
-        let (lock, first, _) = self.table(ns);
+        let (lock, _, first, _) = self.table(ns);
         let idx = id.checked_sub(first)? as usize;
         read(lock).by_id.get(idx).cloned()
     }

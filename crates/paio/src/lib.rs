@@ -15,6 +15,7 @@
 //!     [[channel]]
 //!     name = "background"
 //!     match = { request_context = "flush" }
+//!     default_object = "limit"
 //!     [[channel.object]]
 //!     name = "limit"
 //!     kind = "drl"
@@ -25,7 +26,10 @@
 //! let _scope = ContextScope::enter(flush); // e.g. where a flush job starts
 //! let outcome = stage.enforce(&Context::new(RequestType::WRITE, 4096), None).unwrap();
 //! assert!(outcome.data.is_none()); // the buffer is untouched
-//! assert_eq!(stage.collect().channels[0].counts.bytes, 4096);
+//! let stats = stage.collect();
+//! assert_eq!(stats.channels[0].counts.bytes, 4096);
+//! assert_eq!(stats.channels[0].objects[1].name, "limit");
+//! assert_eq!(stats.channels[0].objects[1].counts.bytes, 4096);
 //! ```
 //!
 //! Module map, one per abstraction of the paper: [`context`], [`differentiation`],

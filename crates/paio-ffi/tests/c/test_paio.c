@@ -1,0 +1,539 @@
+/*
+ * Test of the libpaio C API: every exported function, its error paths,
+ * concurrent enforcement, rate limiting and thread-local request contexts.
+ *
+ * Built and run by crates/paio-ffi/tests/c/run.sh, once against libpaio.so
+ * and once against libpaio.a. Prints "N passed, 0 failed" on success; on the
+ * first failed check it prints what failed and aborts.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <paio.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int checks_passed = 0;
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (cond) {                                                          \
+            checks_passed++;                                                 \
+        } else {                                                             \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n  last error: %s\n",   \
+                    __FILE__, __LINE__, #cond, paio_last_error());           \
+            printf("%d passed, 1 failed\n", checks_passed);                  \
+            fflush(stdout);                                                  \
+            abort();                                                         \
+        }                                                                    \
+    } while (0)
+
+/* A call that must succeed. */
+#define CHECK_OK(call) CHECK((call) == PAIO_OK)
+
+static int contains(const char *haystack, const char *needle) {
+    return haystack != NULL && strstr(haystack, needle) != NULL;
+}
+
+/*
+ * The unsigned number that follows `"field":` after the first occurrence of
+ * `anchor` in `json`, or UINT64_MAX if there is none.
+ */
+static uint64_t json_u64_after(const char *json, const char *anchor, const char *field) {
+    char key[128];
+    const char *at = strstr(json, anchor);
+    if (at == NULL) {
+        return UINT64_MAX;
+    }
+    snprintf(key, sizeof key, "\"%s\":", field);
+    at = strstr(at, key);
+    if (at == NULL) {
+        return UINT64_MAX;
+    }
+    return strtoull(at + strlen(key), NULL, 10);
+}
+
+/* The statistics of a stage, as JSON the caller frees with paio_string_free. */
+static char *collect(const paio_stage *stage) {
+    char *json = NULL;
+    CHECK_OK(paio_stage_collect(stage, &json));
+    CHECK(json != NULL);
+    return json;
+}
+
+static uint64_t channel_figure(const paio_stage *stage, const char *channel, const char *field) {
+    char anchor[128];
+    char *json = collect(stage);
+    uint64_t v;
+    snprintf(anchor, sizeof anchor, "{\"name\":\"%s\",", channel);
+    v = json_u64_after(json, anchor, field);
+    paio_string_free(json);
+    return v;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_static_text(void) {
+    const char *v = paio_version();
+    CHECK(v != NULL && v[0] >= '0' && v[0] <= '9');
+    CHECK(strcmp(paio_status_str(PAIO_OK), "PAIO_OK") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_INVALID_ARGUMENT), "PAIO_ERR_INVALID_ARGUMENT") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_POLICY), "PAIO_ERR_POLICY") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_RULE), "PAIO_ERR_RULE") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_ENFORCE), "PAIO_ERR_ENFORCE") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_PANIC), "PAIO_ERR_PANIC") == 0);
+    CHECK(strcmp(paio_status_str(PAIO_ERR_LIMIT), "PAIO_ERR_LIMIT") == 0);
+    CHECK(strcmp(paio_status_str(-1), "PAIO_UNKNOWN_STATUS") == 0);
+    CHECK(strcmp(paio_status_str(1000), "PAIO_UNKNOWN_STATUS") == 0);
+    CHECK(PAIO_OK == 0);
+    CHECK(paio_last_error() != NULL);
+}
+
+static void test_request_types(void) {
+    static const struct {
+        const char *name;
+        uint16_t id;
+    } builtins[] = {
+        {"other", PAIO_REQ_OTHER},         {"read", PAIO_REQ_READ},
+        {"write", PAIO_REQ_WRITE},         {"open", PAIO_REQ_OPEN},
+        {"close", PAIO_REQ_CLOSE},         {"fsync", PAIO_REQ_FSYNC},
+        {"fdatasync", PAIO_REQ_FDATASYNC}, {"sync_file_range", PAIO_REQ_SYNC_FILE_RANGE},
+        {"stat", PAIO_REQ_STAT},           {"unlink", PAIO_REQ_UNLINK},
+        {"rename", PAIO_REQ_RENAME},       {"mkdir", PAIO_REQ_MKDIR},
+        {"rmdir", PAIO_REQ_RMDIR},         {"truncate", PAIO_REQ_TRUNCATE},
+        {"fallocate", PAIO_REQ_FALLOCATE}, {"put", PAIO_REQ_PUT},
+        {"get", PAIO_REQ_GET},             {"delete", PAIO_REQ_DELETE},
+        {"scan", PAIO_REQ_SCAN},           {"merge", PAIO_REQ_MERGE},
+    };
+    size_t i;
+    uint16_t id = 0, again = 0;
+
+    CHECK(PAIO_REQ_READ == 1 && PAIO_REQ_WRITE == 2 && PAIO_REQ_MERGE == 19);
+    for (i = 0; i < sizeof builtins / sizeof builtins[0]; i++) {
+        id = UINT16_MAX;
+        CHECK_OK(paio_request_type(builtins[i].name, &id));
+        CHECK(id == builtins[i].id);
+    }
+    CHECK_OK(paio_request_type("c-test-compact", &id));
+    CHECK(id >= PAIO_REQ_FIRST_CUSTOM);
+    CHECK_OK(paio_request_type("c-test-compact", &again));
+    CHECK(again == id);
+
+    CHECK(paio_request_type(NULL, &id) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "NULL"));
+    CHECK(paio_request_type("read", NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_request_type("", &id) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_request_type("\xff\xfe", &id) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "UTF-8"));
+}
+
+static void test_request_contexts(void) {
+    uint16_t flush = 0, again = 0, current = 99, none = 99;
+
+    CHECK_OK(paio_request_context("c-test-flush", &flush));
+    CHECK(flush != PAIO_CONTEXT_NONE);
+    CHECK_OK(paio_request_context("c-test-flush", &again));
+    CHECK(again == flush);
+    CHECK_OK(paio_request_context("none", &none));
+    CHECK(none == PAIO_CONTEXT_NONE);
+    CHECK(paio_request_context(NULL, &again) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_request_context("x", NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_request_context("", &again) == PAIO_ERR_INVALID_ARGUMENT);
+
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == PAIO_CONTEXT_NONE);
+    CHECK_OK(paio_set_request_context(flush));
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == flush);
+    CHECK_OK(paio_clear_request_context());
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == PAIO_CONTEXT_NONE);
+    CHECK_OK(paio_set_request_context_name("c-test-flush"));
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == flush);
+    CHECK_OK(paio_set_request_context(PAIO_CONTEXT_NONE));
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == PAIO_CONTEXT_NONE);
+
+    /* Errors leave the thread's context unchanged. */
+    CHECK(paio_set_request_context(65535) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "65535"));
+    CHECK(paio_set_request_context_name(NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_set_request_context_name("") == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_set_request_context_name("\xff") == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_get_request_context(NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK_OK(paio_get_request_context(&current));
+    CHECK(current == PAIO_CONTEXT_NONE);
+}
+
+static void test_contexts(void) {
+    paio_context a, b, c;
+    uint16_t flush = 0;
+
+    CHECK_OK(paio_request_context("c-test-flush", &flush));
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 4096, &a));
+    CHECK(a.request_type == PAIO_REQ_WRITE && a.size == 4096);
+    CHECK(a.request_context == PAIO_CONTEXT_NONE);
+    CHECK(a.workflow != 0);
+
+    CHECK_OK(paio_set_request_context(flush));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 1, &b));
+    CHECK(b.request_context == flush);
+    CHECK(b.workflow == a.workflow); /* same thread, same workflow */
+    CHECK_OK(paio_clear_request_context());
+
+    CHECK_OK(paio_context_explicit(42, PAIO_REQ_GET, flush, 7, &c));
+    CHECK(c.workflow == 42 && c.request_type == PAIO_REQ_GET);
+    CHECK(c.request_context == flush && c.size == 7);
+
+    CHECK(paio_context_new(PAIO_REQ_READ, 1, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_context_new(999, 1, &a) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "999"));
+    CHECK(paio_context_explicit(1, 999, 0, 0, &c) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_context_explicit(1, PAIO_REQ_READ, 65535, 0, &c) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_context_explicit(1, PAIO_REQ_READ, 0, 0, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(c.workflow == 42); /* unchanged on error */
+}
+
+static const char *BAD_POLICY =
+    "[[channel]]\n"
+    "name = \"a\"\n"
+    "[[channel.object]]\n"
+    "name = \"x\"\n"
+    "kind = \"drl\"\n"
+    "rate = \"fast\"\n";
+
+static const char *GOOD_POLICY =
+    "[stage]\n"
+    "name = \"c-test\"\n"
+    "default_channel = \"fg\"\n"
+    "\n"
+    "[[channel]]\n"
+    "name = \"fg\"\n"
+    "\n"
+    "[[channel]]\n"
+    "name = \"bg\"\n"
+    "match = { request_context = \"c-test-flush\" }\n";
+
+static void test_stage_creation(void) {
+    paio_stage *s = (paio_stage *)&s; /* not NULL: must be reset on error */
+    char path[] = "/tmp/paio-c-test-XXXXXX";
+    char *json = NULL;
+    FILE *f;
+    int fd;
+
+    /* Empty stage with a name. */
+    CHECK_OK(paio_stage_new("empty", &s));
+    CHECK(s != NULL);
+    CHECK(paio_last_error()[0] == '\0'); /* a success clears the message */
+    CHECK_OK(paio_stage_info(s, &json));
+    CHECK(contains(json, "\"name\":\"empty\""));
+    CHECK(contains(json, "\"channels\":[]"));
+    paio_string_free(json);
+    paio_stage_free(s);
+
+    s = (paio_stage *)&s;
+    CHECK(paio_stage_new(NULL, &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(s == NULL);
+    CHECK(contains(paio_last_error(), "name is NULL"));
+    CHECK(paio_stage_new("x", NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_new("bad\xff", &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "UTF-8"));
+    CHECK(s == NULL);
+
+    /* From a policy string; the error names the origin and line 6. */
+    s = (paio_stage *)&s;
+    CHECK(paio_stage_from_policy(BAD_POLICY, "bad.toml", &s) == PAIO_ERR_POLICY);
+    CHECK(s == NULL);
+    CHECK(contains(paio_last_error(), "bad.toml:6:"));
+    CHECK(contains(paio_last_error(), "rate"));
+    CHECK(paio_stage_from_policy(BAD_POLICY, NULL, &s) == PAIO_ERR_POLICY);
+    CHECK(contains(paio_last_error(), "<string>:6:"));
+    CHECK(paio_stage_from_policy("[[channel]]\nname = 1\n", NULL, &s) == PAIO_ERR_POLICY);
+    CHECK(contains(paio_last_error(), ":2:"));
+    CHECK(paio_stage_from_policy(NULL, NULL, &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_from_policy(GOOD_POLICY, NULL, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_from_policy(GOOD_POLICY, "\xff", &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_from_policy("name = \"\xff\"", NULL, &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK_OK(paio_stage_from_policy(GOOD_POLICY, NULL, &s));
+    CHECK_OK(paio_stage_info(s, &json));
+    CHECK(contains(json, "\"name\":\"c-test\""));
+    CHECK(contains(json, "\"default_channel\":\"fg\""));
+    paio_string_free(json);
+    paio_stage_free(s);
+
+    /* From a policy file. */
+    fd = mkstemp(path);
+    CHECK(fd >= 0);
+    f = fdopen(fd, "w");
+    CHECK(f != NULL);
+    CHECK(fputs(GOOD_POLICY, f) >= 0);
+    CHECK(fclose(f) == 0);
+    CHECK_OK(paio_stage_from_policy_file(path, &s));
+    CHECK(channel_figure(s, "bg", "ops") == 0);
+    paio_stage_free(s);
+
+    f = fopen(path, "w");
+    CHECK(f != NULL);
+    CHECK(fputs(BAD_POLICY, f) >= 0);
+    CHECK(fclose(f) == 0);
+    s = (paio_stage *)&s;
+    CHECK(paio_stage_from_policy_file(path, &s) == PAIO_ERR_POLICY);
+    CHECK(s == NULL);
+    CHECK(contains(paio_last_error(), path));
+    CHECK(contains(paio_last_error(), ":6:"));
+    CHECK(unlink(path) == 0);
+
+    CHECK(paio_stage_from_policy_file(path, &s) == PAIO_ERR_POLICY); /* gone */
+    CHECK(contains(paio_last_error(), "cannot read"));
+    CHECK(paio_stage_from_policy_file(NULL, &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_from_policy_file(path, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+
+    /* The free functions ignore NULL. */
+    paio_stage_free(NULL);
+    paio_string_free(NULL);
+    paio_outcome_free(NULL);
+}
+
+static void test_rules_and_json(void) {
+    paio_stage *s = NULL;
+    char *json = (char *)&s; /* not NULL: must be reset on error */
+
+    CHECK_OK(paio_stage_new("rules", &s));
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"create_channel\",\"name\":\"bg\"}"));
+    CHECK(paio_last_error()[0] == '\0');
+
+    /* Bad JSON, unknown rule, unknown channel, duplicate name. */
+    CHECK(paio_stage_apply(s, "{\"rule\":\"create_channel\",") == PAIO_ERR_RULE);
+    CHECK(contains(paio_last_error(), "invalid rule JSON"));
+    CHECK(paio_stage_apply(s, "{\"rule\":\"explode\"}") == PAIO_ERR_RULE);
+    CHECK(contains(paio_last_error(), "explode"));
+    CHECK(paio_stage_apply(s, "{\"rule\":\"map_channel\",\"channel\":\"nope\"}") == PAIO_ERR_RULE);
+    CHECK(contains(paio_last_error(), "no channel named \"nope\""));
+    CHECK(paio_stage_apply(s, "{\"rule\":\"create_channel\",\"name\":\"bg\"}") == PAIO_ERR_RULE);
+    CHECK(contains(paio_last_error(), "exists already"));
+    CHECK(paio_stage_apply(s, "{\"rule\":\"create_channel\",\"name\":\"\xff\"}") ==
+          PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "UTF-8"));
+    CHECK(paio_stage_apply(NULL, "{}") == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_apply(s, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+
+    /* Collect and info: NULL arguments, then the real thing. */
+    CHECK(paio_stage_collect(NULL, &json) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(json == NULL);
+    CHECK(paio_stage_collect(s, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    json = (char *)&s;
+    CHECK(paio_stage_info(NULL, &json) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(json == NULL);
+    CHECK(paio_stage_info(s, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+
+    CHECK_OK(paio_stage_collect(s, &json));
+    CHECK(contains(json, "\"stage\":\"rules\""));
+    CHECK(contains(json, "{\"name\":\"bg\",\"ops\":0,"));
+    CHECK(contains(json, "\"unmatched\":{\"ops\":0,"));
+    paio_string_free(json);
+    CHECK_OK(paio_stage_info(s, &json));
+    CHECK(contains(json, "{\"name\":\"bg\",\"objects\":[{\"name\":\"default\""));
+    paio_string_free(json);
+    paio_stage_free(s);
+}
+
+static void test_enforce_single_thread(void) {
+    paio_stage *s = NULL;
+    paio_context ctx;
+    paio_outcome out;
+    uint16_t flush = 0;
+    char buf[64];
+
+    memset(buf, 'x', sizeof buf);
+    CHECK_OK(paio_request_context("c-test-flush", &flush));
+    CHECK_OK(paio_stage_from_policy(GOOD_POLICY, "good.toml", &s));
+
+    /* Without a request context: the default channel fg. */
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, sizeof buf, &ctx));
+    out.waited_ns = 123;
+    out.data = (uint8_t *)buf;
+    out.len = 5;
+    CHECK_OK(paio_stage_enforce(s, &ctx, buf, sizeof buf, &out));
+    CHECK(out.data == NULL && out.len == 0); /* not transformed, not copied */
+    CHECK(out.waited_ns == 0);
+    paio_outcome_free(&out); /* harmless on an untransformed outcome */
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, NULL));
+    CHECK(channel_figure(s, "fg", "ops") == 2);
+    CHECK(channel_figure(s, "fg", "bytes") == 2 * sizeof buf);
+    CHECK(channel_figure(s, "bg", "ops") == 0);
+
+    /* The thread's request context routes to bg, by id and by name. */
+    CHECK_OK(paio_set_request_context(flush));
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 10, &ctx));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, &out));
+    CHECK_OK(paio_clear_request_context());
+    CHECK_OK(paio_set_request_context_name("c-test-flush"));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 10, &ctx));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, &out));
+    CHECK_OK(paio_clear_request_context());
+    CHECK(channel_figure(s, "bg", "ops") == 2);
+    CHECK(channel_figure(s, "bg", "bytes") == 20);
+    /* After clearing, back to fg. */
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 1, &ctx));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, &out));
+    CHECK(channel_figure(s, "fg", "ops") == 3);
+    /* An explicit context needs no thread state. */
+    CHECK_OK(paio_context_explicit(7, PAIO_REQ_READ, flush, 3, &ctx));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, &out));
+    CHECK(channel_figure(s, "bg", "ops") == 3);
+
+    /* Errors count nothing. */
+    CHECK(paio_stage_enforce(NULL, &ctx, NULL, 0, &out) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_enforce(s, NULL, NULL, 0, &out) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_enforce(s, &ctx, NULL, 10, &out) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "data is NULL"));
+    ctx.request_type = 999;
+    CHECK(paio_stage_enforce(s, &ctx, NULL, 0, &out) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "unknown request type id 999"));
+    ctx.request_type = PAIO_REQ_READ;
+    ctx.request_context = 65535;
+    CHECK(paio_stage_enforce(s, &ctx, NULL, 0, &out) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(channel_figure(s, "fg", "ops") == 3);
+    CHECK(channel_figure(s, "bg", "ops") == 3);
+    paio_stage_free(s);
+}
+
+struct worker {
+    const paio_stage *stage;
+    int index;
+    int requests;
+    int failures;
+};
+
+/* Even workers run under the flush request context (channel bg), odd ones
+ * under none (channel fg); every request has size 100 + index. */
+static void *worker_main(void *arg) {
+    struct worker *w = (struct worker *)arg;
+    paio_context ctx;
+    int i;
+
+    if (w->index % 2 == 0 && paio_set_request_context_name("c-test-flush") != PAIO_OK) {
+        w->failures++;
+    }
+    for (i = 0; i < w->requests; i++) {
+        /* Built per request so it reflects this thread's state. */
+        if (paio_context_new(PAIO_REQ_WRITE, 100 + (uint64_t)w->index, &ctx) != PAIO_OK ||
+            paio_stage_enforce(w->stage, &ctx, NULL, 0, NULL) != PAIO_OK) {
+            w->failures++;
+        }
+    }
+    return NULL;
+}
+
+static void test_concurrent_enforcement(void) {
+    enum { THREADS = 4, REQUESTS = 5000 };
+    paio_stage *s = NULL;
+    pthread_t threads[THREADS];
+    struct worker workers[THREADS];
+    char *json;
+    int i;
+
+    CHECK_OK(paio_stage_from_policy(GOOD_POLICY, NULL, &s));
+    for (i = 0; i < THREADS; i++) {
+        workers[i].stage = s;
+        workers[i].index = i;
+        workers[i].requests = REQUESTS;
+        workers[i].failures = 0;
+        CHECK(pthread_create(&threads[i], NULL, worker_main, &workers[i]) == 0);
+    }
+    /* Rules and collections meanwhile do not disturb the requests. */
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"create_channel\",\"name\":\"spare\"}"));
+    json = collect(s);
+    paio_string_free(json);
+    for (i = 0; i < THREADS; i++) {
+        CHECK(pthread_join(threads[i], NULL) == 0);
+        CHECK(workers[i].failures == 0);
+    }
+    /* The main thread's context is untouched by the workers'. */
+    {
+        uint16_t current = 99;
+        CHECK_OK(paio_get_request_context(&current));
+        CHECK(current == PAIO_CONTEXT_NONE);
+    }
+    /* Exact totals: bg got workers 0 and 2, fg workers 1 and 3. */
+    json = collect(s);
+    CHECK(json_u64_after(json, "{\"name\":\"bg\",", "ops") == 2 * REQUESTS);
+    CHECK(json_u64_after(json, "{\"name\":\"bg\",", "bytes") == (uint64_t)REQUESTS * (100 + 102));
+    CHECK(json_u64_after(json, "{\"name\":\"fg\",", "ops") == 2 * REQUESTS);
+    CHECK(json_u64_after(json, "{\"name\":\"fg\",", "bytes") == (uint64_t)REQUESTS * (101 + 103));
+    CHECK(json_u64_after(json, "{\"name\":\"spare\",", "ops") == 0);
+    CHECK(json_u64_after(json, "\"unmatched\":", "ops") == 0);
+    paio_string_free(json);
+    paio_stage_free(s);
+}
+
+static void test_rate_limit(void) {
+    enum { REQUESTS = 11 };
+    paio_stage *s = NULL;
+    paio_context ctx;
+    paio_outcome out;
+    uint64_t waited_ns = 0;
+    double start, elapsed;
+    char *json = NULL;
+    int i;
+
+    CHECK_OK(paio_stage_new("limited", &s));
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"create_channel\",\"name\":\"slow\"}"));
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"create_object\",\"channel\":\"slow\",\"name\":\"limit\","
+                                 "\"config\":{\"kind\":\"drl\",\"rate\":\"100 ops/s\",\"burst\":1}}"));
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"set_default_object\",\"channel\":\"slow\",\"object\":\"limit\"}"));
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"set_default_channel\",\"channel\":\"slow\"}"));
+    CHECK(paio_stage_apply(s, "{\"rule\":\"configure\",\"channel\":\"slow\",\"object\":\"nope\","
+                              "\"config\":{\"kind\":\"noop\"}}") == PAIO_ERR_RULE);
+    CHECK(contains(paio_last_error(), "no object named \"nope\""));
+
+    /* 100 ops/s with a burst of one token: 11 requests need at least 10
+     * tokens to accrue, i.e. at least 100 ms. Only a lower bound is checked. */
+    CHECK_OK(paio_context_new(PAIO_REQ_FSYNC, 0, &ctx));
+    start = now_seconds();
+    for (i = 0; i < REQUESTS; i++) {
+        CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, &out));
+        CHECK(out.data == NULL);
+        waited_ns += out.waited_ns;
+    }
+    elapsed = now_seconds() - start;
+    CHECK(elapsed >= 0.095);
+    CHECK(waited_ns > 0);
+    json = collect(s);
+    CHECK(json_u64_after(json, "{\"name\":\"limit\",", "ops") == REQUESTS);
+    CHECK(json_u64_after(json, "\"wait\":", "waited_ops") >= 1);
+    paio_string_free(json);
+
+    /* An enforcement rule changes the rate at run time. */
+    CHECK_OK(paio_stage_apply(s, "{\"rule\":\"configure\",\"channel\":\"slow\",\"object\":\"limit\","
+                                 "\"config\":{\"kind\":\"drl\",\"rate\":\"1000000 ops/s\"}}"));
+    CHECK_OK(paio_stage_info(s, &json));
+    CHECK(contains(json, "1000000 ops/s"));
+    paio_string_free(json);
+    paio_stage_free(s);
+}
+
+int main(void) {
+    test_static_text();
+    test_request_types();
+    test_request_contexts();
+    test_contexts();
+    test_stage_creation();
+    test_rules_and_json();
+    test_enforce_single_thread();
+    test_concurrent_enforcement();
+    test_rate_limit();
+    printf("%d passed, 0 failed\n", checks_passed);
+    return 0;
+}
