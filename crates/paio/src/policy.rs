@@ -5,13 +5,13 @@
 //! Every error names the file, the line and column, and the field
 //! (`channel[1].object[0].rate`), and says what was expected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
-use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
@@ -19,7 +19,7 @@ use crate::differentiation::{Classifier, Pattern};
 use crate::object::{DrlConfig, ObjectConfig};
 use crate::rule::Rule;
 use crate::stage::{Stage, StageBuilder};
-use crate::units::{parse_rate, Rate, Size};
+use crate::units::{Rate, Size};
 
 /// Largest policy file accepted.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
@@ -107,7 +107,7 @@ struct ChannelSection {
 struct ObjectSection {
     name: Spanned<String>,
     kind: Spanned<Kind>,
-    rate: Option<Spanned<RateField>>,
+    rate: Option<Spanned<Rate>>,
     burst: Option<Spanned<Size>>,
     zero_size_cost: Option<Spanned<u64>>,
     #[serde(default, rename = "match")]
@@ -166,51 +166,6 @@ impl OneOrMany {
                 .map(|(i, p)| (*p.get_ref(), p.span(), format!("match[{i}]")))
                 .collect(),
         }
-    }
-}
-
-/// A `rate` value: a string with units or a `{ bytes_per_sec = N }` /
-/// `{ ops_per_sec = N }` table. Deserialized here, not with [`Rate`]'s own
-/// impl, so that a wrong type says what a rate looks like.
-struct RateField(Rate);
-
-impl<'de> Deserialize<'de> for RateField {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Table {
-            bytes_per_sec: Option<u64>,
-            ops_per_sec: Option<u64>,
-        }
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Rate;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(
-                    "a rate such as \"50MiB/s\" or \"20k ops/s\", \
-                     or a table { bytes_per_sec = N } or { ops_per_sec = N }",
-                )
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Rate, E> {
-                parse_rate(s).map_err(E::custom)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Rate, A::Error> {
-                match Table::deserialize(MapAccessDeserializer::new(map))? {
-                    Table {
-                        bytes_per_sec: Some(n),
-                        ops_per_sec: None,
-                    } => Ok(Rate::bytes_per_sec(n)),
-                    Table {
-                        bytes_per_sec: None,
-                        ops_per_sec: Some(n),
-                    } => Ok(Rate::ops_per_sec(n)),
-                    _ => Err(de::Error::custom(
-                        "a rate table needs exactly one of bytes_per_sec or ops_per_sec",
-                    )),
-                }
-            }
-        }
-        d.deserialize_any(V).map(RateField)
     }
 }
 
@@ -295,8 +250,12 @@ impl Policy {
                 "stage.classifiers".into(),
             );
         }
+        // Patterns seen so far, to reject one pattern given two targets (as
+        // rules, the later would silently replace the earlier).
+        let mut channel_patterns = HashMap::new();
         for (ci, ch) in file.channel.iter().enumerate() {
             let at = format!("channel[{ci}]");
+            let mut object_patterns = HashMap::new();
             let channel = ch.name.get_ref().clone();
             push(
                 Rule::CreateChannel {
@@ -321,6 +280,9 @@ impl Policy {
                 );
                 if let Some(m) = &obj.matches {
                     for (pattern, span, f) in m.get_ref().patterns(m.span()) {
+                        let field = format!("{at}.{f}");
+                        claim(&mut object_patterns, pattern, &name, &field, "object")
+                            .map_err(|m| error(Some(span.clone()), field.clone(), m))?;
                         push(
                             Rule::MapObject {
                                 channel: channel.clone(),
@@ -328,7 +290,7 @@ impl Policy {
                                 object: name.clone(),
                             },
                             span,
-                            format!("{at}.{f}"),
+                            field,
                         );
                     }
                 }
@@ -345,13 +307,16 @@ impl Policy {
             }
             if let Some(m) = &ch.matches {
                 for (pattern, span, f) in m.get_ref().patterns(m.span()) {
+                    let field = format!("{at}.{f}");
+                    claim(&mut channel_patterns, pattern, &channel, &field, "channel")
+                        .map_err(|m| error(Some(span.clone()), field.clone(), m))?;
                     push(
                         Rule::MapChannel {
                             pattern,
                             channel: channel.clone(),
                         },
                         span,
-                        format!("{at}.{f}"),
+                        field,
                     );
                 }
             }
@@ -429,6 +394,29 @@ impl Policy {
     }
 }
 
+/// Records that `field` sends `pattern` to `target` (a `what`); fails if an
+/// earlier field sent the same pattern elsewhere. Repeating a pattern for the
+/// same target is harmless and allowed.
+fn claim(
+    seen: &mut HashMap<Pattern, (String, String)>,
+    pattern: Pattern,
+    target: &str,
+    field: &str,
+    what: &str,
+) -> Result<(), String> {
+    match seen.get(&pattern) {
+        Some((earlier, _)) if earlier == target => Ok(()),
+        Some((earlier, at)) => Err(format!(
+            "pattern {pattern} already sends requests to {what} {earlier:?} ({at}); \
+             a pattern can lead to only one {what}"
+        )),
+        None => {
+            seen.insert(pattern, (target.to_string(), field.to_string()));
+            Ok(())
+        }
+    }
+}
+
 fn object_config(
     obj: &ObjectSection,
 ) -> Result<ObjectConfig, (Range<usize>, &'static str, String)> {
@@ -464,7 +452,7 @@ fn object_config(
                 }
             }
             Ok(ObjectConfig::Drl(DrlConfig {
-                rate: rate.get_ref().0,
+                rate: *rate.get_ref(),
                 burst: obj.burst.as_ref().map(|b| *b.get_ref()),
                 zero_size_cost: obj.zero_size_cost.as_ref().map_or(0, |z| *z.get_ref()),
             }))
@@ -1044,6 +1032,41 @@ name = "fg"
             "channel[0].name",
             &["must not be empty"],
         );
+    }
+
+    #[test]
+    fn one_pattern_with_two_targets() {
+        fails(
+            &format!(
+                "{CH}match = {{ request_context = \"pt-bulk\" }}\n\
+                 [[channel]]\nname = \"b\"\nmatch = [{{ workflow = 1 }}, {{ request_context = \"pt-bulk\" }}]\n"
+            ),
+            6,
+            28,
+            "channel[1].match[1]",
+            &[
+                "pattern {request_context = pt-bulk}",
+                "channel \"a\" (channel[0].match)",
+            ],
+        );
+        fails(
+            &format!(
+                "{OBJ}kind = \"noop\"\nmatch = {{ request_type = \"read\" }}\n\
+                 [[channel.object]]\nname = \"p\"\nkind = \"noop\"\nmatch = {{ request_type = \"read\" }}\n"
+            ),
+            10,
+            9,
+            "channel[0].object[1].match",
+            &["object \"o\" (channel[0].object[0].match)"],
+        );
+        // The same pattern in two channels' objects, or twice for the same
+        // target, is fine.
+        let ok = format!(
+            "{OBJ}kind = \"noop\"\nmatch = [{{ workflow = 1 }}, {{ workflow = 1 }}]\n\
+             [[channel]]\nname = \"b\"\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
+             match = {{ workflow = 1 }}\n"
+        );
+        Stage::from_policy_str(&ok, "t").unwrap();
     }
 
     #[test]

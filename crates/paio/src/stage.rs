@@ -88,6 +88,8 @@ pub struct StageInfo {
 struct Model {
     classifiers: ClassifierSet,
     channels: Vec<ChannelModel>,
+    /// Index of each channel in `channels`, so rules resolve names in O(1).
+    channel_by_name: HashMap<String, usize>,
     channel_rules: Vec<(Pattern, String)>,
     default_channel: Option<String>,
     /// Channels removed, kept so the stage's totals stay exact.
@@ -114,9 +116,9 @@ impl Table {
 
 impl Model {
     fn channel_index(&self, name: &str) -> Result<usize, RuleError> {
-        self.channels
-            .iter()
-            .position(|c| c.name == name)
+        self.channel_by_name
+            .get(name)
+            .copied()
             .ok_or_else(|| RuleError::UnknownChannel(name.to_string()))
     }
 
@@ -162,6 +164,8 @@ impl Model {
                         name: name.clone(),
                     });
                 }
+                self.channel_by_name
+                    .insert(name.clone(), self.channels.len());
                 self.channels.push(ChannelModel::new(name.clone()));
             }
             Rule::RemoveChannel { name } => {
@@ -173,6 +177,9 @@ impl Model {
                     return Err(in_use("channel", name, "the default channel rule".into()));
                 }
                 let removed = self.channels.remove(i);
+                self.channel_by_name = (self.channels.iter().enumerate())
+                    .map(|(i, c)| (c.name.clone(), i))
+                    .collect();
                 self.removed.push(removed);
             }
             Rule::CreateObject {
@@ -424,6 +431,7 @@ impl StageBuilder {
         let model = Model {
             classifiers: ClassifierSet::ALL,
             channels: Vec::new(),
+            channel_by_name: HashMap::new(),
             channel_rules: Vec::new(),
             default_channel: None,
             removed: Vec::new(),

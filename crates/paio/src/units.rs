@@ -13,6 +13,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use serde::de::{self, value::MapAccessDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Why a quantity could not be parsed.
@@ -107,31 +108,40 @@ impl Serialize for Rate {
 impl<'de> Deserialize<'de> for Rate {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            Text(String),
-            Table(RateTable),
-        }
-        #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
-        struct RateTable {
+        struct Table {
             bytes_per_sec: Option<u64>,
             ops_per_sec: Option<u64>,
         }
-        match Repr::deserialize(d)? {
-            Repr::Text(s) => parse_rate(&s).map_err(serde::de::Error::custom),
-            Repr::Table(RateTable {
-                bytes_per_sec: Some(n),
-                ops_per_sec: None,
-            }) => Ok(Rate::bytes_per_sec(n)),
-            Repr::Table(RateTable {
-                bytes_per_sec: None,
-                ops_per_sec: Some(n),
-            }) => Ok(Rate::ops_per_sec(n)),
-            Repr::Table(_) => Err(serde::de::Error::custom(
-                "a rate table needs exactly one of bytes_per_sec or ops_per_sec",
-            )),
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Rate;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a rate such as \"50MiB/s\" or \"20k ops/s\", \
+                     or a table { bytes_per_sec = N } or { ops_per_sec = N }",
+                )
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Rate, E> {
+                parse_rate(s).map_err(E::custom)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Rate, A::Error> {
+                match Table::deserialize(MapAccessDeserializer::new(map))? {
+                    Table {
+                        bytes_per_sec: Some(n),
+                        ops_per_sec: None,
+                    } => Ok(Rate::bytes_per_sec(n)),
+                    Table {
+                        bytes_per_sec: None,
+                        ops_per_sec: Some(n),
+                    } => Ok(Rate::ops_per_sec(n)),
+                    _ => Err(de::Error::custom(
+                        "a rate table needs exactly one of bytes_per_sec or ops_per_sec",
+                    )),
+                }
+            }
         }
+        d.deserialize_any(V)
     }
 }
 
@@ -358,6 +368,12 @@ mod tests {
         assert_eq!(o, Rate::ops_per_sec(7));
         assert!(serde_json::from_str::<Rate>(r#"{"ops_per_sec": 7, "bytes_per_sec": 1}"#).is_err());
         assert!(serde_json::from_str::<Rate>(r#"{}"#).is_err());
+        let e = serde_json::from_str::<Rate>("5").unwrap_err().to_string();
+        assert!(e.contains("a rate such as"), "{e}");
+        let e = serde_json::from_str::<Rate>(r#"{"bits_per_sec": 1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field"), "{e}");
     }
 
     proptest! {

@@ -454,20 +454,21 @@ mod tests {
             }));
             until_waiting(&d, i + 1);
         }
-        // At 100 B/s nothing is due for a second; raise the rate and give the
-        // first two their time: the third must still wait.
+        // At 100 B/s nothing is due for a second. Raise the rate, then give
+        // the waiters their tokens 100 ms (one request) at a time: exactly
+        // one more request must be released at each step, in arrival order.
         d.configure(&ObjectConfig::Drl(
             DrlConfig::new(Rate::bytes_per_sec(1000)).with_burst(100),
         ))
         .unwrap();
-        clock.advance(Duration::from_millis(200));
-        d.wake_waiters();
-        while order.lock().unwrap().len() < 2 {
-            std::thread::yield_now();
+        for released in 1..=3u32 {
+            clock.advance(Duration::from_millis(100));
+            d.wake_waiters();
+            while order.lock().unwrap().len() < released as usize {
+                std::thread::yield_now();
+            }
+            assert_eq!(d.status().waiting, 3 - released);
         }
-        assert_eq!(d.status().waiting, 1);
-        clock.advance(Duration::from_millis(100));
-        d.wake_waiters();
         let waits: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         assert!(waits.iter().all(|&w| w > 0));

@@ -1,0 +1,224 @@
+//! Per-input checks shared by the fuzz targets (`fuzz_targets/*.rs`) and by
+//! the stable test `crates/paio/tests/fuzz_corpus.rs`, which includes this
+//! file with `#[path]` and replays the corpus through it. Only `paio` and
+//! `serde_json` may be used here: both crates must compile it.
+//!
+//! Each check panics when an invariant breaks; returning means the input was
+//! handled (accepted or cleanly rejected).
+
+use paio::{
+    Context, Pattern, Policy, PolicyError, RequestContext, RequestType, Rule, Stage, StageInfo,
+};
+
+/// The origin given to fuzzed policies; errors must name it.
+pub const ORIGIN: &str = "fuzz.toml";
+
+/// Most contexts routed per input (bounds the time of one execution).
+const MAX_CONTEXTS: usize = 64;
+
+/// The `policy` target: bytes that are valid UTF-8 are parsed as a policy;
+/// an accepted policy is built into a stage, whose routing is exercised.
+pub fn check_policy(data: &[u8]) {
+    // Policies are text: only inputs that are UTF-8 without loss go on.
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let policy = match Policy::parse(text, ORIGIN) {
+        Ok(p) => p,
+        Err(e) => return check_error(&e, text),
+    };
+    // A policy is a list of rules a control plane could have sent: the rules
+    // survive JSON.
+    let json = serde_json::to_string(policy.rules()).expect("rules serialize");
+    let back: Vec<Rule> = serde_json::from_str(&json)
+        .unwrap_or_else(|e| panic!("rules do not parse back: {e}\n{json}"));
+    assert_eq!(back, policy.rules(), "rules changed through JSON");
+
+    match policy.new_stage() {
+        Err(e) => {
+            check_error(&e, text);
+            // The same rules fail on a bare stage too, and change nothing.
+            let bare = Stage::builder("bare").build();
+            let before = bare.info();
+            assert!(bare.apply_all(policy.rules()).is_err(), "{e}");
+            assert_eq!(bare.info(), before, "a failed policy changed the stage");
+        }
+        Ok(stage) => {
+            let info = stage.info();
+            assert_eq!(info.identity.name, policy.name.as_deref().unwrap_or("paio"));
+            assert_eq!(info.identity.labels, policy.labels);
+            let created = policy
+                .rules()
+                .iter()
+                .filter(|r| matches!(r, Rule::CreateChannel { .. }))
+                .count();
+            assert_eq!(info.channels.len(), created);
+            check_routes(&stage, &info, policy.rules());
+            serde_json::to_string(&info).expect("info serializes");
+            serde_json::to_string(&stage.collect()).expect("stats serialize");
+        }
+    }
+}
+
+/// The stage `rule_json` inputs are applied to.
+pub const RULE_STAGE: &str = r#"
+[[channel]]
+name = "a"
+match = { request_type = "read" }
+
+[[channel.object]]
+name = "limit"
+kind = "drl"
+rate = "1MiB/s"
+match = { request_context = "flush" }
+
+[[channel.object]]
+name = "ops"
+kind = "drl"
+rate = "100 ops/s"
+
+[[channel]]
+name = "b"
+match = { workflow = 7 }
+default_object = "pass"
+
+[[channel.object]]
+name = "pass"
+kind = "noop"
+"#;
+
+/// The `rule_json` target: bytes that decode as one JSON rule (or an array
+/// of rules) are applied to a small stage ([`RULE_STAGE`]) as one
+/// transaction.
+pub fn check_rule_json(data: &[u8]) {
+    let rules = if let Ok(rule) = serde_json::from_slice::<Rule>(data) {
+        vec![rule]
+    } else if let Ok(rules) = serde_json::from_slice::<Vec<Rule>>(data) {
+        rules
+    } else {
+        return;
+    };
+    for rule in &rules {
+        let json = serde_json::to_string(rule).expect("a rule serializes");
+        let back: Rule = serde_json::from_str(&json)
+            .unwrap_or_else(|e| panic!("rule does not parse back: {e}\n{json}"));
+        assert_eq!(&back, rule, "rule changed through JSON: {json}");
+    }
+    let stage = Stage::from_policy_str(RULE_STAGE, "rule-stage.toml").expect("base stage builds");
+    let before = stage.info();
+    match stage.apply_all(&rules) {
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            assert_eq!(stage.info(), before, "a failed rule changed the stage: {e}");
+        }
+        Ok(()) => {
+            let info = stage.info();
+            // A lone configuration rule that succeeded is what the object
+            // now reports.
+            if let [Rule::Configure {
+                channel,
+                object,
+                config,
+            }] = rules.as_slice()
+            {
+                let o = info
+                    .channels
+                    .iter()
+                    .find(|c| &c.name == channel)
+                    .and_then(|c| c.objects.iter().find(|o| &o.name == object))
+                    .expect("configured object exists");
+                assert_eq!(o.config.as_ref(), Some(config));
+            }
+            let all: Vec<Rule> = Policy::parse(RULE_STAGE, "rule-stage.toml")
+                .expect("base policy parses")
+                .rules()
+                .iter()
+                .chain(&rules)
+                .cloned()
+                .collect();
+            check_routes(&stage, &info, &all);
+            serde_json::to_string(&info).expect("info serializes");
+        }
+    }
+}
+
+/// An error must point inside `text` and name the origin and a field.
+fn check_error(e: &PolicyError, text: &str) {
+    let shown = e.to_string();
+    assert_eq!(e.origin, ORIGIN, "{shown}");
+    assert!(!e.field.is_empty(), "no field: {shown}");
+    assert!(!e.field.contains("$__"), "internal field name: {shown}");
+    assert!(!e.message.is_empty(), "no message: {shown}");
+    assert!(
+        shown.starts_with(&format!("{ORIGIN}:{}:{}: {}: ", e.line, e.column, e.field)),
+        "{shown}"
+    );
+    assert!(e.line >= 1 && e.column >= 1, "{shown}");
+    let lines = text.split('\n').count();
+    assert!(e.line <= lines, "line {} of {lines}: {shown}", e.line);
+    let line = text.split('\n').nth(e.line - 1).unwrap_or("");
+    assert!(
+        e.column <= line.chars().count() + 1,
+        "column {} past the end of line {:?}: {shown}",
+        e.column,
+        line
+    );
+}
+
+/// A request that `pattern` matches (wildcards filled with fixed values).
+fn context_of(pattern: &Pattern, size: u64) -> Context {
+    Context::explicit(
+        pattern.workflow.unwrap_or(1),
+        pattern.request_type.unwrap_or(RequestType::WRITE),
+        pattern.request_context.unwrap_or(RequestContext::NONE),
+        size,
+    )
+}
+
+/// Every route names an existing channel and object; requests matching a
+/// channel pattern are routed; requests matching nothing go to the default
+/// channel or pass.
+fn check_routes(stage: &Stage, info: &StageInfo, rules: &[Rule]) {
+    let mut contexts = vec![
+        Context::explicit(0, RequestType::READ, RequestContext::NONE, 0),
+        Context::explicit(7, RequestType::WRITE, RequestContext::NONE, 4096),
+        Context::explicit(u64::MAX, RequestType::OPEN, RequestContext::NONE, u64::MAX),
+    ];
+    for rule in rules {
+        match rule {
+            Rule::MapChannel { pattern, .. }
+            | Rule::UnmapChannel { pattern }
+            | Rule::MapObject { pattern, .. }
+            | Rule::UnmapObject { pattern, .. } => contexts.push(context_of(pattern, 1)),
+            _ => {}
+        }
+    }
+    for (pattern, _) in &info.channel_rules {
+        let ctx = context_of(pattern, 2);
+        assert!(
+            stage.route(&ctx).is_some(),
+            "{ctx:?} matches {pattern} but is not routed"
+        );
+    }
+    contexts.truncate(MAX_CONTEXTS);
+    for ctx in &contexts {
+        match stage.route(ctx) {
+            Some((channel, object)) => {
+                let ch = info
+                    .channels
+                    .iter()
+                    .find(|c| c.name == channel)
+                    .unwrap_or_else(|| panic!("{ctx:?} routed to unknown channel {channel:?}"));
+                assert!(
+                    ch.objects.iter().any(|o| o.name == object),
+                    "{ctx:?} routed to unknown object {object:?} of {channel:?}"
+                );
+            }
+            None => assert!(
+                info.default_channel.is_none(),
+                "{ctx:?} unrouted despite default channel {:?}",
+                info.default_channel
+            ),
+        }
+    }
+}
