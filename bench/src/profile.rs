@@ -31,7 +31,7 @@ use paio::differentiation::{Matcher, Pattern};
 use paio::object::{Drl, DrlConfig, Noop};
 use paio::stats::ObjectRecorder;
 use paio::{
-    Context, EnforceError, EnforcementObject, ObjectConfig, Outcome, Rate, RequestContext,
+    Context, EnforceError, EnforcementObject, ObjectConfig, Outcome, Rate, Request, RequestContext,
     RequestType, Rule, Stage,
 };
 
@@ -251,12 +251,13 @@ fn many_channels(n: &Names) -> Stage {
     stage
 }
 
-/// A stand-in for [`EnforcementObject::enforce`]'s calling convention, to
-/// measure what returning `Result<Outcome, EnforceError>` (returned through
-/// memory) costs compared with a result that fits in two registers.
+/// Two do-nothing calling conventions, to show why
+/// [`EnforcementObject::enforce`] returns a two-register
+/// `Result<u64, EnforceError>`: the 48-byte `Result<Outcome, String-pair>` it
+/// returned before is returned through memory at every layer.
 trait ReturnProbe {
-    /// Returns what `enforce` returns.
-    fn big(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError>;
+    /// Returns a 48-byte result, as `enforce` did before.
+    fn big(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, (String, String)>;
     /// Returns a register-sized result.
     fn small(&self, ctx: &Context, data: Option<&[u8]>) -> Result<u64, Box<EnforceError>>;
 }
@@ -265,7 +266,7 @@ trait ReturnProbe {
 struct Pass;
 
 impl ReturnProbe for Pass {
-    fn big(&self, _ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+    fn big(&self, _ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, (String, String)> {
         Ok(Outcome::PASS)
     }
     fn small(&self, _ctx: &Context, _data: Option<&[u8]>) -> Result<u64, Box<EnforceError>> {
@@ -273,10 +274,9 @@ impl ReturnProbe for Pass {
     }
 }
 
-/// Size in bytes of what `Stage::enforce` and `EnforcementObject::enforce`
-/// return.
+/// Size in bytes of what `EnforcementObject::enforce` returns.
 pub fn enforce_result_size() -> usize {
-    std::mem::size_of::<Result<Outcome, EnforceError>>()
+    std::mem::size_of::<Result<u64, EnforceError>>()
 }
 
 /// One measured item.
@@ -296,7 +296,7 @@ pub struct ItemResult {
 /// returns the target checks.
 pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Target> {
     let size_note = format!(
-        "size_of::<Result<Outcome, EnforceError>>() = {} bytes (what Stage::enforce and obj_enf return)",
+        "size_of::<Result<u64, EnforceError>>() = {} bytes (what obj_enf returns, in two registers)",
         enforce_result_size()
     );
     let header = info.csv_header(
@@ -410,25 +410,25 @@ pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Targ
         items,
         "noop_enforce",
         "obj_enf: Noop::enforce through &dyn EnforcementObject",
-        black_box(&**noop).enforce(black_box(&ctx), None)
+        black_box(&**noop).enforce(black_box(&ctx), &mut Request::new(None))
     );
     item!(
         items,
         "noop_enforce_4k",
         "obj_enf: Noop::enforce through &dyn, 4 KiB data",
-        black_box(&**noop).enforce(black_box(&ctx4k), Some(black_box(buf4k)))
+        black_box(&**noop).enforce(black_box(&ctx4k), &mut Request::new(Some(black_box(buf4k))))
     );
     let probe: &dyn ReturnProbe = &Pass;
     item!(
         items,
         "dyn_big_result",
-        "a do-nothing dyn call returning Result<Outcome, EnforceError> (like obj_enf)",
+        "a do-nothing dyn call returning a 48-byte Result<Outcome, (String, String)>",
         black_box(probe).big(black_box(&ctx), None)
     );
     item!(
         items,
         "dyn_small_result",
-        "the same dyn call returning Result<u64, Box<EnforceError>> (two registers)",
+        "the same dyn call returning Result<u64, Box<EnforceError>> (two registers, like obj_enf)",
         black_box(probe).small(black_box(&ctx), None)
     );
     item!(
@@ -489,7 +489,7 @@ pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Targ
         items,
         "drl_enforce",
         "Drl::enforce through &dyn, never waits (clock read + mutex)",
-        black_box(&**drl).enforce(black_box(&ctx), None)
+        black_box(&**drl).enforce(black_box(&ctx), &mut Request::new(None))
     );
     item!(
         items,
@@ -619,7 +619,7 @@ pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Targ
     }
     println!("    {:<76} {:>7}", "sum of steps", fmt(sum, 2));
     println!(
-        "    (Result<Outcome, EnforceError> is {} bytes, returned through memory at each layer)",
+        "    (obj_enf returns Result<u64, EnforceError>: {} bytes, two registers)",
         enforce_result_size()
     );
     println!(

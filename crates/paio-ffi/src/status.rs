@@ -365,10 +365,7 @@ mod tests {
             e.message
         );
 
-        let enforce = EnforceError {
-            object: "x".into(),
-            reason: "no".into(),
-        };
+        let enforce = EnforceError::new("x", "no");
         assert_eq!(Error::from(enforce).status, paio_status::PAIO_ERR_ENFORCE);
 
         assert_eq!(

@@ -4,7 +4,7 @@ use std::ffi::{c_char, CStr};
 use std::ptr::{null, null_mut};
 use std::sync::Arc;
 
-use paio::object::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Outcome};
+use paio::object::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request};
 use paio::{Context, RequestType};
 
 use super::*;
@@ -260,11 +260,11 @@ impl EnforcementObject for Upper {
     fn configure(&self, _: &ObjectConfig) -> Result<(), ConfigError> {
         Ok(())
     }
-    fn enforce(&self, _: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        Ok(Outcome {
-            waited_ns: 0,
-            data: data.map(|d| d.to_ascii_uppercase()),
-        })
+    fn enforce(&self, _: &Context, request: &mut Request<'_>) -> Result<u64, EnforceError> {
+        if let Some(upper) = request.data().map(|d| d.to_ascii_uppercase()) {
+            request.replace(upper);
+        }
+        Ok(0)
     }
     fn config(&self) -> ObjectConfig {
         ObjectConfig::Noop
@@ -282,11 +282,8 @@ impl EnforcementObject for Refuse {
     fn configure(&self, _: &ObjectConfig) -> Result<(), ConfigError> {
         Ok(())
     }
-    fn enforce(&self, _: &Context, _: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        Err(EnforceError {
-            object: "refuse".into(),
-            reason: "not today".into(),
-        })
+    fn enforce(&self, _: &Context, _: &mut Request<'_>) -> Result<u64, EnforceError> {
+        Err(EnforceError::new("refuse", "not today"))
     }
     fn config(&self) -> ObjectConfig {
         ObjectConfig::Noop

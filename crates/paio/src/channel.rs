@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::context::Context;
 use crate::differentiation::{Matcher, Pattern};
-use crate::object::{EnforceError, EnforcementObject, Outcome, TryEnforceError};
+use crate::object::{EnforceError, EnforcementObject, Request, TryEnforceError};
 use crate::stats::{ObjectRecorder, Sample};
 
 /// Name of the pass-through object every channel has.
@@ -117,16 +117,18 @@ impl Channel {
     }
 
     /// Selects an object, applies it and records the request (steps 4–6).
+    /// Returns the time waited.
     #[inline]
     pub(crate) fn enforce(
         &self,
         ctx: &Context,
-        data: Option<&[u8]>,
-    ) -> Result<Outcome, EnforceError> {
+        request: &mut Request<'_>,
+    ) -> Result<u64, EnforceError> {
         let entry = self.select_object(ctx);
-        let result = entry.object.enforce(ctx, data);
-        let waited = result.as_ref().map_or(0, |o| o.waited_ns);
-        entry.recorder.record(ctx.size, waited);
+        let result = entry.object.enforce(ctx, request);
+        entry
+            .recorder
+            .record(ctx.size, *result.as_ref().unwrap_or(&0));
         result
     }
 
@@ -136,12 +138,12 @@ impl Channel {
     pub(crate) fn try_enforce(
         &self,
         ctx: &Context,
-        data: Option<&[u8]>,
-    ) -> Result<Outcome, TryEnforceError> {
+        request: &mut Request<'_>,
+    ) -> Result<u64, TryEnforceError> {
         let entry = self.select_object(ctx);
-        let result = entry.object.try_enforce(ctx, data);
+        let result = entry.object.try_enforce(ctx, request);
         match &result {
-            Ok(o) => entry.recorder.record(ctx.size, o.waited_ns),
+            Ok(waited) => entry.recorder.record(ctx.size, *waited),
             Err(TryEnforceError::Refused(_)) => entry.recorder.record(ctx.size, 0),
             Err(TryEnforceError::Wait(_)) => {}
         }

@@ -234,11 +234,41 @@ impl Hasher for KeyHasher {
 
 type KeyMap<T> = HashMap<Key, T, BuildHasherDefault<KeyHasher>>;
 
+/// Tables with at most this many patterns are scanned linearly, which beats
+/// hashing for small tables (the common case: a few channels).
+const LINEAR_MAX: usize = 8;
+
+/// The patterns of one combination of classifiers.
+#[derive(Debug, Clone)]
+enum Table<T> {
+    /// Few patterns: compared one by one.
+    Small(Vec<(Key, T)>),
+    /// Many patterns: an integer-keyed hash table.
+    Large(KeyMap<T>),
+}
+
+impl<T: Copy> Table<T> {
+    #[inline]
+    fn get(&self, key: &Key) -> Option<T> {
+        match self {
+            Table::Small(entries) => {
+                for (k, t) in entries {
+                    if k == key {
+                        return Some(*t);
+                    }
+                }
+                None
+            }
+            Table::Large(map) => map.get(key).copied(),
+        }
+    }
+}
+
 /// Compiled patterns mapping requests to targets of type `T`.
 #[derive(Debug, Clone)]
 pub struct Matcher<T> {
     /// Tables in the order they are probed (most specific first).
-    tables: Vec<(u8, KeyMap<T>)>,
+    tables: Vec<(u8, Table<T>)>,
 }
 
 impl<T> Default for Matcher<T> {
@@ -251,19 +281,30 @@ impl<T: Copy> Matcher<T> {
     /// Compiles `(pattern, target)` pairs; a later pair with the same pattern
     /// replaces an earlier one.
     pub fn compile<'a>(rules: impl IntoIterator<Item = (&'a Pattern, T)>) -> Self {
-        let mut tables: Vec<(u8, KeyMap<T>)> = Vec::new();
+        let mut maps: Vec<(u8, KeyMap<T>)> = Vec::new();
         for (pattern, target) in rules {
             let mask = pattern.classifiers().0;
-            let table = match tables.iter().position(|(m, _)| *m == mask) {
-                Some(i) => &mut tables[i].1,
+            let map = match maps.iter().position(|(m, _)| *m == mask) {
+                Some(i) => &mut maps[i].1,
                 None => {
-                    tables.push((mask, KeyMap::default()));
-                    &mut tables.last_mut().expect("just pushed").1
+                    maps.push((mask, KeyMap::default()));
+                    &mut maps.last_mut().expect("just pushed").1
                 }
             };
-            table.insert(pattern.key(), target);
+            map.insert(pattern.key(), target);
         }
-        tables.sort_by_key(|(mask, _)| std::cmp::Reverse(Pattern::rank(*mask)));
+        maps.sort_by_key(|(mask, _)| std::cmp::Reverse(Pattern::rank(*mask)));
+        let tables = maps
+            .into_iter()
+            .map(|(mask, map)| {
+                let table = if map.len() <= LINEAR_MAX {
+                    Table::Small(map.into_iter().collect())
+                } else {
+                    Table::Large(map)
+                };
+                (mask, table)
+            })
+            .collect();
         Self { tables }
     }
 
@@ -272,7 +313,7 @@ impl<T: Copy> Matcher<T> {
     pub fn find(&self, ctx: &Context) -> Option<T> {
         for (mask, table) in &self.tables {
             if let Some(t) = table.get(&Key::of(ctx, *mask)) {
-                return Some(*t);
+                return Some(t);
             }
         }
         None

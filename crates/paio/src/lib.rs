@@ -61,7 +61,9 @@ pub use context::{
     RequestContext, RequestType, WorkflowId,
 };
 pub use differentiation::{Classifier, Pattern};
-pub use object::{EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError};
+pub use object::{
+    EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,
+};
 pub use policy::{Policy, PolicyError};
 pub use rule::{Rule, RuleError};
 pub use stage::{Stage, StageBuilder, StageInfo};

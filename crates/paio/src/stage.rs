@@ -25,7 +25,7 @@ use crate::clock::{monotonic, SharedClock};
 use crate::context::Context;
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
 use crate::object::{
-    self, EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError,
+    self, EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,
 };
 use crate::rule::{Rule, RuleError};
 use crate::stats::{ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
@@ -492,16 +492,11 @@ impl Stage {
                 return None;
             };
             let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
-            let fresh =
-                matches!(slot, Some(c) if c.stage == self.uid && c.generation == generation);
-            if !fresh {
-                *slot = Some(CachedTable {
-                    stage: self.uid,
-                    generation,
-                    table: self.table.load_full(),
-                });
+            match slot {
+                Some(c) if c.stage == self.uid && c.generation == generation => {}
+                _ => self.refresh(slot, generation),
             }
-            let table = &slot.as_ref().expect("filled above").table;
+            let table = &slot.as_ref()?.table;
             f.take().map(|f| f(table))
         });
         match cached {
@@ -509,6 +504,15 @@ impl Stage {
             // Re-entered from inside an object, or during thread exit.
             _ => (f.take().expect("not consumed"))(&self.table.load()),
         }
+    }
+
+    #[cold]
+    fn refresh(&self, slot: &mut Option<CachedTable>, generation: u64) {
+        *slot = Some(CachedTable {
+            stage: self.uid,
+            generation,
+            table: self.table.load_full(),
+        });
     }
 
     /// Enforces one request: selects its channel and object from `ctx` and
@@ -519,12 +523,19 @@ impl Stage {
     /// unmatched.
     #[inline]
     pub fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        self.with_table(|t| match t.select_channel(ctx) {
-            Some(channel) => channel.enforce(ctx, data),
+        let mut request = Request::new(data);
+        // Only a two-register result crosses the layers below; the outcome
+        // is assembled here, in the caller's frame.
+        let waited_ns = self.with_table(|t| match t.select_channel(ctx) {
+            Some(channel) => channel.enforce(ctx, &mut request),
             None => {
                 self.unmatched.record(ctx.size, 0);
-                Ok(Outcome::PASS)
+                Ok(0)
             }
+        })?;
+        Ok(Outcome {
+            waited_ns,
+            data: request.into_replacement(),
         })
     }
 
@@ -538,12 +549,17 @@ impl Stage {
         ctx: &Context,
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
-        self.with_table(|t| match t.select_channel(ctx) {
-            Some(channel) => channel.try_enforce(ctx, data),
+        let mut request = Request::new(data);
+        let waited_ns = self.with_table(|t| match t.select_channel(ctx) {
+            Some(channel) => channel.try_enforce(ctx, &mut request),
             None => {
                 self.unmatched.record(ctx.size, 0);
-                Ok(Outcome::PASS)
+                Ok(0)
             }
+        })?;
+        Ok(Outcome {
+            waited_ns,
+            data: request.into_replacement(),
         })
     }
 
@@ -1155,16 +1171,14 @@ mod tests {
                 reason: "not configurable".into(),
             })
         }
-        fn enforce(&self, _: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-            match data {
-                Some(d) => Ok(Outcome {
-                    waited_ns: 0,
-                    data: Some(d.to_ascii_uppercase()),
-                }),
-                None => Err(EnforceError {
-                    object: "upper".into(),
-                    reason: "needs the request's content".into(),
-                }),
+        fn enforce(&self, _: &Context, request: &mut Request<'_>) -> Result<u64, EnforceError> {
+            match request.data() {
+                Some(d) => {
+                    let upper = d.to_ascii_uppercase();
+                    request.replace(upper);
+                    Ok(0)
+                }
+                None => Err(EnforceError::new("upper", "needs the request's content")),
             }
         }
         fn config(&self) -> ObjectConfig {
@@ -1209,8 +1223,8 @@ mod tests {
         fn configure(&self, _: &ObjectConfig) -> Result<(), ConfigError> {
             Ok(())
         }
-        fn enforce(&self, ctx: &Context, _: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-            self.0.enforce(ctx, None)
+        fn enforce(&self, ctx: &Context, _: &mut Request<'_>) -> Result<u64, EnforceError> {
+            self.0.enforce(ctx, None).map(|o| o.waited_ns)
         }
         fn config(&self) -> ObjectConfig {
             ObjectConfig::Noop

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Outcome, TryEnforceError};
+use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request, TryEnforceError};
 use crate::clock::SharedClock;
 use crate::context::Context;
 use crate::units::{Rate, RateUnit, Size};
@@ -262,7 +262,7 @@ impl EnforcementObject for Drl {
         Ok(())
     }
 
-    fn enforce(&self, ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+    fn enforce(&self, ctx: &Context, _request: &mut Request<'_>) -> Result<u64, EnforceError> {
         let arrival = self.clock.now_ns();
         let mut b = self.lock();
         b.refill(arrival);
@@ -270,7 +270,7 @@ impl EnforcementObject for Drl {
         b.charged += cost;
         let ticket = b.charged;
         if b.credited >= ticket {
-            return Ok(Outcome::PASS);
+            return Ok(0);
         }
         b.waiting += 1;
         let real_time = self.clock.is_real_time();
@@ -290,20 +290,20 @@ impl EnforcementObject for Drl {
         }
         b.waiting -= 1;
         drop(b);
-        let waited_ns = self.clock.now_ns().saturating_sub(arrival).max(1);
-        Ok(Outcome {
-            waited_ns,
-            data: None,
-        })
+        Ok(self.clock.now_ns().saturating_sub(arrival).max(1))
     }
 
     fn config(&self) -> ObjectConfig {
         ObjectConfig::Drl(self.lock().config.clone())
     }
 
-    fn try_enforce(&self, ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, TryEnforceError> {
+    fn try_enforce(
+        &self,
+        ctx: &Context,
+        _request: &mut Request<'_>,
+    ) -> Result<u64, TryEnforceError> {
         self.try_acquire(ctx)
-            .map(|()| Outcome::PASS)
+            .map(|()| 0)
             .map_err(TryEnforceError::Wait)
     }
 }
@@ -448,9 +448,9 @@ mod tests {
         for i in 0..3u32 {
             let (d2, o2) = (d.clone(), order.clone());
             threads.push(std::thread::spawn(move || {
-                let out = d2.enforce(&ctx(100), None).unwrap();
+                let waited = d2.enforce(&ctx(100), &mut Request::new(None)).unwrap();
                 o2.lock().unwrap().push(i);
-                out.waited_ns
+                waited
             }));
             until_waiting(&d, i + 1);
         }
@@ -484,7 +484,7 @@ mod tests {
         .unwrap();
         let start = std::time::Instant::now();
         for _ in 0..21 {
-            d.enforce(&ctx(0), None).unwrap();
+            d.enforce(&ctx(0), &mut Request::new(None)).unwrap();
         }
         // 20 tokens beyond the first at 1000/s take at least 20 ms; only a
         // lower bound is asserted (the machine may be slow, never fast).

@@ -24,14 +24,52 @@ use serde::{Deserialize, Serialize};
 use crate::clock::SharedClock;
 use crate::context::Context;
 
-/// What an object did with a request.
+/// One request as an object sees it (the paper's `r`): the caller's content,
+/// if supplied, and room for new content from objects that transform data.
+///
+/// Objects that do not transform data never look at it; nothing is copied
+/// unless an object calls [`Request::replace`].
+#[derive(Debug, Default)]
+pub struct Request<'a> {
+    data: Option<&'a [u8]>,
+    replacement: Option<Vec<u8>>,
+}
+
+impl<'a> Request<'a> {
+    /// A request carrying `data` (or only its context, with `None`).
+    #[inline]
+    pub fn new(data: Option<&'a [u8]>) -> Self {
+        Self {
+            data,
+            replacement: None,
+        }
+    }
+
+    /// The content as it stands: the last replacement, else the caller's.
+    pub fn data(&self) -> Option<&[u8]> {
+        self.replacement.as_deref().or(self.data)
+    }
+
+    /// Replaces the content (compression, encryption, ...). The caller then
+    /// issues the new bytes instead of its own buffer.
+    pub fn replace(&mut self, data: Vec<u8>) {
+        self.replacement = Some(data);
+    }
+
+    /// The new content, if an object replaced it.
+    pub fn into_replacement(self) -> Option<Vec<u8>> {
+        self.replacement
+    }
+}
+
+/// What the stage did with a request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// How long the request was held back, in nanoseconds.
     pub waited_ns: u64,
     /// New request content, for objects that transform data (compression,
     /// encryption). `None` means "unchanged": the caller uses its own buffer,
-    /// which the object never copied.
+    /// which was never copied.
     pub data: Option<Vec<u8>>,
 }
 
@@ -43,14 +81,45 @@ impl Outcome {
     };
 }
 
-/// Why an object refused a request.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("object {object:?} refused the request: {reason}")]
-pub struct EnforceError {
+/// Why an object refused a request. One pointer wide, so results on the
+/// request path fit in two registers.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object {:?} refused the request: {}", .0.object, .0.reason)]
+pub struct EnforceError(Box<Refusal>);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal {
+    object: String,
+    reason: String,
+}
+
+impl EnforceError {
+    /// A refusal by an object of kind `object`, saying why.
+    pub fn new(object: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self(Box::new(Refusal {
+            object: object.into(),
+            reason: reason.into(),
+        }))
+    }
+
     /// The refusing object's kind.
-    pub object: String,
+    pub fn object(&self) -> &str {
+        &self.0.object
+    }
+
     /// What went wrong.
-    pub reason: String,
+    pub fn reason(&self) -> &str {
+        &self.0.reason
+    }
+}
+
+impl fmt::Debug for EnforceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnforceError")
+            .field("object", &self.0.object)
+            .field("reason", &self.0.reason)
+            .finish()
+    }
 }
 
 /// Why an object could not be created or configured.
@@ -83,10 +152,12 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
     /// requests already waiting; never waits for requests in flight.
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError>;
 
-    /// `obj_enf`: applies the mechanism to one request. `data` is the request
-    /// content when the caller supplied it; objects that do not transform
-    /// data must not read it.
-    fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError>;
+    /// `obj_enf`: applies the mechanism to one request, blocking as long as
+    /// the mechanism demands, and returns how long it held the request back
+    /// (nanoseconds; 0 if not at all). Objects that transform data read
+    /// [`Request::data`] and call [`Request::replace`]; others must not touch
+    /// the request.
+    fn enforce(&self, ctx: &Context, request: &mut Request<'_>) -> Result<u64, EnforceError>;
 
     /// The object's current state, as a configuration that would recreate it.
     fn config(&self) -> ObjectConfig;
@@ -96,8 +167,12 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
     /// [`TryEnforceError::Wait`] with how long the caller would have to wait
     /// (`Duration::MAX`: indefinitely). The default suits objects that never
     /// wait: it calls [`EnforcementObject::enforce`].
-    fn try_enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, TryEnforceError> {
-        self.enforce(ctx, data).map_err(TryEnforceError::Refused)
+    fn try_enforce(
+        &self,
+        ctx: &Context,
+        request: &mut Request<'_>,
+    ) -> Result<u64, TryEnforceError> {
+        self.enforce(ctx, request).map_err(TryEnforceError::Refused)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The pass-through object.
 
-use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Outcome};
+use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request};
 use crate::context::Context;
 
 /// Passes every request at once without touching its content (zero copies).
@@ -23,8 +23,8 @@ impl EnforcementObject for Noop {
     }
 
     #[inline]
-    fn enforce(&self, _ctx: &Context, _data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        Ok(Outcome::PASS)
+    fn enforce(&self, _ctx: &Context, _request: &mut Request<'_>) -> Result<u64, EnforceError> {
+        Ok(0)
     }
 
     fn config(&self) -> ObjectConfig {
@@ -40,11 +40,12 @@ mod tests {
     #[test]
     fn passes_without_copying() {
         let buf = vec![7u8; 4096];
-        let out = Noop
-            .enforce(&Context::new(RequestType::WRITE, 4096), Some(&buf))
+        let mut request = Request::new(Some(&buf));
+        let waited = Noop
+            .enforce(&Context::new(RequestType::WRITE, 4096), &mut request)
             .unwrap();
-        assert_eq!(out, Outcome::PASS);
-        assert!(out.data.is_none());
+        assert_eq!(waited, 0);
+        assert!(request.into_replacement().is_none());
         assert!(Noop.configure(&ObjectConfig::Noop).is_ok());
         let drl = ObjectConfig::Drl(crate::object::DrlConfig::new(
             crate::units::Rate::ops_per_sec(1),
