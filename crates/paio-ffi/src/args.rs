@@ -1,6 +1,5 @@
 //! Checking what C passes in: strings, output pointers and ids.
 
-use std::cell::Cell;
 use std::ffi::{c_char, CStr};
 
 use paio::{RequestContext, RequestType};
@@ -43,103 +42,22 @@ pub(crate) fn out_ptr<T>(ptr: *mut T, what: &str) -> Result<*mut T, Error> {
     }
 }
 
-/// A direct-mapped per-thread cache from raw ids to validated values, so the
-/// request path converts the ids of a C context without a lock or an
-/// allocation once a thread has seen them.
-const ID_CACHE_SLOTS: usize = 64;
-
-thread_local! {
-    static TYPES: [Cell<Option<RequestType>>; ID_CACHE_SLOTS] =
-        const { [const { Cell::new(None) }; ID_CACHE_SLOTS] };
-    static CONTEXTS: [Cell<Option<RequestContext>>; ID_CACHE_SLOTS] =
-        const { [const { Cell::new(None) }; ID_CACHE_SLOTS] };
-}
-
 /// The request type with id `raw`: a built-in one or one interned with
-/// `paio_request_type`.
+/// `paio_request_type`. Lock-free (see `RequestType::from_raw`).
 pub(crate) fn request_type(raw: u16) -> Result<RequestType, Error> {
-    let slot = raw as usize % ID_CACHE_SLOTS;
-    let cached = TYPES
-        .try_with(|c| c[slot].get())
-        .ok()
-        .flatten()
-        .filter(|t| t.raw() == raw);
-    if let Some(t) = cached {
-        return Ok(t);
-    }
-    let t = RequestType::from_raw(raw).ok_or_else(|| {
+    RequestType::from_raw(raw).ok_or_else(|| {
         Error::invalid(format!(
             "unknown request type id {raw} (neither built in nor returned by paio_request_type)"
         ))
-    })?;
-    let _ = TYPES.try_with(|c| c[slot].set(Some(t)));
-    Ok(t)
+    })
 }
 
 /// The request context with id `raw`: 0 (none) or one interned with
-/// `paio_request_context`.
+/// `paio_request_context`. Lock-free (see `RequestContext::from_raw`).
 pub(crate) fn request_context(raw: u16) -> Result<RequestContext, Error> {
-    if raw == 0 {
-        return Ok(RequestContext::NONE);
-    }
-    let slot = raw as usize % ID_CACHE_SLOTS;
-    let cached = CONTEXTS
-        .try_with(|c| c[slot].get())
-        .ok()
-        .flatten()
-        .filter(|t| t.raw() == raw);
-    if let Some(t) = cached {
-        return Ok(t);
-    }
-    let t = RequestContext::from_raw(raw).ok_or_else(|| {
+    RequestContext::from_raw(raw).ok_or_else(|| {
         Error::invalid(format!(
             "unknown request context id {raw} (not returned by paio_request_context)"
         ))
-    })?;
-    let _ = CONTEXTS.try_with(|c| c[slot].set(Some(t)));
-    Ok(t)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::status::paio_status;
-
-    #[test]
-    fn null_and_non_utf8_strings_are_errors() {
-        // SAFETY: NULL is allowed by c_str's contract.
-        let e = unsafe { c_str(std::ptr::null(), "name") }.unwrap_err();
-        assert_eq!(e.status, paio_status::PAIO_ERR_INVALID_ARGUMENT);
-        assert_eq!(e.message, "name is NULL");
-        let bad = c"ab\xffcd";
-        // SAFETY: a C string literal is NUL-terminated and static.
-        let e = unsafe { c_str(bad.as_ptr(), "name") }.unwrap_err();
-        assert_eq!(e.status, paio_status::PAIO_ERR_INVALID_ARGUMENT);
-        assert!(e.message.starts_with("name is not valid UTF-8"), "{e:?}");
-        // SAFETY: as above.
-        assert_eq!(unsafe { c_str(c"ok".as_ptr(), "name") }.unwrap(), "ok");
-    }
-
-    #[test]
-    fn ids_are_validated_and_cached() {
-        assert_eq!(request_type(1).unwrap(), RequestType::READ);
-        assert_eq!(request_type(1).unwrap(), RequestType::READ);
-        assert!(request_type(500).is_err());
-        assert!(request_type(u16::MAX).is_err());
-        let custom = RequestType::named("ffi-args-test-op").unwrap();
-        assert_eq!(request_type(custom.raw()).unwrap(), custom);
-        // Two ids sharing a cache slot do not get mixed up.
-        assert_eq!(
-            request_type(1 + 64 * 1000).ok(),
-            RequestType::from_raw(64001)
-        );
-        assert_eq!(request_type(1).unwrap(), RequestType::READ);
-
-        assert_eq!(request_context(0).unwrap(), RequestContext::NONE);
-        let flush = RequestContext::named("ffi-args-test-flush").unwrap();
-        assert_eq!(request_context(flush.raw()).unwrap(), flush);
-        assert_eq!(request_context(flush.raw()).unwrap(), flush);
-        let e = request_context(u16::MAX).unwrap_err();
-        assert_eq!(e.status, paio_status::PAIO_ERR_INVALID_ARGUMENT);
-    }
+    })
 }

@@ -523,20 +523,7 @@ impl Stage {
     /// unmatched.
     #[inline]
     pub fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        let mut request = Request::new(data);
-        // Only a two-register result crosses the layers below; the outcome
-        // is assembled here, in the caller's frame.
-        let waited_ns = self.with_table(|t| match t.select_channel(ctx) {
-            Some(channel) => channel.enforce(ctx, &mut request),
-            None => {
-                self.unmatched.record(ctx.size, 0);
-                Ok(0)
-            }
-        })?;
-        Ok(Outcome {
-            waited_ns,
-            data: request.into_replacement(),
-        })
+        self.dispatch(ctx, data, |channel, request| channel.enforce(ctx, request))
     }
 
     /// Non-blocking [`Stage::enforce`]: the request is admitted (and counted)
@@ -549,9 +536,24 @@ impl Stage {
         ctx: &Context,
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
+        self.dispatch(ctx, data, |channel, request| {
+            channel.try_enforce(ctx, request)
+        })
+    }
+
+    /// Routes `ctx` to its channel and runs `enforce` there (or counts it as
+    /// unmatched). Only a two-register result crosses the layers below; the
+    /// outcome is assembled here, in the caller's frame.
+    #[inline]
+    fn dispatch<E>(
+        &self,
+        ctx: &Context,
+        data: Option<&[u8]>,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
+    ) -> Result<Outcome, E> {
         let mut request = Request::new(data);
         let waited_ns = self.with_table(|t| match t.select_channel(ctx) {
-            Some(channel) => channel.try_enforce(ctx, &mut request),
+            Some(channel) => enforce(channel, &mut request),
             None => {
                 self.unmatched.record(ctx.size, 0);
                 Ok(0)
