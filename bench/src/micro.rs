@@ -10,6 +10,9 @@
 //! with [`Context::new`] (the paper's context creation, part of its 327 ns)
 //! and passes a real buffer of the request size as `data`; the stage must
 //! return it untouched (`Outcome::data == None`), which every request checks.
+//! Each client enforces through its own [`paio::stage::StageHandle`], as the
+//! paper's clients each submit through their own instance; `Stage::enforce`
+//! (the thread-local-cache path) is timed by `profile` (`full_0b`).
 //!
 //! Runs are interleaved (run 1 of every configuration, then run 2, ...) so
 //! that background load on a shared machine hits all configurations alike;
@@ -98,19 +101,20 @@ pub struct RunResult {
     pub steal_pct: f64,
 }
 
-/// The closed loop: `Context::new` + `Stage::enforce` until `dur` elapsed.
+/// The closed loop: `Context::new` + `StageHandle::enforce` until `dur` elapsed.
 #[inline(never)]
 fn closed_loop(stage: &Stage, buf: &[u8], dur: Duration) -> ThreadRun {
     const BATCH: u64 = 1024;
     let size = buf.len() as u64;
     let mut r = ThreadRun::default();
+    let mut handle = stage.handle();
     let cpu0 = thread_cpu_ns();
     let start = Instant::now();
     let deadline = start + dur;
     loop {
         for _ in 0..BATCH {
             let ctx = Context::new(RequestType::WRITE, size);
-            match stage.enforce(black_box(&ctx), Some(black_box(buf))) {
+            match handle.enforce(black_box(&ctx), Some(black_box(buf))) {
                 Ok(out) => r.copies += out.data.is_some() as u64,
                 Err(_) => r.errors += 1,
             }
@@ -286,7 +290,7 @@ impl MicroResults {
 /// returns the target checks.
 pub fn run(p: &MicroParams, info: &RunInfo, out: &std::path::Path) -> Vec<Target> {
     let header = info.csv_header(
-        "micro (paper §9.1): closed-loop threads, one channel per thread (workflow = kernel thread id), noop object, Context::new + Stage::enforce per request",
+        "micro (paper §9.1): closed-loop threads, one channel per thread (workflow = kernel thread id), noop object, Context::new + StageHandle::enforce (one handle per thread) per request",
         &p.describe(),
         &[
             "record=run rows are single runs; median/min/max rows summarize the runs of a configuration",
@@ -503,7 +507,7 @@ pub fn run(p: &MicroParams, info: &RunInfo, out: &std::path::Path) -> Vec<Target
     let cpu0 = Summary::of(&all.values(1, 0, |r| r.cpu_ns_per_req));
     if !ns0.median.is_nan() {
         targets.push(Target::new(
-            "micro: 0 B request on 1 thread (Context::new + Stage::enforce, noop)",
+            "micro: 0 B request on 1 thread (Context::new + StageHandle::enforce, noop)",
             "<= 15 ns",
             format!(
                 "{}; on-CPU {}",

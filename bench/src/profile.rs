@@ -476,6 +476,23 @@ pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Targ
             None
         )
     );
+    let mut h1 = s1.handle();
+    item!(
+        items,
+        "handle_full_0b",
+        "Context::new + StageHandle::enforce (per-thread handle), 1 channel, 0 B",
+        h1.enforce(
+            black_box(&Context::new(RequestType::WRITE, black_box(0))),
+            None
+        )
+    );
+    let mut h1p = s1.handle();
+    item!(
+        items,
+        "handle_1ch",
+        "StageHandle::enforce alone, 1 channel, prebuilt context",
+        h1p.enforce(black_box(&ctx), None)
+    );
     item!(
         items,
         "full_4k",
@@ -634,7 +651,14 @@ pub fn run(p: &ProfileParams, info: &RunInfo, out: &std::path::Path) -> Vec<Targ
     }
     let full = med("full_0b");
     let enforce = med("stage_1ch");
+    let handle_full = med("handle_full_0b");
     vec![
+        Target::new(
+            "profile: Context::new + StageHandle::enforce, 0 B noop, 1 thread (handle_full_0b)",
+            "<= 15 ns",
+            format!("{} ns median", fmt(handle_full, 2)),
+            handle_full <= 15.0,
+        ),
         Target::new(
             "profile: Context::new + Stage::enforce, 0 B noop, 1 thread (full_0b)",
             "<= 15 ns",

@@ -66,6 +66,6 @@ pub use object::{
 };
 pub use policy::{Policy, PolicyError};
 pub use rule::{Rule, RuleError};
-pub use stage::{Stage, StageBuilder, StageInfo};
+pub use stage::{Stage, StageBuilder, StageHandle, StageInfo};
 pub use stats::StageStats;
 pub use units::Rate;

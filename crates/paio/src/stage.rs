@@ -403,6 +403,72 @@ thread_local! {
         const { RefCell::new([None, None, None, None]) };
 }
 
+/// A stage handle owned by one thread: see [`Stage::handle`]. It holds the
+/// routing table it last used (an `Arc`), released when the handle is
+/// dropped or sees a newer table.
+#[derive(Debug)]
+pub struct StageHandle<'s> {
+    stage: &'s Stage,
+    generation: u64,
+    table: Arc<Table>,
+}
+
+impl StageHandle<'_> {
+    /// The stage this handle belongs to.
+    pub fn stage(&self) -> &Stage {
+        self.stage
+    }
+
+    #[inline]
+    fn current(&mut self) -> &Table {
+        let generation = self.stage.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.refresh(generation);
+        }
+        &self.table
+    }
+
+    #[cold]
+    fn refresh(&mut self, generation: u64) {
+        self.generation = generation;
+        self.table = self.stage.table.load_full();
+    }
+
+    /// [`Stage::enforce`] through this handle.
+    #[inline]
+    pub fn enforce(&mut self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
+        let mut request = Request::new(data);
+        let stage = self.stage;
+        let waited_ns =
+            stage.enforce_on(self.current(), ctx, &mut request, |channel, request| {
+                channel.enforce(ctx, request)
+            })?;
+        Ok(Outcome {
+            waited_ns,
+            data: request.into_replacement(),
+        })
+    }
+
+    /// [`Stage::try_enforce`] through this handle.
+    #[inline]
+    pub fn try_enforce(
+        &mut self,
+        ctx: &Context,
+        data: Option<&[u8]>,
+    ) -> Result<Outcome, TryEnforceError> {
+        let mut request = Request::new(data);
+        let stage = self.stage;
+        let waited_ns =
+            stage.enforce_on(self.current(), ctx, &mut request, |channel, request| {
+                channel.try_enforce(ctx, request)
+            })?;
+        Ok(Outcome {
+            waited_ns,
+            data: request.into_replacement(),
+        })
+    }
+}
+
 /// Builds a [`Stage`].
 #[derive(Debug, Clone)]
 pub struct StageBuilder {
@@ -542,8 +608,7 @@ impl Stage {
     }
 
     /// Routes `ctx` to its channel and runs `enforce` there (or counts it as
-    /// unmatched). Only a two-register result crosses the layers below; the
-    /// outcome is assembled here, in the caller's frame.
+    /// unmatched), on the current routing table.
     #[inline]
     fn dispatch<E>(
         &self,
@@ -552,17 +617,43 @@ impl Stage {
         enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
     ) -> Result<Outcome, E> {
         let mut request = Request::new(data);
-        let waited_ns = self.with_table(|t| match t.select_channel(ctx) {
-            Some(channel) => enforce(channel, &mut request),
-            None => {
-                self.unmatched.record(ctx.size, 0);
-                Ok(0)
-            }
-        })?;
+        let waited_ns = self.with_table(|t| self.enforce_on(t, ctx, &mut request, enforce))?;
         Ok(Outcome {
             waited_ns,
             data: request.into_replacement(),
         })
+    }
+
+    /// Routes `ctx` on `table`. Only a two-register result crosses the layers
+    /// below; callers assemble the [`Outcome`] in their own frame.
+    #[inline]
+    fn enforce_on<E>(
+        &self,
+        table: &Table,
+        ctx: &Context,
+        request: &mut Request<'_>,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
+    ) -> Result<u64, E> {
+        match table.select_channel(ctx) {
+            Some(channel) => enforce(channel, request),
+            None => {
+                self.unmatched.record(ctx.size, 0);
+                Ok(0)
+            }
+        }
+    }
+
+    /// A handle for one thread (or task) that keeps the current routing table
+    /// itself, so its [`StageHandle::enforce`] skips the thread-local table
+    /// cache of [`Stage::enforce`]: one atomic load checks that the table is
+    /// current. Same semantics as the stage's own calls.
+    pub fn handle(&self) -> StageHandle<'_> {
+        let generation = self.generation.load(Ordering::Acquire);
+        StageHandle {
+            stage: self,
+            generation,
+            table: self.table.load_full(),
+        }
     }
 
     /// Where `ctx` would go: `(channel, object)` names, or `None` when it
@@ -1324,6 +1415,61 @@ mod tests {
             2,
             "the refused try is not counted"
         );
+    }
+
+    #[test]
+    fn handles_follow_rule_changes_and_count_like_the_stage() {
+        let clock = FakeClock::new();
+        let stage = Stage::builder("s").clock(Arc::new(clock.clone())).build();
+        let mut handle = stage.handle();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 3);
+        handle.enforce(&c, None).unwrap();
+        assert_eq!(stage.collect().unmatched.ops, 1);
+        stage
+            .apply_all(&[
+                channel("a"),
+                Rule::CreateObject {
+                    channel: "a".into(),
+                    name: "x".into(),
+                    config: ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(1)),
+                },
+                Rule::SetDefaultObject {
+                    channel: "a".into(),
+                    object: "x".into(),
+                },
+                Rule::SetDefaultChannel {
+                    channel: Some("a".into()),
+                },
+            ])
+            .unwrap();
+        // The next request through the old handle sees the new routing.
+        assert_eq!(handle.enforce(&c, None).unwrap(), Outcome::PASS);
+        assert_eq!(
+            handle.try_enforce(&c, None),
+            Err(TryEnforceError::Wait(Duration::from_millis(100)))
+        );
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(handle.try_enforce(&c, None), Ok(Outcome::PASS));
+        let s = handle.stage().collect();
+        assert_eq!(
+            (s.channels[0].counts.ops, s.channels[0].counts.bytes),
+            (2, 6)
+        );
+        // Handles work from other threads, each its own.
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    let mut h = stage.handle();
+                    clock.advance(Duration::from_millis(100));
+                    stage
+                        .apply(&Rule::SetDefaultChannel { channel: None })
+                        .unwrap();
+                    h.enforce(&c, None).unwrap();
+                });
+            }
+        });
+        let s = stage.collect();
+        assert_eq!(s.unmatched.ops + s.channels[0].counts.ops, 5);
     }
 
     #[test]
