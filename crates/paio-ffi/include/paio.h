@@ -125,6 +125,11 @@
 #define PAIO_CONTEXT_NONE 0
 
 /**
+ * The file class id meaning "no file class" (the name `none`).
+ */
+#define PAIO_FILE_CLASS_NONE 0
+
+/**
  * The result of a libpaio call. `PAIO_OK` (0) means success; every other
  * value is an error whose message `paio_last_error()` returns on the same
  * thread. Values are stable: new codes are only ever appended.
@@ -200,6 +205,12 @@ typedef struct paio_context {
      * `paio_request_context`.
      */
     uint16_t request_context;
+    /**
+     * Which kind of file the request touches: `PAIO_FILE_CLASS_NONE` (what
+     * `paio_context_new` and `paio_context_explicit` set) or an id returned
+     * by `paio_file_class`.
+     */
+    uint16_t file_class;
     /**
      * Size in bytes (0 for requests without data, such as `open`).
      */
@@ -472,6 +483,22 @@ enum paio_status paio_request_type(const char *name, uint16_t *out_id);
  * writing a `uint16_t`.
  */
 enum paio_status paio_request_context(const char *name, uint16_t *out_id);
+
+/**
+ * Returns in `*out_id` the id of the file class called `name` (`"data"`,
+ * `"logs"`, ...), interned on first use and kept for the life of the
+ * process; `"none"` gives `PAIO_FILE_CLASS_NONE`. Put it in
+ * `paio_context.file_class` for policies that match on `file_class`.
+ *
+ * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or
+ * `name` is empty, longer than 256 bytes or not UTF-8; `PAIO_ERR_LIMIT` if
+ * every id is taken. Thread-safe.
+ *
+ * # Safety
+ * `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for
+ * writing a `uint16_t`.
+ */
+enum paio_status paio_file_class(const char *name, uint16_t *out_id);
 
 /**
  * Sets the calling thread's request context to `id` until it is changed or

@@ -73,6 +73,8 @@ pub const PAIO_REQ_MERGE: u16 = 19;
 pub const PAIO_REQ_FIRST_CUSTOM: u16 = 1024;
 /// The request context id meaning "no request context" (the name `none`).
 pub const PAIO_CONTEXT_NONE: u16 = 0;
+/// The file class id meaning "no file class" (the name `none`).
+pub const PAIO_FILE_CLASS_NONE: u16 = 0;
 
 /// A data plane stage. Opaque: create it with `paio_stage_new`,
 /// `paio_stage_from_policy` or `paio_stage_from_policy_file`, and release it
@@ -101,6 +103,10 @@ pub struct paio_context {
     /// Why the request happens: `PAIO_CONTEXT_NONE` or an id returned by
     /// `paio_request_context`.
     pub request_context: u16,
+    /// Which kind of file the request touches: `PAIO_FILE_CLASS_NONE` (what
+    /// `paio_context_new` and `paio_context_explicit` set) or an id returned
+    /// by `paio_file_class`.
+    pub file_class: u16,
     /// Size in bytes (0 for requests without data, such as `open`).
     pub size: u64,
 }
@@ -111,6 +117,7 @@ impl paio_context {
             workflow: c.workflow,
             request_type: c.request_type.raw(),
             request_context: c.request_context.raw(),
+            file_class: c.file_class.raw(),
             size: c.size,
         }
     }
@@ -121,7 +128,8 @@ impl paio_context {
             args::request_type(self.request_type)?,
             args::request_context(self.request_context)?,
             self.size,
-        ))
+        )
+        .with_file_class(args::file_class(self.file_class)?))
     }
 }
 
@@ -623,6 +631,7 @@ pub unsafe extern "C" fn paio_context_explicit(
             workflow,
             request_type,
             request_context,
+            file_class: PAIO_FILE_CLASS_NONE,
             size,
         };
         ctx.to_rust()?;
@@ -678,6 +687,31 @@ pub unsafe extern "C" fn paio_request_context(
         // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
         let name = unsafe { c_str(name, "name") }?;
         let id = paio::RequestContext::named(name)?.raw();
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { put(out, id) };
+        Ok(())
+    })
+}
+
+/// Returns in `*out_id` the id of the file class called `name` (`"data"`,
+/// `"logs"`, ...), interned on first use and kept for the life of the
+/// process; `"none"` gives `PAIO_FILE_CLASS_NONE`. Put it in
+/// `paio_context.file_class` for policies that match on `file_class`.
+///
+/// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or
+/// `name` is empty, longer than 256 bytes or not UTF-8; `PAIO_ERR_LIMIT` if
+/// every id is taken. Thread-safe.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for
+/// writing a `uint16_t`.
+#[no_mangle]
+pub unsafe extern "C" fn paio_file_class(name: *const c_char, out_id: *mut u16) -> paio_status {
+    guard(|| {
+        let out = out_ptr(out_id, "out_id")?;
+        // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
+        let name = unsafe { c_str(name, "name") }?;
+        let id = paio::FileClass::named(name)?.raw();
         // SAFETY: checked non-NULL; writable by this function's contract.
         unsafe { put(out, id) };
         Ok(())

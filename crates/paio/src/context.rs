@@ -158,6 +158,50 @@ impl RequestContext {
     }
 }
 
+/// The class of the file a request touches (`data`, `logs`, ...), as an
+/// interposer derives it from the file's path, interned to a small integer.
+/// [`FileClass::NONE`] means "unknown or not classified".
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[repr(transparent)]
+pub struct FileClass(u16);
+
+impl FileClass {
+    /// No file class.
+    pub const NONE: FileClass = FileClass(0);
+
+    /// The class called `name`, interned on first use (`"none"` is
+    /// [`FileClass::NONE`]). Fails when 65,535 names exist already or the
+    /// name is empty.
+    pub fn named(name: &str) -> Result<Self, InternError> {
+        if name == "none" {
+            return Ok(Self::NONE);
+        }
+        interner().intern(Namespace::FileClass, name).map(Self)
+    }
+
+    /// The class with number `raw`, if it is `NONE` or was interned.
+    /// Lock-free.
+    #[inline]
+    pub fn from_raw(raw: u16) -> Option<Self> {
+        (raw <= interner().file_class_count.load(Ordering::Acquire)).then_some(Self(raw))
+    }
+
+    /// The class's number.
+    pub const fn raw(self) -> u16 {
+        self.0
+    }
+
+    /// The class's name (`"none"` for [`FileClass::NONE`]).
+    pub fn name(self) -> String {
+        if self.0 == 0 {
+            return "none".to_string();
+        }
+        interner()
+            .name(Namespace::FileClass, self.0)
+            .unwrap_or_else(|| format!("#{}", self.0))
+    }
+}
+
 macro_rules! named_serde {
     ($ty:ident, $what:literal) => {
         impl fmt::Debug for $ty {
@@ -187,6 +231,7 @@ macro_rules! named_serde {
 }
 named_serde!(RequestType, "request type");
 named_serde!(RequestContext, "request context");
+named_serde!(FileClass, "file class");
 
 /// Why a name could not be interned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -206,6 +251,7 @@ pub enum InternError {
 enum Namespace {
     RequestType,
     RequestContext,
+    FileClass,
 }
 
 #[derive(Default)]
@@ -218,9 +264,11 @@ struct Names {
 struct Interner {
     types: RwLock<Names>,
     contexts: RwLock<Names>,
+    file_classes: RwLock<Names>,
     /// Number of interned names of each namespace, readable without a lock.
     type_count: AtomicU16,
     context_count: AtomicU16,
+    file_class_count: AtomicU16,
 }
 
 fn interner() -> &'static Interner {
@@ -240,6 +288,7 @@ impl Interner {
             Namespace::RequestContext => {
                 (&self.contexts, &self.context_count, 1, "request context")
             }
+            Namespace::FileClass => (&self.file_classes, &self.file_class_count, 1, "file class"),
         }
     }
 
@@ -286,6 +335,9 @@ pub struct Context {
     pub request_type: RequestType,
     /// Why the request happens (propagated from the layer above).
     pub request_context: RequestContext,
+    /// Which kind of file it touches ([`FileClass::NONE`] unless a layer that
+    /// knows the file, such as the interposer, sets it).
+    pub file_class: FileClass,
     /// Size in bytes (0 for context-only requests such as `open`).
     pub size: u64,
 }
@@ -299,11 +351,12 @@ impl Context {
             workflow: current_workflow(),
             request_type,
             request_context: current_request_context(),
+            file_class: FileClass::NONE,
             size,
         }
     }
 
-    /// A context with every classifier given explicitly.
+    /// A context with the given classifiers and no file class.
     #[inline]
     pub const fn explicit(
         workflow: WorkflowId,
@@ -315,6 +368,7 @@ impl Context {
             workflow,
             request_type,
             request_context,
+            file_class: FileClass::NONE,
             size,
         }
     }
@@ -323,6 +377,13 @@ impl Context {
     #[inline]
     pub const fn with_workflow(mut self, workflow: WorkflowId) -> Self {
         self.workflow = workflow;
+        self
+    }
+
+    /// The same context with a file class.
+    #[inline]
+    pub const fn with_file_class(mut self, file_class: FileClass) -> Self {
+        self.file_class = file_class;
         self
     }
 
@@ -436,6 +497,20 @@ mod tests {
         assert_eq!(RequestContext::named("none").unwrap(), RequestContext::NONE);
         assert_eq!(RequestContext::from_raw(u16::MAX), None);
         assert_eq!(RequestType::from_raw(u16::MAX), None);
+    }
+
+    #[test]
+    fn file_classes_intern_and_attach_to_contexts() {
+        let data = FileClass::named("ctx-test-data").unwrap();
+        assert_ne!(data, FileClass::NONE);
+        assert_eq!(FileClass::named("ctx-test-data").unwrap(), data);
+        assert_eq!(FileClass::from_raw(data.raw()), Some(data));
+        assert_eq!(FileClass::named("none").unwrap(), FileClass::NONE);
+        assert_eq!(data.name(), "ctx-test-data");
+        let c = Context::new(RequestType::READ, 1);
+        assert_eq!(c.file_class, FileClass::NONE);
+        assert_eq!(c.with_file_class(data).file_class, data);
+        assert_eq!(serde_json::to_string(&data).unwrap(), "\"ctx-test-data\"");
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //!
 //! **Which rule wins.** Among the patterns that match a request, the one that
 //! names the most classifiers wins; between patterns naming the same number,
-//! the order of precedence is workflow, then request context, then request
-//! type. Two patterns naming the same classifiers with the same values are the
+//! the order of precedence is workflow, then request context, then file
+//! class, then request type. Two patterns naming the same classifiers with the same values are the
 //! same pattern: adding it again replaces its target. So exactly one pattern
 //! wins, whatever order rules arrived in.
 
@@ -19,7 +19,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::{Context, RequestContext, RequestType, WorkflowId};
+use crate::context::{Context, FileClass, RequestContext, RequestType, WorkflowId};
 
 /// A request classifier (the paper's I/O classifiers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -31,21 +31,25 @@ pub enum Classifier {
     RequestType,
     /// [`Context::request_context`].
     RequestContext,
+    /// [`Context::file_class`].
+    FileClass,
 }
 
 impl Classifier {
     /// All classifiers.
-    pub const ALL: [Classifier; 3] = [
+    pub const ALL: [Classifier; 4] = [
         Classifier::Workflow,
         Classifier::RequestType,
         Classifier::RequestContext,
+        Classifier::FileClass,
     ];
 
     const fn bit(self) -> u8 {
         match self {
-            Classifier::Workflow => 0b100,
-            Classifier::RequestContext => 0b010,
-            Classifier::RequestType => 0b001,
+            Classifier::Workflow => 0b1000,
+            Classifier::RequestContext => 0b0100,
+            Classifier::FileClass => 0b0010,
+            Classifier::RequestType => 0b0001,
         }
     }
 }
@@ -56,6 +60,7 @@ impl fmt::Display for Classifier {
             Classifier::Workflow => "workflow",
             Classifier::RequestType => "request_type",
             Classifier::RequestContext => "request_context",
+            Classifier::FileClass => "file_class",
         })
     }
 }
@@ -66,7 +71,7 @@ pub struct ClassifierSet(u8);
 
 impl ClassifierSet {
     /// Every classifier.
-    pub const ALL: ClassifierSet = ClassifierSet(0b111);
+    pub const ALL: ClassifierSet = ClassifierSet(0b1111);
 
     /// The set of `classifiers`.
     pub fn of(classifiers: &[Classifier]) -> Self {
@@ -100,6 +105,9 @@ pub struct Pattern {
     /// Match only this request context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_context: Option<RequestContext>,
+    /// Match only this file class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_class: Option<FileClass>,
 }
 
 impl Pattern {
@@ -108,6 +116,7 @@ impl Pattern {
         workflow: None,
         request_type: None,
         request_context: None,
+        file_class: None,
     };
 
     /// The classifiers this pattern names.
@@ -118,6 +127,9 @@ impl Pattern {
         }
         if self.request_context.is_some() {
             m |= Classifier::RequestContext.bit();
+        }
+        if self.file_class.is_some() {
+            m |= Classifier::FileClass.bit();
         }
         if self.request_type.is_some() {
             m |= Classifier::RequestType.bit();
@@ -132,6 +144,7 @@ impl Pattern {
             && self
                 .request_context
                 .is_none_or(|c| c == ctx.request_context)
+            && self.file_class.is_none_or(|f| f == ctx.file_class)
     }
 
     fn key(&self) -> Key {
@@ -140,6 +153,7 @@ impl Pattern {
             kinds: pack(
                 self.request_type.map_or(0, RequestType::raw),
                 self.request_context.map_or(0, RequestContext::raw),
+                self.file_class.map_or(0, FileClass::raw),
             ),
         }
     }
@@ -162,6 +176,9 @@ impl fmt::Display for Pattern {
         if let Some(c) = self.request_context {
             parts.push(format!("request_context = {c}"));
         }
+        if let Some(c) = self.file_class {
+            parts.push(format!("file_class = {c}"));
+        }
         if parts.is_empty() {
             f.write_str("{any}")
         } else {
@@ -173,11 +190,11 @@ impl fmt::Display for Pattern {
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 struct Key {
     workflow: u64,
-    kinds: u32,
+    kinds: u64,
 }
 
-const fn pack(request_type: u16, request_context: u16) -> u32 {
-    (request_type as u32) << 16 | request_context as u32
+const fn pack(request_type: u16, request_context: u16, file_class: u16) -> u64 {
+    (request_type as u64) << 32 | (request_context as u64) << 16 | file_class as u64
 }
 
 impl Key {
@@ -198,6 +215,11 @@ impl Key {
                 },
                 if m(Classifier::RequestContext) {
                     ctx.request_context.raw()
+                } else {
+                    0
+                },
+                if m(Classifier::FileClass) {
+                    ctx.file_class.raw()
                 } else {
                     0
                 },
@@ -334,6 +356,10 @@ mod tests {
         RequestContext::named(name).unwrap()
     }
 
+    fn fc(name: &str) -> FileClass {
+        FileClass::named(name).unwrap()
+    }
+
     #[test]
     fn most_specific_wins_regardless_of_order() {
         let flush = rc("dif-test-flush");
@@ -434,11 +460,13 @@ mod tests {
             proptest::option::of(0u64..3),
             proptest::option::of(0usize..3),
             proptest::option::of(0u16..3),
+            proptest::option::of(0u16..2),
         )
-            .prop_map(move |(w, t, c)| Pattern {
+            .prop_map(move |(w, t, c, f)| Pattern {
                 workflow: w,
                 request_type: t.map(|i| types[i]),
                 request_context: c.map(|i| rc(&format!("dif-prop-{i}"))),
+                file_class: f.map(|i| fc(&format!("dif-prop-file-{i}"))),
             })
     }
 
@@ -448,14 +476,15 @@ mod tests {
         #[test]
         fn matcher_agrees_with_brute_force(
             patterns in proptest::collection::vec(pattern(), 0..24),
-            w in 0u64..3, t in 0usize..3, c in 0u16..4,
+            w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3,
         ) {
             let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
             let ctx = Context::explicit(
                 w, types[t],
                 if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
                 0,
-            );
+            )
+            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) });
             let m = Matcher::compile(patterns.iter().enumerate().map(|(i, p)| (p, i)));
             let expect = patterns
                 .iter()

@@ -58,7 +58,7 @@ pub mod units;
 pub use clock::{Clock, FakeClock, MonotonicClock, SharedClock};
 pub use context::{
     clear_request_context, current_request_context, set_request_context, Context, ContextScope,
-    RequestContext, RequestType, WorkflowId,
+    FileClass, RequestContext, RequestType, WorkflowId,
 };
 pub use differentiation::{Classifier, Pattern};
 pub use object::{

@@ -580,7 +580,14 @@ name = "fg"
         assert_eq!(info.identity.labels.len(), 2);
         assert_eq!(info.identity.labels["job"], "train1");
         assert_eq!(info.identity.labels["tier"], "gold");
-        assert_eq!(info.classifiers, Classifier::ALL.to_vec());
+        assert_eq!(
+            info.classifiers,
+            [
+                Classifier::Workflow,
+                Classifier::RequestType,
+                Classifier::RequestContext
+            ]
+        );
         assert_eq!(info.default_channel.as_deref(), Some("fg"));
         let names: Vec<&str> = info.channels.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["bg", "compaction", "fg"]);
@@ -588,6 +595,7 @@ name = "fg"
             workflow: w,
             request_type: t,
             request_context: c,
+            file_class: None,
         };
         assert_eq!(
             info.channel_rules,

@@ -899,7 +899,7 @@ mod tests {
         assert_eq!(info.identity.labels["job"], "j1");
         assert_eq!(info.identity.pid, std::process::id());
         assert!(!info.identity.host.is_empty());
-        assert_eq!(info.classifiers.len(), 3);
+        assert_eq!(info.classifiers.len(), 4);
     }
 
     #[test]
@@ -1099,7 +1099,7 @@ mod tests {
         ));
         assert_eq!(
             stage.info().classifiers.len(),
-            3,
+            4,
             "failed rule changed nothing"
         );
     }

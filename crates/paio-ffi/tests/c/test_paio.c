@@ -203,6 +203,45 @@ static void test_contexts(void) {
     CHECK(paio_context_explicit(1, PAIO_REQ_READ, 65535, 0, &c) == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(paio_context_explicit(1, PAIO_REQ_READ, 0, 0, NULL) == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(c.workflow == 42); /* unchanged on error */
+    CHECK(c.file_class == PAIO_FILE_CLASS_NONE);
+}
+
+static const char *FILE_CLASS_POLICY =
+    "[stage]\n"
+    "default_channel = \"other\"\n"
+    "[[channel]]\n"
+    "name = \"logs\"\n"
+    "match = { file_class = \"c-test-logs\" }\n"
+    "[[channel]]\n"
+    "name = \"other\"\n";
+
+static void test_file_classes(void) {
+    uint16_t logs = 0, again = 0, none = 1;
+    paio_stage *s = NULL;
+    paio_context ctx;
+
+    CHECK_OK(paio_file_class("c-test-logs", &logs));
+    CHECK(logs != PAIO_FILE_CLASS_NONE);
+    CHECK_OK(paio_file_class("c-test-logs", &again));
+    CHECK(again == logs);
+    CHECK_OK(paio_file_class("none", &none));
+    CHECK(none == PAIO_FILE_CLASS_NONE);
+    CHECK(paio_file_class(NULL, &again) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_file_class("x", NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_file_class("", &again) == PAIO_ERR_INVALID_ARGUMENT);
+
+    CHECK_OK(paio_stage_from_policy(FILE_CLASS_POLICY, "classes.toml", &s));
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 100, &ctx));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, NULL));
+    ctx.file_class = logs;
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, NULL));
+    CHECK_OK(paio_stage_enforce(s, &ctx, NULL, 0, NULL));
+    CHECK(channel_figure(s, "logs", "bytes") == 200);
+    CHECK(channel_figure(s, "other", "bytes") == 100);
+    ctx.file_class = 65535; /* never returned by paio_file_class */
+    CHECK(paio_stage_enforce(s, &ctx, NULL, 0, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "file class"));
+    paio_stage_free(s);
 }
 
 static const char *BAD_POLICY =
@@ -529,6 +568,7 @@ int main(void) {
     test_request_types();
     test_request_contexts();
     test_contexts();
+    test_file_classes();
     test_stage_creation();
     test_rules_and_json();
     test_enforce_single_thread();
