@@ -10,7 +10,6 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
@@ -87,8 +86,9 @@ impl ObjectCounters {
     }
 }
 
-/// Bitmap of owned slots.
-static SLOTS_IN_USE: Mutex<u64> = Mutex::new(0);
+/// Bitmap of owned slots. Lock-free, so a process that forks while another
+/// thread is claiming a slot cannot leave the child with a held lock.
+static SLOTS_IN_USE: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// The thread's slot index; `UNASSIGNED` until first use.
@@ -104,8 +104,9 @@ impl Drop for SlotOwner {
     fn drop(&mut self) {
         let i = SLOT.with(|s| s.replace(OVERFLOW));
         if i < COUNTER_SLOTS {
-            let mut used = SLOTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
-            *used &= !(1u64 << i);
+            // Release: this thread's last stores to the slot happen before
+            // the next owner's claim (Acquire) of it.
+            SLOTS_IN_USE.fetch_and(!(1u64 << i), Ordering::Release);
         }
     }
 }
@@ -119,23 +120,32 @@ fn thread_slot() -> usize {
     assign_slot()
 }
 
+/// Claims the lowest free slot, or the overflow slot when none is free.
+fn claim_slot() -> usize {
+    let mut used = SLOTS_IN_USE.load(Ordering::Relaxed);
+    loop {
+        let free = (!used).trailing_zeros() as usize;
+        if free >= COUNTER_SLOTS {
+            return OVERFLOW;
+        }
+        match SLOTS_IN_USE.compare_exchange_weak(
+            used,
+            used | 1u64 << free,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return free,
+            Err(now) => used = now,
+        }
+    }
+}
+
 #[cold]
 fn assign_slot() -> usize {
     // Registering the owner may fail during thread exit; then the thread uses
     // the shared overflow slot, which is always correct.
     let registered = SLOT_OWNER.try_with(|_| ()).is_ok();
-    let i = if registered {
-        let mut used = SLOTS_IN_USE.lock().unwrap_or_else(|e| e.into_inner());
-        let free = (!*used).trailing_zeros() as usize;
-        if free < COUNTER_SLOTS {
-            *used |= 1u64 << free;
-            free
-        } else {
-            OVERFLOW
-        }
-    } else {
-        OVERFLOW
-    };
+    let i = if registered { claim_slot() } else { OVERFLOW };
     let _ = SLOT.try_with(|s| s.set(i));
     i
 }
@@ -457,7 +467,7 @@ mod tests {
     use std::sync::Arc;
 
     /// Serializes the tests that depend on how many slots are free.
-    static SLOT_TESTS: Mutex<()> = Mutex::new(());
+    static SLOT_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     #[test]
     fn counters_are_exact_across_many_threads() {
