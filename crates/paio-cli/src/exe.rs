@@ -1,0 +1,564 @@
+//! Resolving the command through `PATH`, and reading its ELF headers to tell
+//! whether the interposer can see its I/O.
+//!
+//! What is checked, on the resolved file only (not on programs it runs
+//! later, nor on a script's interpreter):
+//!
+//! - a file starting with `#!` is a script: no warning;
+//! - an ELF file without a `PT_INTERP` program header is not started by the
+//!   dynamic loader, which is what honours `LD_PRELOAD`: statically linked
+//!   (including static-pie). Warned;
+//! - an ELF file with a `.go.buildinfo` or `.note.go.buildid` section, or a
+//!   `PT_NOTE` segment holding a note named `Go` of type 4 (the Go build ID,
+//!   present even when section headers are stripped), is a Go program: Go
+//!   makes its file system calls directly, not through libc, even when it is
+//!   dynamically linked (cgo). Warned;
+//! - anything else (other ELF files, unknown formats) is not warned about.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// Why the command cannot be run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ResolveError {
+    /// Exit status 127.
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// Exit status 126.
+    #[error("{}: {reason}", .path.display())]
+    NotExecutable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+impl ResolveError {
+    /// The exit status a shell would use.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ResolveError::NotFound(_) => crate::EXIT_NOT_FOUND,
+            ResolveError::NotExecutable { .. } => crate::EXIT_CANNOT_EXECUTE,
+        }
+    }
+}
+
+/// The search path used when `PATH` is not set (glibc's `execvp` default).
+pub const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+fn executable(path: &Path) -> Result<(), &'static str> {
+    match std::fs::metadata(path) {
+        Err(_) => Err("No such file or directory"),
+        Ok(m) if m.is_dir() => Err("Is a directory"),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err("Permission denied"),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// The file `cmd` runs, as a shell finds it: `cmd` itself if it contains a
+/// `/`, else the first executable regular file named `cmd` in the
+/// directories of `path_env` (`PATH`; empty entries mean the current
+/// directory). A file found but not executable gives
+/// [`ResolveError::NotExecutable`] if no executable one comes later.
+pub fn resolve_command(cmd: &OsStr, path_env: Option<&OsStr>) -> Result<PathBuf, ResolveError> {
+    let name = cmd.to_string_lossy().into_owned();
+    if cmd.is_empty() {
+        return Err(ResolveError::NotFound(name));
+    }
+    if cmd.as_bytes().contains(&b'/') {
+        let path = PathBuf::from(cmd);
+        return match executable(&path) {
+            Ok(()) => Ok(path),
+            Err("No such file or directory") => Err(ResolveError::NotFound(name)),
+            Err(reason) => Err(ResolveError::NotExecutable { path, reason }),
+        };
+    }
+    let search = path_env.map_or_else(|| OsString::from(DEFAULT_PATH), OsStr::to_os_string);
+    let mut not_executable = None;
+    for dir in search.as_bytes().split(|&b| b == b':') {
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(OsStr::from_bytes(dir))
+        };
+        let candidate = dir.join(cmd);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err("Permission denied") if not_executable.is_none() => {
+                not_executable = Some(candidate);
+            }
+            Err(_) => {}
+        }
+    }
+    match not_executable {
+        Some(path) => Err(ResolveError::NotExecutable {
+            path,
+            reason: "Permission denied",
+        }),
+        None => Err(ResolveError::NotFound(name)),
+    }
+}
+
+/// What the executable is, as far as the interposer is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Linkage {
+    /// An ELF file with a `PT_INTERP` header: started by the dynamic loader
+    /// (named), which honours `LD_PRELOAD`.
+    Dynamic(String),
+    /// An ELF file without `PT_INTERP`: static (`pie` if it is a static-pie,
+    /// i.e. has a `PT_DYNAMIC` header all the same).
+    Static {
+        /// A static-pie executable.
+        pie: bool,
+    },
+    /// A script (`#!`), with its interpreter line.
+    Script(String),
+    /// Neither ELF nor a script.
+    Unknown,
+}
+
+/// What [`inspect`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExeInfo {
+    /// How it is started.
+    pub linkage: Linkage,
+    /// A Go program (see the module documentation for how it is detected).
+    pub go: bool,
+}
+
+impl ExeInfo {
+    /// The one-line warning to print for this executable, if any (without
+    /// the `paio:` prefix).
+    pub fn warning(&self, path: &Path) -> Option<String> {
+        let p = path.display();
+        match (&self.linkage, self.go) {
+            (Linkage::Static { .. }, true) => Some(format!(
+                "warning: {p} is a statically linked Go program: the interposer cannot see its I/O (no dynamic loader, and Go makes system calls directly), so it runs without a stage"
+            )),
+            (Linkage::Static { pie }, false) => Some(format!(
+                "warning: {p} is statically linked{} (no PT_INTERP): LD_PRELOAD does not apply, the interposer cannot see its I/O, so it runs without a stage",
+                if *pie { " (static-pie)" } else { "" }
+            )),
+            (_, true) => Some(format!(
+                "warning: {p} is a Go program: Go makes its system calls directly, not through libc, so the interposer sees none of its file I/O"
+            )),
+            _ => None,
+        }
+    }
+}
+
+const PT_DYNAMIC: u32 = 2;
+const PT_INTERP: u32 = 3;
+const PT_NOTE: u32 = 4;
+const SHT_NOBITS: u32 = 8;
+/// Largest header table or note segment read.
+const MAX_READ: u64 = 1 << 20;
+
+struct Elf {
+    file: File,
+    is64: bool,
+    le: bool,
+}
+
+impl Elf {
+    fn u16(&self, b: &[u8]) -> u16 {
+        let a = [b[0], b[1]];
+        if self.le {
+            u16::from_le_bytes(a)
+        } else {
+            u16::from_be_bytes(a)
+        }
+    }
+    fn u32(&self, b: &[u8]) -> u32 {
+        let a = [b[0], b[1], b[2], b[3]];
+        if self.le {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        }
+    }
+    /// A word: 8 bytes in ELF64, 4 in ELF32.
+    fn word(&self, b: &[u8]) -> u64 {
+        if self.is64 {
+            let a: [u8; 8] = b[..8].try_into().unwrap();
+            if self.le {
+                u64::from_le_bytes(a)
+            } else {
+                u64::from_be_bytes(a)
+            }
+        } else {
+            self.u32(b) as u64
+        }
+    }
+    fn read_at(&mut self, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        if len > MAX_READ {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "ELF table too large",
+            ));
+        }
+        self.file.seek(SeekFrom::Start(offset))?;
+        let mut buf = vec![0; len as usize];
+        self.file.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("malformed ELF: {what}"))
+}
+
+/// Whether a note segment holds a note named `Go` of type 4 (NT_GOBUILDID).
+fn has_go_note(elf: &Elf, notes: &[u8]) -> bool {
+    let mut at = 0usize;
+    while at + 12 <= notes.len() {
+        let namesz = elf.u32(&notes[at..]) as usize;
+        let descsz = elf.u32(&notes[at + 4..]) as usize;
+        let ty = elf.u32(&notes[at + 8..]);
+        let name_start = at + 12;
+        let Some(name) = notes.get(name_start..name_start.saturating_add(namesz)) else {
+            return false;
+        };
+        if ty == 4 && name == b"Go\0" {
+            return true;
+        }
+        let align4 = |n: usize| n.saturating_add(3) & !3;
+        at = name_start
+            .saturating_add(align4(namesz))
+            .saturating_add(align4(descsz));
+    }
+    false
+}
+
+/// Reads the headers of `path` (see the module documentation).
+pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
+    let mut file = File::open(path)?;
+    let mut ident = [0u8; 64];
+    let n = read_up_to(&mut file, &mut ident)?;
+    let head = &ident[..n];
+    if head.starts_with(b"#!") {
+        let line = head[2..].split(|&b| b == b'\n').next().unwrap_or_default();
+        return Ok(ExeInfo {
+            linkage: Linkage::Script(String::from_utf8_lossy(line).trim().to_string()),
+            go: false,
+        });
+    }
+    if n < 52 || !head.starts_with(b"\x7fELF") {
+        return Ok(ExeInfo {
+            linkage: Linkage::Unknown,
+            go: false,
+        });
+    }
+    let is64 = match head[4] {
+        1 => false,
+        2 => true,
+        _ => return Err(invalid("unknown class")),
+    };
+    let le = match head[5] {
+        1 => true,
+        2 => false,
+        _ => return Err(invalid("unknown byte order")),
+    };
+    if is64 && n < 64 {
+        return Err(invalid("truncated header"));
+    }
+    let mut elf = Elf { file, is64, le };
+    // Offsets in the ELF header.
+    let (phoff, shoff, rest) = if is64 {
+        (elf.word(&head[32..]), elf.word(&head[40..]), 52)
+    } else {
+        (elf.word(&head[28..]), elf.word(&head[32..]), 40)
+    };
+    let phentsize = elf.u16(&head[rest + 2..]) as u64;
+    let phnum = elf.u16(&head[rest + 4..]) as u64;
+    let shentsize = elf.u16(&head[rest + 6..]) as u64;
+    let shnum = elf.u16(&head[rest + 8..]) as u64;
+    let shstrndx = elf.u16(&head[rest + 10..]) as u64;
+    let min_ph = if is64 { 56 } else { 32 };
+    if phnum > 0 && phentsize < min_ph {
+        return Err(invalid("program header size"));
+    }
+
+    let mut interp = None;
+    let mut dynamic = false;
+    let mut go = false;
+    let phdrs = elf.read_at(phoff, phentsize * phnum)?;
+    for i in 0..phnum as usize {
+        let ph = &phdrs[i * phentsize as usize..];
+        let ty = elf.u32(ph);
+        let (offset, filesz) = if is64 {
+            (elf.word(&ph[8..]), elf.word(&ph[32..]))
+        } else {
+            (elf.word(&ph[4..]), elf.word(&ph[16..]))
+        };
+        match ty {
+            PT_INTERP => {
+                let bytes = elf.read_at(offset, filesz.min(4096))?;
+                let s = bytes.split(|&b| b == 0).next().unwrap_or_default();
+                interp = Some(String::from_utf8_lossy(s).into_owned());
+            }
+            PT_DYNAMIC => dynamic = true,
+            PT_NOTE if !go && filesz <= MAX_READ => {
+                if let Ok(notes) = elf.read_at(offset, filesz) {
+                    go = has_go_note(&elf, &notes);
+                }
+            }
+            _ => {}
+        }
+    }
+    if !go {
+        go = has_go_section(&mut elf, shoff, shentsize, shnum, shstrndx).unwrap_or(false);
+    }
+    let linkage = match interp {
+        Some(i) => Linkage::Dynamic(i),
+        None => Linkage::Static { pie: dynamic },
+    };
+    Ok(ExeInfo { linkage, go })
+}
+
+fn has_go_section(
+    elf: &mut Elf,
+    shoff: u64,
+    shentsize: u64,
+    shnum: u64,
+    shstrndx: u64,
+) -> io::Result<bool> {
+    let min_sh = if elf.is64 { 64 } else { 40 };
+    if shoff == 0 || shnum == 0 || shentsize < min_sh || shstrndx >= shnum {
+        return Ok(false);
+    }
+    let shdrs = elf.read_at(shoff, shentsize * shnum)?;
+    let sh = |i: u64| &shdrs[(i * shentsize) as usize..];
+    // (name offset, type, file offset, size) of section header `h`.
+    let fields = |elf: &Elf, h: &[u8]| {
+        if elf.is64 {
+            (
+                elf.u32(h),
+                elf.u32(&h[4..]),
+                elf.word(&h[24..]),
+                elf.word(&h[32..]),
+            )
+        } else {
+            (
+                elf.u32(h),
+                elf.u32(&h[4..]),
+                elf.word(&h[16..]),
+                elf.word(&h[20..]),
+            )
+        }
+    };
+    let (_, strtype, stroff, strsize) = fields(elf, sh(shstrndx));
+    if strtype == SHT_NOBITS {
+        return Ok(false);
+    }
+    let names = elf.read_at(stroff, strsize)?;
+    for i in 0..shnum {
+        let (name, _, _, _) = fields(elf, sh(i));
+        let name = names
+            .get(name as usize..)
+            .and_then(|s| s.split(|&b| b == 0).next())
+            .unwrap_or_default();
+        if name == b".go.buildinfo" || name == b".note.go.buildid" {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn cc(dir: &Path, name: &str, src: &str, flags: &[&str]) -> Option<PathBuf> {
+        let c = dir.join(format!("{name}.c"));
+        std::fs::write(&c, src).unwrap();
+        let out = dir.join(name);
+        let ok = Command::new("cc")
+            .args(flags)
+            .arg("-o")
+            .arg(&out)
+            .arg(&c)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        ok.then_some(out)
+    }
+
+    /// A static binary: with static libc if present, else without libc.
+    fn static_binary(dir: &Path) -> PathBuf {
+        cc(dir, "static", "int main(void) { return 0; }\n", &["-static"])
+            .or_else(|| {
+                cc(
+                    dir,
+                    "nolibc",
+                    "void _start(void) { __asm__ volatile(\"mov $60, %eax\\n xor %edi, %edi\\n syscall\"); }\n",
+                    &["-nostdlib", "-static"],
+                )
+            })
+            .expect("cannot build a static binary with cc")
+    }
+
+    #[test]
+    fn bin_ls_is_dynamic() {
+        let info = inspect(Path::new("/bin/ls")).unwrap();
+        assert!(
+            matches!(info.linkage, Linkage::Dynamic(ref i) if i.contains("ld-linux")),
+            "{info:?}"
+        );
+        assert!(!info.go);
+        assert_eq!(info.warning(Path::new("/bin/ls")), None);
+    }
+
+    #[test]
+    fn static_binaries_are_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = static_binary(dir.path());
+        let info = inspect(&bin).unwrap();
+        assert!(matches!(info.linkage, Linkage::Static { .. }), "{info:?}");
+        let w = info.warning(&bin).unwrap();
+        assert!(
+            w.starts_with("warning: ") && w.contains("statically linked"),
+            "{w}"
+        );
+        assert!(!w.contains('\n'));
+        // static-pie, if the toolchain supports it.
+        if let Some(pie) = cc(
+            dir.path(),
+            "spie",
+            "int main(void) { return 0; }\n",
+            &["-static-pie"],
+        ) {
+            let info = inspect(&pie).unwrap();
+            assert_eq!(info.linkage, Linkage::Static { pie: true });
+        }
+        // A dynamic one built by the same compiler, for contrast.
+        let dynamic = cc(dir.path(), "dyn", "int main(void) { return 0; }\n", &[]).unwrap();
+        assert!(matches!(
+            inspect(&dynamic).unwrap().linkage,
+            Linkage::Dynamic(_)
+        ));
+    }
+
+    #[test]
+    fn go_notes_and_sections_are_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        // A dynamic ELF with a `.note.go.buildid` section holding a Go note,
+        // as the Go linker writes it.
+        let src = "__attribute__((section(\".note.go.buildid\"), used, aligned(4)))\n\
+                   static const struct { unsigned n, d, t; char name[4]; char desc[8]; } note =\n\
+                   { 3, 8, 4, \"Go\", \"abcdefg\" };\n\
+                   int main(void) { return 0; }\n";
+        let bin = cc(dir.path(), "gofake", src, &[]).unwrap();
+        let info = inspect(&bin).unwrap();
+        assert!(info.go, "{info:?}");
+        assert!(matches!(info.linkage, Linkage::Dynamic(_)));
+        let w = info.warning(&bin).unwrap();
+        assert!(w.contains("is a Go program"), "{w}");
+        // Section headers stripped: the note is still found through PT_NOTE.
+        let stripped = dir.path().join("gofake-stripped");
+        let mut bytes = std::fs::read(&bin).unwrap();
+        bytes[40..48].copy_from_slice(&0u64.to_le_bytes()); // e_shoff
+        bytes[60..62].copy_from_slice(&0u16.to_le_bytes()); // e_shnum
+        std::fs::write(&stripped, bytes).unwrap();
+        assert!(inspect(&stripped).unwrap().go);
+    }
+
+    #[test]
+    fn a_real_go_binary_if_installed() {
+        // The Go toolchain's own `go` command is a Go program.
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+        dirs.push("/usr/local/go/bin".into());
+        let Some(go) = dirs.iter().map(|d| d.join("go")).find(|p| p.is_file()) else {
+            eprintln!("no Go toolchain: skipped");
+            return;
+        };
+        let info = inspect(&go).unwrap();
+        assert!(info.go, "{}: {info:?}", go.display());
+        assert!(info.warning(&go).unwrap().contains("Go program"));
+    }
+
+    #[test]
+    fn scripts_and_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+        let info = inspect(&script).unwrap();
+        assert_eq!(info.linkage, Linkage::Script("/bin/sh".into()));
+        assert_eq!(info.warning(&script), None);
+        let text = dir.path().join("t");
+        std::fs::write(&text, "hello").unwrap();
+        assert_eq!(inspect(&text).unwrap().linkage, Linkage::Unknown);
+        // Program headers past the end of the file.
+        let bad = dir.path().join("bad");
+        let mut h = vec![0u8; 64];
+        h[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\0");
+        h[32..40].copy_from_slice(&0xffff_ffffu64.to_le_bytes()); // e_phoff
+        h[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        h[56..58].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+        std::fs::write(&bad, h).unwrap();
+        assert!(inspect(&bad).is_err());
+    }
+
+    #[test]
+    fn resolves_like_a_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        std::fs::write(a.join("tool"), "#!/bin/sh\n").unwrap(); // not executable
+        std::fs::write(b.join("tool"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(b.join("tool"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = std::env::join_paths([&a, &b]).unwrap();
+        assert_eq!(
+            resolve_command(OsStr::new("tool"), Some(&path)).unwrap(),
+            b.join("tool")
+        );
+        let only_a = a.as_os_str();
+        assert_eq!(
+            resolve_command(OsStr::new("tool"), Some(only_a)).unwrap_err(),
+            ResolveError::NotExecutable {
+                path: a.join("tool"),
+                reason: "Permission denied"
+            }
+        );
+        let e = resolve_command(OsStr::new("no-such-tool-x"), Some(&path)).unwrap_err();
+        assert_eq!(e.to_string(), "no-such-tool-x: command not found");
+        assert_eq!(e.exit_code(), 127);
+        assert_eq!(
+            resolve_command(OsStr::new("/bin/ls"), None).unwrap(),
+            PathBuf::from("/bin/ls")
+        );
+        let e = resolve_command(a.join("tool").as_os_str(), None).unwrap_err();
+        assert_eq!(e.exit_code(), 126);
+        let e = resolve_command(a.as_os_str(), None).unwrap_err();
+        assert!(e.to_string().ends_with(": Is a directory"), "{e}");
+        assert_eq!(
+            resolve_command(OsStr::new("./nope"), None)
+                .unwrap_err()
+                .exit_code(),
+            127
+        );
+        assert!(resolve_command(OsStr::new("sh"), Some(OsStr::new("/usr/bin:/bin"))).is_ok());
+    }
+}

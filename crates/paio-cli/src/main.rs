@@ -1,0 +1,235 @@
+//! `paio`: run unmodified programs with a paio stage (docs/cli.md).
+
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, Result};
+use clap::{Parser, Subcommand};
+use paio_cli::args::{self, ArgError, Label, Limit, StageName};
+use paio_cli::{child, exe, preload, summary, EXIT_PAIO_FAILED, EXIT_USAGE};
+
+#[derive(Parser)]
+#[command(
+    name = "paio",
+    version,
+    about = "Software-defined storage stages for unmodified programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a command with the paio interposer (libpaio_preload.so) loaded.
+    #[command(
+        override_usage = "paio run [OPTIONS] -- CMD [ARGS]...",
+        after_help = "Examples:\n  \
+        paio run --summary -- dd if=/dev/zero of=/tmp/f bs=1M count=64\n  \
+        paio run --limit read=50MiB/s --limit \"metadata=1k ops/s\" -- tar cf /tmp/a.tar /usr/share/doc\n  \
+        paio run --policy my-policy.toml --name train --label job=train1 -- python3 train.py\n\n\
+        Exit status: the command's; 128+N if a signal N killed it; 127 if it is not found,\n\
+        126 if it cannot be executed; 2 for a bad flag or policy; 125 if paio itself failed.\n\
+        Guide: docs/cli.md"
+    )]
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Policy file for the stage (validated before the command starts).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Rate limit for a class of requests: read, write (bytes or ops per
+    /// second) or metadata (ops per second). Repeatable.
+    #[arg(long = "limit", value_name = "CLASS=RATE")]
+    limits: Vec<String>,
+    /// A label of the stage (PAIO_LABELS). Repeatable.
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    labels: Vec<String>,
+    /// The stage's name (PAIO_STAGE_NAME).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// Where each process writes its statistics (PAIO_STATS); %p is its pid.
+    #[arg(long, value_name = "FILE")]
+    stats: Option<PathBuf>,
+    /// Print a summary of the statistics on stderr when the command ends.
+    #[arg(long)]
+    summary: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// An error with the exit status it maps to.
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+impl From<ArgError> for Failure {
+    fn from(e: ArgError) -> Self {
+        Failure {
+            code: EXIT_USAGE,
+            message: format!("error: {e}"),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure {
+            code: EXIT_PAIO_FAILED,
+            message: format!("error: {e:#}"),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Cmd::Run(a) => match run(a) {
+            Ok(code) => code,
+            Err(f) => {
+                eprintln!("paio: {}", f.message);
+                f.code
+            }
+        },
+    };
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p)
+        .with_context(|| format!("{}: cannot make the path absolute", p.display()))
+}
+
+fn run(a: RunArgs) -> Result<i32, Failure> {
+    // 1. Everything that can be checked is checked before anything runs.
+    // Flag values are parsed here rather than by clap, so that every error
+    // has the same form (`paio: error: --flag "value": ...`).
+    let limits = a
+        .limits
+        .iter()
+        .map(|l| l.parse())
+        .collect::<Result<Vec<Limit>, _>>()?;
+    let label_list = a
+        .labels
+        .iter()
+        .map(|l| l.parse())
+        .collect::<Result<Vec<Label>, _>>()?;
+    let name = a.name.as_deref().map(str::parse::<StageName>).transpose()?;
+    if a.policy.is_some() && !limits.is_empty() {
+        return Err(ArgError::PolicyAndLimit.into());
+    }
+    let generated = if limits.is_empty() {
+        None
+    } else {
+        Some(args::checked_limit_policy(&limits)?)
+    };
+    let policy_path = match &a.policy {
+        Some(p) => Some(p.clone()),
+        // An inherited PAIO_POLICY is used by the interposer: check it too.
+        None if generated.is_none() => std::env::var_os("PAIO_POLICY")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+        None => None,
+    };
+    if let Some(p) = &policy_path {
+        args::check_policy_file(p)?;
+    }
+    let labels = args::labels_env(&label_list)?;
+    if let Some(s) = &a.stats {
+        args::check_stats_pattern(s.as_os_str())?;
+    }
+    let exe_path = std::env::current_exe().context("cannot locate the paio executable")?;
+    let lib = preload::find_library(std::env::var_os("PAIO_LIB").as_deref(), &exe_path)
+        .map_err(anyhow::Error::from)?;
+    let ld_preload = preload::compose_ld_preload(std::env::var_os("LD_PRELOAD").as_deref(), &lib)
+        .map_err(anyhow::Error::from)?;
+    let program = &a.command[0];
+    let resolved = match exe::resolve_command(program, std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(Failure {
+                code: e.exit_code(),
+                message: e.to_string(),
+            })
+        }
+    };
+    if let Ok(info) = exe::inspect(&resolved) {
+        if let Some(w) = info.warning(&resolved) {
+            eprintln!("paio: {w}");
+        }
+    }
+
+    // 2. Temporary files: the generated policy and the default statistics
+    //    files, removed when `tmp` is dropped.
+    let needs_tmp = generated.is_some() || (a.summary && a.stats.is_none());
+    let tmp = if needs_tmp {
+        Some(
+            tempfile::Builder::new()
+                .prefix("paio-run.")
+                .tempdir()
+                .context("cannot create a temporary directory")?,
+        )
+    } else {
+        None
+    };
+    // argv[0] is `program` as given (see `child::run_forwarding_signals`).
+    let mut cmd = Command::new(&resolved);
+    cmd.args(&a.command[1..]).env("LD_PRELOAD", &ld_preload);
+    if let (Some(text), Some(dir)) = (&generated, &tmp) {
+        let path = dir.path().join("policy.toml");
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        cmd.env("PAIO_POLICY", &path);
+    } else if let Some(p) = &policy_path {
+        cmd.env("PAIO_POLICY", absolute(p)?);
+    }
+    let stats_pattern: Option<OsString> = match (&a.stats, &tmp) {
+        (Some(s), _) => Some(absolute(s)?.into_os_string()),
+        (None, Some(dir)) if a.summary => Some(dir.path().join("stats.%p.json").into_os_string()),
+        _ => None,
+    };
+    if let Some(s) = &stats_pattern {
+        cmd.env("PAIO_STATS", s);
+    }
+    if !label_list.is_empty() {
+        cmd.env("PAIO_LABELS", &labels);
+    }
+    if let Some(n) = &name {
+        cmd.env("PAIO_STAGE_NAME", &n.0);
+    }
+
+    // 3. Run.
+    // Files written during the run (with a margin for coarse timestamps).
+    let since = SystemTime::now() - Duration::from_secs(2);
+    let started = Instant::now();
+    let status = match child::run_forwarding_signals(&cmd, program) {
+        Ok(s) => s,
+        Err(e) => {
+            return Err(Failure {
+                code: child::spawn_error_code(&e),
+                message: format!("{}: {e}", resolved.display()),
+            })
+        }
+    };
+    let elapsed = started.elapsed();
+
+    // 4. Summary.
+    if a.summary {
+        if let Some(pattern) = &stats_pattern {
+            let (files, errors) = summary::read_all(pattern, Some(since));
+            for e in errors {
+                eprintln!("paio: warning: {e}");
+            }
+            eprint!("{}", summary::format_summary(&files, elapsed));
+        }
+    }
+    drop(tmp);
+    Ok(child::exit_code(status))
+}

@@ -1,0 +1,539 @@
+//! The interposer's statistics files (`PAIO_STATS`) and the summary
+//! `paio run --summary` prints.
+//!
+//! A statistics file is one JSON document
+//! `{"pid":N,"ppid":N,"exe":"...","stats":<paio::StageStats>}`, rewritten
+//! atomically by each process. `%p` in the pattern stands for the pid.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use paio::stats::{Counts, StageStats};
+use serde::{Deserialize, Serialize};
+
+/// One process's statistics file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatsFile {
+    /// The process id.
+    pub pid: u32,
+    /// Its parent's.
+    pub ppid: u32,
+    /// Its executable.
+    pub exe: String,
+    /// Its stage's statistics at the last write.
+    pub stats: StageStats,
+}
+
+/// Why a statistics file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    /// Unreadable file or directory.
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Not a statistics document.
+    #[error("{}: not a paio statistics file: {source}", .path.display())]
+    Json {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: serde_json::Error,
+    },
+}
+
+/// Whether `name` is `parts` joined by runs of one or more ASCII digits
+/// (`parts` is a file name pattern split at `%p`).
+fn matches_parts(name: &[u8], parts: &[&[u8]]) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return name.is_empty();
+    };
+    let Some(after) = name.strip_prefix(*first) else {
+        return false;
+    };
+    if rest.is_empty() {
+        return after.is_empty();
+    }
+    // A pid: at least one digit, then the rest of the pattern.
+    let digits = after.iter().take_while(|b| b.is_ascii_digit()).count();
+    (1..=digits).any(|n| matches_parts(&after[n..], rest))
+}
+
+/// `pattern` with `%p` replaced by `pid`.
+pub fn expand(pattern: &OsStr, pid: u32) -> OsString {
+    let mut out = Vec::new();
+    let b = pattern.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"%p") {
+            out.extend_from_slice(pid.to_string().as_bytes());
+            i += 2;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    OsString::from_vec(out)
+}
+
+/// The files matching `pattern` (`%p` standing for a pid, in the file name
+/// only) modified at or after `since` (if given), sorted by name. Without
+/// `%p`, the file itself if it exists.
+pub fn find_files(pattern: &OsStr, since: Option<SystemTime>) -> Result<Vec<PathBuf>, StatsError> {
+    let path = Path::new(pattern);
+    let fresh = |p: &Path| match (since, std::fs::metadata(p).and_then(|m| m.modified())) {
+        (_, Err(_)) => false,
+        (None, Ok(_)) => true,
+        (Some(s), Ok(m)) => m >= s,
+    };
+    let name = path.file_name().map(OsStr::as_bytes).unwrap_or_default();
+    if !name.windows(2).any(|w| w == b"%p") {
+        return Ok(if fresh(path) {
+            vec![path.to_path_buf()]
+        } else {
+            Vec::new()
+        });
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let parts: Vec<&[u8]> = split_at_pid(name);
+    let entries = std::fs::read_dir(&dir).map_err(|source| StatsError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| matches_parts(e.file_name().as_bytes(), &parts))
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && fresh(p))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+fn split_at_pid(name: &[u8]) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i + 1 < name.len() {
+        if &name[i..i + 2] == b"%p" {
+            parts.push(&name[start..i]);
+            i += 2;
+            start = i;
+        } else {
+            i += 1;
+        }
+    }
+    parts.push(&name[start..]);
+    parts
+}
+
+/// Reads one statistics file.
+pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
+    let text = std::fs::read(path).map_err(|source| StatsError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| StatsError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads every file matching `pattern` (see [`find_files`]): the files read,
+/// sorted by pid, and the errors of those that could not be.
+pub fn read_all(pattern: &OsStr, since: Option<SystemTime>) -> (Vec<StatsFile>, Vec<StatsError>) {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    match find_files(pattern, since) {
+        Err(e) => errors.push(e),
+        Ok(paths) => {
+            for p in paths {
+                match read_file(&p) {
+                    Ok(f) => files.push(f),
+                    Err(e) => errors.push(e),
+                }
+            }
+        }
+    }
+    files.sort_by_key(|f| f.pid);
+    (files, errors)
+}
+
+/// `n` bytes with a binary unit: `0 B`, `512 B`, `4.00 KiB`, `1.50 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// `ns` nanoseconds with a unit: `0`, `850ns`, `12.3us`, `4.1ms`, `2.50s`.
+pub fn human_ns(ns: u64) -> String {
+    match ns {
+        0 => "0".into(),
+        1..=999 => format!("{ns}ns"),
+        1_000..=999_999 => format!("{:.1}us", ns as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
+        _ => format!("{:.2}s", ns as f64 / 1e9),
+    }
+}
+
+/// At most this many processes are shown one by one (the busiest, by
+/// bytes then operations); the totals include all.
+pub const MAX_PROCESSES_SHOWN: usize = 8;
+
+/// Totals of one channel over several processes.
+#[derive(Default, Clone)]
+struct Sum {
+    ops: u64,
+    bytes: u64,
+    wait_ns: u64,
+}
+
+impl Sum {
+    fn add(&mut self, c: &Counts) {
+        self.ops += c.ops;
+        self.bytes = self.bytes.wrapping_add(c.bytes);
+        self.wait_ns = self.wait_ns.wrapping_add(c.wait_total.total_ns);
+    }
+}
+
+fn header(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "  {:<13} {:>10} {:>11} {:>9} {:>9} {:>9} {:>9}",
+        "channel", "ops", "bytes", "MiB/s", "waited", "wait p50", "wait p99"
+    );
+}
+
+/// One table row; `waits` is (time waited, p50, p99), already formatted.
+fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, waits: [&str; 3]) {
+    let [wait, p50, p99] = waits;
+    let mibps = if secs > 0.0 {
+        format!("{:.1}", bytes as f64 / (1u64 << 20) as f64 / secs)
+    } else {
+        "-".into()
+    };
+    let name: String = if name.chars().count() > 13 {
+        name.chars().take(12).chain(['~']).collect()
+    } else {
+        name.to_string()
+    };
+    let _ = writeln!(
+        out,
+        "  {name:<13} {ops:>10} {:>11} {mibps:>9} {wait:>9} {p50:>9} {p99:>9}",
+        human_bytes(bytes)
+    );
+}
+
+/// The summary of a run that lasted `elapsed`: per process (pid, exe) and
+/// per channel operations, bytes, MiB/s over the run, time spent waiting and
+/// wait p50/p99 (over all the channel's requests, including those that did
+/// not wait); then per-channel totals over all processes (percentiles do
+/// not add up across processes, so totals give the total time waited).
+/// Requests that matched no channel appear as `(unmatched)`.
+pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
+    let secs = elapsed.as_secs_f64();
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "paio: summary: {} process{} with statistics, {:.2} s",
+        files.len(),
+        if files.len() == 1 { "" } else { "es" },
+        secs
+    );
+    if files.is_empty() {
+        out.push_str("  (no statistics file was written: was the interposer loaded?)\n");
+        return out;
+    }
+    // Busiest first when there are too many to show.
+    let mut shown: Vec<&StatsFile> = files.iter().collect();
+    if shown.len() > MAX_PROCESSES_SHOWN {
+        shown.sort_by_key(|f| {
+            let (ops, bytes) = f.stats.channels.iter().fold((0u64, 0u64), |(o, b), c| {
+                (o + c.counts.ops, b.wrapping_add(c.counts.bytes))
+            });
+            std::cmp::Reverse((bytes, ops))
+        });
+        shown.truncate(MAX_PROCESSES_SHOWN);
+        shown.sort_by_key(|f| f.pid);
+    }
+    for f in &shown {
+        let _ = writeln!(
+            out,
+            "pid {} (ppid {}) {}  stage {:?}",
+            f.pid, f.ppid, f.exe, f.stats.stage
+        );
+        header(&mut out);
+        for c in &f.stats.channels {
+            let w = &c.counts.wait_total;
+            row(
+                &mut out,
+                &c.name,
+                (c.counts.ops, c.counts.bytes),
+                secs,
+                [
+                    &human_ns(w.total_ns),
+                    &human_ns(w.p50_ns),
+                    &human_ns(w.p99_ns),
+                ],
+            );
+        }
+        let u = &f.stats.unmatched;
+        if u.ops > 0 {
+            row(
+                &mut out,
+                "(unmatched)",
+                (u.ops, u.bytes),
+                secs,
+                ["-", "-", "-"],
+            );
+        }
+    }
+    if files.len() > shown.len() {
+        let _ = writeln!(
+            out,
+            "... and {} more processes (in the totals)",
+            files.len() - shown.len()
+        );
+    }
+    // Totals, channels in order of first appearance.
+    let mut order: Vec<(String, Sum)> = Vec::new();
+    let mut unmatched = Sum::default();
+    for f in files {
+        for c in &f.stats.channels {
+            match order.iter_mut().find(|(n, _)| *n == c.name) {
+                Some((_, s)) => s.add(&c.counts),
+                None => {
+                    let mut s = Sum::default();
+                    s.add(&c.counts);
+                    order.push((c.name.clone(), s));
+                }
+            }
+        }
+        unmatched.add(&f.stats.unmatched);
+    }
+    let _ = writeln!(
+        out,
+        "total over {} process{}",
+        files.len(),
+        if files.len() == 1 { "" } else { "es" }
+    );
+    header(&mut out);
+    let mut all = Sum::default();
+    for (name, s) in &order {
+        row(
+            &mut out,
+            name,
+            (s.ops, s.bytes),
+            secs,
+            [&human_ns(s.wait_ns), "-", "-"],
+        );
+        all.ops += s.ops;
+        all.bytes = all.bytes.wrapping_add(s.bytes);
+        all.wait_ns = all.wait_ns.wrapping_add(s.wait_ns);
+    }
+    if unmatched.ops > 0 {
+        row(
+            &mut out,
+            "(unmatched)",
+            (unmatched.ops, unmatched.bytes),
+            secs,
+            ["-", "-", "-"],
+        );
+    }
+    row(
+        &mut out,
+        "all channels",
+        (all.ops, all.bytes),
+        secs,
+        [&human_ns(all.wait_ns), "-", "-"],
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A statistics document as the interposer writes it.
+    pub(crate) const SAMPLE: &str = r#"{"pid":4242,"ppid":4200,"exe":"/usr/bin/dd","stats":{
+      "stage":"paio","collected_at_ns":2000000000,"interval_ns":1000000000,
+      "channels":[
+        {"name":"read","ops":1024,"bytes":1073741824,"interval_ops":0,"interval_bytes":0,
+         "ops_per_sec":0.0,"bytes_per_sec":0.0,
+         "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "wait_total":{"waited_ops":1000,"total_ns":19500000000,"mean_ns":19000000,"p50_ns":19922943,"p99_ns":20971519,"p999_ns":20971519,"max_ns":20971519},
+         "objects":[
+           {"name":"default","kind":"noop","ops":0,"bytes":0,"interval_ops":0,"interval_bytes":0,"ops_per_sec":0.0,"bytes_per_sec":0.0,
+            "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+            "wait_total":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0}}]},
+        {"name":"write","ops":1024,"bytes":1073741824,"interval_ops":0,"interval_bytes":0,
+         "ops_per_sec":0.0,"bytes_per_sec":0.0,
+         "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "wait_total":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "objects":[]},
+        {"name":"metadata","ops":7,"bytes":0,"interval_ops":0,"interval_bytes":0,
+         "ops_per_sec":0.0,"bytes_per_sec":0.0,
+         "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "wait_total":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "objects":[]}],
+      "unmatched":{"ops":3,"bytes":0,"interval_ops":0,"interval_bytes":0,"ops_per_sec":0.0,"bytes_per_sec":0.0,
+         "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "wait_total":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0}},
+      "removed":{"ops":0,"bytes":0,"interval_ops":0,"interval_bytes":0,"ops_per_sec":0.0,"bytes_per_sec":0.0,
+         "wait":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0},
+         "wait_total":{"waited_ops":0,"total_ns":0,"mean_ns":0,"p50_ns":0,"p99_ns":0,"p999_ns":0,"max_ns":0}}}}"#;
+
+    fn sample(pid: u32, exe: &str) -> StatsFile {
+        let mut f: StatsFile = serde_json::from_str(SAMPLE).unwrap();
+        f.pid = pid;
+        f.exe = exe.into();
+        f
+    }
+
+    #[test]
+    fn real_stage_stats_round_trip() {
+        // The `stats` field is paio::StageStats as serde_json writes it.
+        let stage = paio::Stage::from_policy_str("[[channel]]\nname = \"read\"\nmatch = {}\n", "t")
+            .unwrap();
+        let ctx = paio::Context::new(paio::RequestType::READ, 4096);
+        stage.enforce(&ctx, None).unwrap();
+        let doc = format!(
+            r#"{{"pid":1,"ppid":0,"exe":"/x","stats":{}}}"#,
+            serde_json::to_string(&stage.collect()).unwrap()
+        );
+        let f: StatsFile = serde_json::from_str(&doc).unwrap();
+        assert_eq!(f.stats.channels[0].counts.bytes, 4096);
+    }
+
+    #[test]
+    fn summary_of_one_process() {
+        let f = sample(4242, "/usr/bin/dd");
+        let s = format_summary(&[f], Duration::from_secs(2));
+        let expected = "\
+paio: summary: 1 process with statistics, 2.00 s
+pid 4242 (ppid 4200) /usr/bin/dd  stage \"paio\"
+  channel              ops       bytes     MiB/s    waited  wait p50  wait p99
+  read                1024    1.00 GiB     512.0    19.50s    19.9ms    21.0ms
+  write               1024    1.00 GiB     512.0         0         0         0
+  metadata               7         0 B       0.0         0         0         0
+  (unmatched)            3         0 B       0.0         -         -         -
+total over 1 process
+  channel              ops       bytes     MiB/s    waited  wait p50  wait p99
+  read                1024    1.00 GiB     512.0    19.50s         -         -
+  write               1024    1.00 GiB     512.0         0         -         -
+  metadata               7         0 B       0.0         0         -         -
+  (unmatched)            3         0 B       0.0         -         -         -
+  all channels        2055    2.00 GiB    1024.0    19.50s         -         -
+";
+        assert_eq!(s, expected, "\n{s}");
+    }
+
+    #[test]
+    fn summary_of_many_processes_fits_a_screen() {
+        let files: Vec<_> = (0..20).map(|i| sample(100 + i, "/bin/cat")).collect();
+        let s = format_summary(&files, Duration::from_millis(500));
+        assert!(
+            s.starts_with("paio: summary: 20 processes with statistics, 0.50 s\n"),
+            "{s}"
+        );
+        assert_eq!(
+            s.lines().filter(|l| l.starts_with("pid ")).count(),
+            MAX_PROCESSES_SHOWN
+        );
+        assert!(
+            s.contains("... and 12 more processes (in the totals)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  read               20480   20.00 GiB   40960.0"),
+            "{s}"
+        );
+        assert!(s.lines().count() <= 60, "{}", s.lines().count());
+        let empty = format_summary(&[], Duration::from_secs(1));
+        assert!(empty.contains("no statistics file was written"), "{empty}");
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(1 << 30), "1.00 GiB");
+        assert_eq!(human_ns(0), "0");
+        assert_eq!(human_ns(850), "850ns");
+        assert_eq!(human_ns(12_300), "12.3us");
+        assert_eq!(human_ns(4_100_000), "4.1ms");
+        assert_eq!(human_ns(2_500_000_000), "2.50s");
+    }
+
+    #[test]
+    fn pattern_expansion_and_matching() {
+        assert_eq!(expand(OsStr::new("/t/s.%p.json"), 42), "/t/s.42.json");
+        assert_eq!(expand(OsStr::new("/t/s.json"), 42), "/t/s.json");
+        let parts = split_at_pid(b"s.%p.json");
+        assert!(matches_parts(b"s.42.json", &parts));
+        assert!(!matches_parts(b"s..json", &parts));
+        assert!(!matches_parts(b"s.42.json.tmp", &parts));
+        assert!(!matches_parts(b"s.4x2.json", &parts));
+        let parts = split_at_pid(b"%p");
+        assert!(matches_parts(b"123", &parts));
+        assert!(!matches_parts(b"123a", &parts));
+        let parts = split_at_pid(b"a%p%p");
+        assert!(matches_parts(b"a12", &parts));
+    }
+
+    #[test]
+    fn reads_every_file_of_the_pattern() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("s.%p.json");
+        for pid in [7u32, 12] {
+            let f = sample(pid, "/bin/x");
+            std::fs::write(
+                expand(pattern.as_os_str(), pid),
+                serde_json::to_string(&f).unwrap(),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.path().join("s.99.json"), "{not json").unwrap();
+        std::fs::write(dir.path().join("s.5.json.tmp"), "partial").unwrap();
+        std::fs::write(dir.path().join("other.json"), "{}").unwrap();
+        let (files, errors) = read_all(pattern.as_os_str(), None);
+        assert_eq!(files.iter().map(|f| f.pid).collect::<Vec<_>>(), [7, 12]);
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0]
+                .to_string()
+                .contains("s.99.json: not a paio statistics file"),
+            "{}",
+            errors[0]
+        );
+        // Files older than the run are ignored.
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        let (files, _) = read_all(pattern.as_os_str(), Some(later));
+        assert!(files.is_empty());
+        // Without %p: one file.
+        let one = dir.path().join("s.7.json");
+        let (files, errors) = read_all(one.as_os_str(), None);
+        assert_eq!((files.len(), errors.len()), (1, 0));
+        let (files, errors) = read_all(dir.path().join("none").as_os_str(), None);
+        assert_eq!((files.len(), errors.len()), (0, 0));
+    }
+}

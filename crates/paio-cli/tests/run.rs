@@ -1,0 +1,782 @@
+//! Runs the built `paio` binary with a stand-in interposer: a tiny C library
+//! whose constructor writes a statistics file in the documented format, so
+//! these tests do not depend on the real `libpaio_preload.so`.
+
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, SigSet, SigmaskHow, Signal};
+use nix::unistd::Pid;
+
+const PAIO: &str = env!("CARGO_BIN_EXE_paio");
+
+/// The stand-in: writes `{"pid","ppid","exe","stats"}` to PAIO_STATS (with
+/// %p replaced by the pid) at load time, through a temporary file and a
+/// rename. Its read channel counts 16 ops and 1 MiB; write 0; metadata 2
+/// ops.
+const STANDIN_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void counts(FILE *f, unsigned long ops, unsigned long bytes) {
+    const char *w = "{\"waited_ops\":0,\"total_ns\":0,\"mean_ns\":0,\"p50_ns\":0,\"p99_ns\":0,\"p999_ns\":0,\"max_ns\":0}";
+    fprintf(f, "\"ops\":%lu,\"bytes\":%lu,\"interval_ops\":0,\"interval_bytes\":0,"
+               "\"ops_per_sec\":0.0,\"bytes_per_sec\":0.0,\"wait\":%s,\"wait_total\":%s", ops, bytes, w, w);
+}
+
+static void channel(FILE *f, const char *name, unsigned long ops, unsigned long bytes, int last) {
+    fprintf(f, "{\"name\":\"%s\",", name);
+    counts(f, ops, bytes);
+    fprintf(f, ",\"objects\":[]}%s", last ? "" : ",");
+}
+
+__attribute__((constructor)) static void standin(void) {
+    const char *pattern = getenv("PAIO_STATS");
+    if (!pattern) return;
+    char path[4096] = {0}, tmp[4200], exe[4096] = {0};
+    size_t n = 0;
+    for (const char *p = pattern; *p && n < sizeof path - 32; p++) {
+        if (p[0] == '%' && p[1] == 'p') { n += snprintf(path + n, 32, "%d", (int)getpid()); p++; }
+        else path[n++] = *p;
+    }
+    if (readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) strcpy(exe, "?");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    const char *name = getenv("PAIO_STAGE_NAME");
+    fprintf(f, "{\"pid\":%d,\"ppid\":%d,\"exe\":\"%s\",\"stats\":{\"stage\":\"%s\","
+               "\"collected_at_ns\":1,\"interval_ns\":1,\"channels\":[",
+            (int)getpid(), (int)getppid(), exe, name ? name : "paio");
+    channel(f, "read", 16, 1048576, 0);
+    channel(f, "write", 0, 0, 0);
+    channel(f, "metadata", 2, 0, 1);
+    fprintf(f, "],\"unmatched\":{");
+    counts(f, 0, 0);
+    fprintf(f, "},\"removed\":{");
+    counts(f, 0, 0);
+    fprintf(f, "}}}\n");
+    fclose(f);
+    rename(tmp, path);
+}
+"#;
+
+/// Counts SIGINTs and SIGTERMs for a while, then exits with
+/// 10 * SIGINTs + SIGTERMs.
+const SIGCOUNT_C: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static volatile sig_atomic_t ints, terms;
+static void on(int s) { if (s == SIGINT) ints++; else terms++; }
+int main(int argc, char **argv) {
+    struct sigaction sa; memset(&sa, 0, sizeof sa); sa.sa_handler = on;
+    sigaction(SIGINT, &sa, 0); sigaction(SIGTERM, &sa, 0);
+    printf("ready\n"); fflush(stdout);
+    for (int i = 0; i < 15; i++) usleep(100000);
+    return 10 * ints + terms;
+}
+"#;
+
+struct Built {
+    dir: PathBuf,
+    standin: PathBuf,
+    other: PathBuf,
+    sigcount: PathBuf,
+}
+
+fn cc(dir: &Path, name: &str, src: &str, flags: &[&str]) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    std::fs::write(&c, src).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(flags)
+        .arg("-o")
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {name} failed");
+    out
+}
+
+fn built() -> &'static Built {
+    static B: OnceLock<Built> = OnceLock::new();
+    B.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("paio-cli-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Built {
+            standin: cc(&dir, "libstandin.so", STANDIN_C, &["-shared", "-fPIC"]),
+            other: cc(
+                &dir,
+                "libother.so",
+                "int paio_test_other;\n",
+                &["-shared", "-fPIC"],
+            ),
+            sigcount: cc(&dir, "sigcount", SIGCOUNT_C, &[]),
+            dir,
+        }
+    })
+}
+
+/// `paio` with the stand-in as PAIO_LIB and no inherited PAIO_* variables.
+fn paio() -> Command {
+    let mut c = Command::new(PAIO);
+    c.env("PAIO_LIB", &built().standin).env_remove("LD_PRELOAD");
+    for v in [
+        "PAIO_POLICY",
+        "PAIO_STATS",
+        "PAIO_LABELS",
+        "PAIO_STAGE_NAME",
+        "PAIO_LOG",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    paio().args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = built().dir.join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn exit_status_passes_through() {
+    let o = run(&["run", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let o = run(&["run", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+    // Without `--` too.
+    let o = run(&["run", "sh", "-c", "exit 4"]);
+    assert_eq!(o.status.code(), Some(4));
+}
+
+#[test]
+fn death_by_signal_is_128_plus_signal() {
+    let o = run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(143), "{}", stderr(&o));
+    let o = run(&["run", "--", "sh", "-c", "kill -KILL $$"]);
+    assert_eq!(o.status.code(), Some(137));
+}
+
+#[test]
+fn missing_and_unexecutable_commands() {
+    let o = run(&["run", "--", "no-such-command-paio-test"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert_eq!(
+        stderr(&o).trim(),
+        "paio: no-such-command-paio-test: command not found"
+    );
+    let d = scratch("noexec");
+    let f = d.join("script");
+    std::fs::write(&f, "#!/bin/sh\n").unwrap();
+    let o = run(&["run", "--", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(126));
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+}
+
+/// Starts `paio run -- sigcount`, waits until it is ready, and returns it.
+fn start_sigcount(process_group: bool) -> std::process::Child {
+    let mut c = paio();
+    c.args(["run", "--"])
+        .arg(&built().sigcount)
+        .stdout(Stdio::piped());
+    if process_group {
+        use std::os::unix::process::CommandExt;
+        c.process_group(0);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    child
+}
+
+#[test]
+fn signals_sent_to_paio_are_forwarded_and_paio_waits() {
+    let mut child = start_sigcount(false);
+    let pid = Pid::from_raw(child.id() as i32);
+    let t = Instant::now();
+    kill(pid, Signal::SIGTERM).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    kill(pid, Signal::SIGINT).unwrap();
+    let st = child.wait().unwrap();
+    // The command saw one SIGTERM and one SIGINT, and paio waited for it to
+    // finish (it runs 1.5 s) and returned its status.
+    assert_eq!(st.code(), Some(11));
+    assert!(
+        t.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_signal_to_the_process_group_kills_the_command_too() {
+    // `kill -INT -PGID`, as from a supervisor: the command gets the signal
+    // directly and forwarded; paio survives until it has ended.
+    let mut c = paio();
+    c.args(["run", "--", "sh", "-c", "echo ready; exec sleep 30"])
+        .stdout(Stdio::piped());
+    {
+        use std::os::unix::process::CommandExt;
+        c.process_group(0);
+    }
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let t = Instant::now();
+    killpg(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130));
+    assert!(t.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn ctrl_c_on_a_terminal_reaches_the_command_once() {
+    // A real terminal: python's pty makes paio a session leader with the pty
+    // as controlling terminal; writing ^C to the master makes the kernel
+    // send SIGINT to the foreground process group (paio and the command).
+    let script = r#"
+import os, pty, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+buf = b""
+while b"ready" not in buf:
+    buf += os.read(fd, 1024)
+os.write(fd, b"\x03")
+while True:
+    try:
+        if not os.read(fd, 1024): break
+    except OSError:
+        break
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"#;
+    if Command::new("python3")
+        .arg("-c")
+        .arg("import pty")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("python3 with pty not available: skipped");
+        return;
+    }
+    let o = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(PAIO)
+        .args(["run", "--"])
+        .arg(&built().sigcount)
+        .env("PAIO_LIB", &built().standin)
+        .output()
+        .unwrap();
+    // One SIGINT (from the terminal), not two (none forwarded), and paio
+    // returned the command's status.
+    assert_eq!(stdout(&o).trim(), "10", "{}", stderr(&o));
+}
+
+#[test]
+fn the_command_starts_with_the_signal_mask_paio_was_started_with() {
+    // The signal mask and ignored signals of a command, as /proc shows them.
+    fn mask_and_ignored(o: &Output) -> String {
+        assert!(o.status.success(), "{}", stderr(o));
+        stdout(o)
+    }
+    let args = ["grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"];
+    let direct = || Command::new(args[0]).args(&args[1..]).output().unwrap();
+    let with_paio = || {
+        let mut a = vec!["run", "--"];
+        a.extend(args);
+        run(&a)
+    };
+    // paio blocks SIGINT, SIGTERM, SIGHUP and SIGQUIT while the command
+    // runs; the command must not inherit that.
+    let plain = mask_and_ignored(&with_paio());
+    assert_eq!(plain, mask_and_ignored(&direct()));
+    assert!(plain.contains("SigBlk:\t0000000000000000\n"), "{plain}");
+    // Started with SIGUSR1 blocked (std's spawn passes this thread's mask
+    // on to paio), paio passes it on to the command.
+    let old = SigSet::from(Signal::SIGUSR1)
+        .thread_swap_mask(SigmaskHow::SIG_BLOCK)
+        .unwrap();
+    let (blocked, blocked_direct) = (with_paio(), direct());
+    old.thread_set_mask().unwrap();
+    let blocked = mask_and_ignored(&blocked);
+    assert_eq!(blocked, mask_and_ignored(&blocked_direct));
+    assert!(blocked.contains("SigBlk:\t0000000000000200\n"), "{blocked}");
+}
+
+#[test]
+fn ld_preload_is_appended_to_the_users() {
+    let b = built();
+    let user = format!("{} ", b.other.display());
+    let o = paio()
+        .env("LD_PRELOAD", &user)
+        .args(["run", "--", "sh", "-c", "printf %s \"$LD_PRELOAD\""])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "{}:{}",
+            b.other.display(),
+            std::fs::canonicalize(&b.standin).unwrap().display()
+        )
+    );
+    let o = run(&["run", "--", "sh", "-c", "printf %s \"$LD_PRELOAD\""]);
+    assert_eq!(
+        stdout(&o),
+        std::fs::canonicalize(&b.standin)
+            .unwrap()
+            .display()
+            .to_string()
+    );
+}
+
+#[test]
+fn environment_for_the_interposer() {
+    let d = scratch("env");
+    let stats = d.join("s.%p.json");
+    let o = run(&[
+        "run",
+        "--label",
+        "job=train1",
+        "--label",
+        "instance=I3",
+        "--name",
+        "trainer",
+        "--stats",
+        stats.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "printf '%s|%s|%s|%s' \"$PAIO_LABELS\" \"$PAIO_STAGE_NAME\" \"$PAIO_STATS\" \"${PAIO_POLICY-unset}\"",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!("job=train1,instance=I3|trainer|{}|unset", stats.display())
+    );
+    // The stand-in wrote its file where --stats said, and it is kept.
+    let files: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+    assert_eq!(files.len(), 1);
+}
+
+#[test]
+fn limits_become_a_temporary_policy() {
+    let o = run(&[
+        "run",
+        "--limit",
+        "read=50MiB/s",
+        "--limit",
+        "metadata=1k ops/s",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$PAIO_POLICY\"; cat \"$PAIO_POLICY\"",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let path = out.lines().next().unwrap();
+    assert!(out.contains("name = \"read\""), "{out}");
+    assert!(out.contains("rate = \"52428800 B/s\""), "{out}");
+    assert!(out.contains("rate = \"1000 ops/s\""), "{out}");
+    assert!(!Path::new(path).exists(), "{path} was not removed");
+}
+
+#[test]
+fn bad_arguments_exit_2_before_running_anything() {
+    let d = scratch("badargs");
+    let marker = d.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--limit", "read=fast"],
+            "--limit \"read=fast\": invalid rate \"fast\"",
+        ),
+        (
+            &["--limit", "reads=1MiB/s"],
+            "unknown class \"reads\"; expected read, write or metadata",
+        ),
+        (&["--limit", "metadata=1MiB/s"], "must be an operation rate"),
+        (
+            &["--limit", "read=1MiB/s", "--limit", "read=2MiB/s"],
+            "--limit given twice for class read",
+        ),
+        (
+            &["--policy", "/nonexistent.toml", "--limit", "read=1MiB/s"],
+            "--policy and --limit cannot be used together",
+        ),
+        (
+            &["--policy", "/nonexistent.toml"],
+            "--policy: /nonexistent.toml:1:1: policy: cannot read",
+        ),
+        (&["--label", "job"], "--label \"job\": no '='"),
+        (&["--name", ""], "--name \"\": expected a stage name"),
+        (
+            &["--stats", "/tmp/%p/x.json"],
+            "--stats \"/tmp/%p/x.json\": %p may only appear in the file name",
+        ),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "sh", "-c", &touch]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{flags:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("paio: error: ") || stderr(&o).starts_with("error: "),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!marker.exists(), "{flags:?}: the command ran");
+    }
+    // A policy error points at file:line:column.
+    let p = d.join("p.toml");
+    std::fs::write(
+        &p,
+        "[[channel]]\nname = \"bulk\"\ndefault_objet = \"limit\"\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "run",
+        "--policy",
+        p.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &touch,
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains(&format!(
+            "{}:3:1: channel[0].default_objet: unknown field",
+            p.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!marker.exists());
+    // A good policy is passed as an absolute path.
+    std::fs::write(&p, "[[channel]]\nname = \"bulk\"\n").unwrap();
+    let o = paio()
+        .current_dir(&d)
+        .args([
+            "run",
+            "--policy",
+            "p.toml",
+            "--",
+            "sh",
+            "-c",
+            "printf %s \"$PAIO_POLICY\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        std::path::absolute(&p).unwrap().display().to_string()
+    );
+}
+
+#[test]
+fn library_not_found_says_where_it_looked() {
+    let d = scratch("nolib");
+    let copy = d.join("paio");
+    std::fs::copy(PAIO, &copy).unwrap();
+    let o = Command::new(&copy)
+        .env_remove("PAIO_LIB")
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    let e = stderr(&o);
+    assert!(
+        e.starts_with("paio: error: cannot find libpaio_preload.so: looked at "),
+        "{e}"
+    );
+    assert!(
+        e.contains(&d.join("libpaio_preload.so").display().to_string()),
+        "{e}"
+    );
+    assert!(e.contains("../lib/libpaio_preload.so"), "{e}");
+    // Found next to the executable.
+    std::fs::copy(&built().standin, d.join("libpaio_preload.so")).unwrap();
+    let o = Command::new(&copy)
+        .env_remove("PAIO_LIB")
+        .env_remove("LD_PRELOAD")
+        .args(["run", "--", "sh", "-c", "printf %s \"$LD_PRELOAD\""])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).ends_with("/nolib/libpaio_preload.so"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn summary_covers_every_process() {
+    // sh, then cat (a second process), each loading the stand-in.
+    let o = run(&[
+        "run",
+        "--summary",
+        "--name",
+        "demo",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$PAIO_STATS\"; cat /dev/null; exit 5",
+    ]);
+    assert_eq!(o.status.code(), Some(5));
+    let e = stderr(&o);
+    assert!(
+        e.contains("paio: summary: 2 processes with statistics"),
+        "{e}"
+    );
+    assert!(e.contains("stage \"demo\""), "{e}");
+    assert!(
+        e.lines()
+            .any(|l| l.starts_with("pid ") && l.contains("/cat")),
+        "{e}"
+    );
+    assert!(
+        e.lines().any(|l| l.starts_with("pid ") && l.contains("sh")),
+        "{e}"
+    );
+    assert!(e.contains("total over 2 processes"), "{e}");
+    let total_read = e
+        .lines()
+        .skip_while(|l| !l.starts_with("total"))
+        .find(|l| l.trim_start().starts_with("read "))
+        .unwrap();
+    let cols: Vec<_> = total_read.split_whitespace().collect();
+    assert_eq!(&cols[..4], ["read", "32", "2.00", "MiB"], "{total_read}");
+    // The default statistics go to a temporary directory, removed afterwards.
+    let pattern = PathBuf::from(stdout(&o).trim());
+    assert!(pattern.ends_with("stats.%p.json"), "{}", pattern.display());
+    assert!(
+        !pattern.parent().unwrap().exists(),
+        "{} left behind",
+        pattern.display()
+    );
+    // Nothing else on stdout: the summary goes to stderr.
+    assert_eq!(o.stdout.iter().filter(|&&b| b == b'\n').count(), 1);
+}
+
+#[test]
+fn summary_when_the_command_is_killed() {
+    let o = run(&["run", "--summary", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(143));
+    assert!(
+        stderr(&o).contains("paio: summary: 1 process with statistics"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn summary_with_explicit_stats_ignores_older_files() {
+    let d = scratch("explicit");
+    let stats = d.join("s.%p.json");
+    // A stale file from an earlier run.
+    std::fs::write(d.join("s.1.json"), "stale").unwrap();
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(d.join("s.1.json"))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let o = run(&[
+        "run",
+        "--summary",
+        "--stats",
+        stats.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("paio: summary: 1 process with statistics"),
+        "{e}"
+    );
+    assert!(!e.contains("warning"), "{e}");
+}
+
+#[test]
+fn warns_about_static_binaries() {
+    let d = scratch("static");
+    let src = "int main(void) { return 0; }\n";
+    let c = d.join("s.c");
+    std::fs::write(&c, src).unwrap();
+    let bin = d.join("s");
+    let ok = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&bin)
+        .arg(&c)
+        .status()
+        .unwrap()
+        .success();
+    if !ok {
+        eprintln!("no static libc: skipped");
+        return;
+    }
+    let o = run(&["run", "--", bin.to_str().unwrap()]);
+    assert!(o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("paio: warning: ") && e.contains("statically linked"),
+        "{e}"
+    );
+    // Dynamic programs and scripts: no warning.
+    let o = run(&["run", "--", "true"]);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+}
+
+#[test]
+fn help_mentions_the_exit_statuses() {
+    let mut out = String::new();
+    let mut c = Command::new(PAIO)
+        .args(["run", "--help"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    c.wait().unwrap();
+    assert!(out.contains("--limit <CLASS=RATE>"), "{out}");
+    assert!(out.contains("128+N"), "{out}");
+}
+
+/// The real interposer, built next to `paio` (`cargo build -p
+/// paio-preload`, once per test binary: `cargo test` does not build a
+/// cdylib whose lib target has `test = false`). Fails if it does not build.
+fn real_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let lib = Path::new(PAIO).with_file_name("libpaio_preload.so");
+        let release = lib.parent().and_then(Path::file_name) == Some("release".as_ref());
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "paio-preload"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build -p paio-preload");
+        assert!(status.success(), "cargo build -p paio-preload failed");
+        assert!(lib.is_file(), "{} missing after the build", lib.display());
+        lib
+    })
+}
+
+#[test]
+fn real_interposer_counts_the_bytes_dd_reads() {
+    let lib = real_library();
+    let d = scratch("real-dd");
+    let input = d.join("in");
+    std::fs::write(&input, vec![7u8; 4 << 20]).unwrap();
+    let stats = d.join("s.%p.json");
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .env("LC_ALL", "C")
+        .args(["run", "--summary", "--stats"])
+        .arg(&stats)
+        .args([
+            "--",
+            "dd",
+            &format!("if={}", input.display()),
+            "of=/dev/null",
+            "bs=64k",
+        ])
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("4194304 bytes"), "{e}"); // dd's own report
+    assert!(
+        e.contains("paio: summary: 1 process with statistics"),
+        "{e}"
+    );
+    let total_read = e
+        .lines()
+        .skip_while(|l| !l.starts_with("total"))
+        .find(|l| l.trim_start().starts_with("read "))
+        .unwrap();
+    let cols: Vec<_> = total_read.split_whitespace().collect();
+    assert_eq!(&cols[2..4], ["4.00", "MiB"], "{total_read}");
+    // Exactly: the statistics file the summary was made from.
+    let (files, errors) = paio_cli::summary::read_all(stats.as_os_str(), None);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(files.len(), 1);
+    assert!(files[0].exe.ends_with("/dd"), "{}", files[0].exe);
+    let read = files[0]
+        .stats
+        .channels
+        .iter()
+        .find(|c| c.name == "read")
+        .unwrap();
+    assert_eq!(read.counts.bytes, 4 << 20);
+}
+
+#[test]
+fn real_interposer_enforces_a_read_limit() {
+    let lib = real_library();
+    let d = scratch("real-limit");
+    let input = d.join("in");
+    std::fs::write(&input, vec![1u8; 2 << 20]).unwrap();
+    let t = Instant::now();
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .env("LC_ALL", "C")
+        .args(["run", "--summary", "--limit", "read=4MiB/s", "--"])
+        .args([
+            "dd",
+            &format!("if={}", input.display()),
+            "of=/dev/null",
+            "bs=64k",
+        ])
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // 2 MiB at 4 MiB/s (minus the 10 ms initial burst): about 0.5 s.
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(400), "{took:?}\n{e}");
+    assert!(took < Duration::from_secs(5), "{took:?}\n{e}");
+}

@@ -1,0 +1,705 @@
+//! The interposed libc symbols. Every function calls the real one with the
+//! caller's arguments unchanged and returns its result unchanged; the
+//! library's own work happens under `rt::Guard`, which restores errno.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
+
+use libc::{iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
+use paio::RequestType;
+
+use crate::fdtable;
+use crate::real::real_fn;
+use crate::rt;
+
+type Loff = libc::loff_t;
+
+/// What a hook returns when libc has no such symbol (never on glibc 2.36).
+#[cold]
+fn nosys() -> c_int {
+    rt::set_errno(libc::ENOSYS);
+    -1
+}
+
+/// `open`'s mode argument is read only with O_CREAT or O_TMPFILE.
+#[inline]
+fn needs_mode(flags: c_int) -> bool {
+    flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE
+}
+
+/// `fileno(stream)` without disturbing errno (-1 for a stream without fd).
+#[inline]
+fn stream_fd(stream: *mut FILE) -> c_int {
+    if stream.is_null() {
+        return -1;
+    }
+    let e = rt::errno();
+    // SAFETY: the caller passed a valid stream to the stdio call we wrap.
+    let fd = unsafe { libc::fileno(stream) };
+    rt::set_errno(e);
+    fd
+}
+
+// ------------------------------------------------------------ data calls
+
+macro_rules! data_hook {
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> ssize_t {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
+                return nosys() as ssize_t;
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real($($a),*) };
+            rt::after_data(RequestType::$rt, $fd, r as i64);
+            r
+        }
+    };
+}
+
+data_hook!(read, c"read", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t));
+data_hook!(write, c"write", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t));
+data_hook!(pread, c"pread", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off_t));
+data_hook!(pread64, c"pread64", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off64_t));
+data_hook!(pwrite, c"pwrite", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t, off: off_t));
+data_hook!(pwrite64, c"pwrite64", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t, off: off64_t));
+data_hook!(readv, c"readv", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int));
+data_hook!(writev, c"writev", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int));
+data_hook!(preadv, c"preadv", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t));
+data_hook!(preadv64, c"preadv64", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t));
+data_hook!(preadv2, c"preadv2", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int));
+data_hook!(preadv64v2, c"preadv64v2", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int));
+data_hook!(pwritev, c"pwritev", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t));
+data_hook!(pwritev64, c"pwritev64", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t));
+data_hook!(pwritev2, c"pwritev2", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int));
+data_hook!(pwritev64v2, c"pwritev64v2", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int));
+// _FORTIFY_SOURCE variants: the real ones check and call libc's internal
+// read, which no preload sees, so nothing is counted twice.
+data_hook!(__read_chk, c"__read_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t));
+data_hook!(__pread_chk, c"__pread_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off_t, buflen: size_t));
+data_hook!(__pread64_chk, c"__pread64_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off64_t, buflen: size_t));
+
+/// Calls moving bytes between two descriptors: counted as a read of `fd_in`
+/// and a write of `fd_out`.
+macro_rules! copy_hook {
+    ($name:ident, $sym:literal, $fin:ident, $fout:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> ssize_t {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
+                return nosys() as ssize_t;
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real($($a),*) };
+            rt::after_copy($fin, $fout, r as i64);
+            r
+        }
+    };
+}
+
+copy_hook!(copy_file_range, c"copy_file_range", fd_in, fd_out,
+    (fd_in: c_int, off_in: *mut Loff, fd_out: c_int, off_out: *mut Loff, len: size_t, flags: c_uint));
+copy_hook!(splice, c"splice", fd_in, fd_out,
+    (fd_in: c_int, off_in: *mut Loff, fd_out: c_int, off_out: *mut Loff, len: size_t, flags: c_uint));
+copy_hook!(sendfile, c"sendfile", in_fd, out_fd,
+    (out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t));
+copy_hook!(sendfile64, c"sendfile64", in_fd, out_fd,
+    (out_fd: c_int, in_fd: c_int, offset: *mut off64_t, count: size_t));
+
+// ------------------------------------------------------------ stdio data
+// stdio moves file data through libc's internal read/write, which no
+// preload can see: the stdio calls themselves are charged with the bytes
+// they handed to or took from the program.
+
+macro_rules! fread_hook {
+    ($name:ident, $sym:literal, $rt:ident, $buf:ty, ($($pre:ident : $pt:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(ptr: $buf, $($pre: $pt,)* size: size_t, n: size_t, stream: *mut FILE) -> size_t {
+            let Some(real) = real_fn!($sym, fn($buf, $($pt,)* size_t, size_t, *mut FILE) -> size_t) else {
+                return 0;
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real(ptr, $($pre,)* size, n, stream) };
+            rt::after_data_stream(RequestType::$rt, stream, r.saturating_mul(size) as i64);
+            r
+        }
+    };
+}
+
+fread_hook!(fread, c"fread", READ, *mut c_void, ());
+fread_hook!(fread_unlocked, c"fread_unlocked", READ, *mut c_void, ());
+fread_hook!(__fread_chk, c"__fread_chk", READ, *mut c_void, (ptrlen: size_t));
+fread_hook!(__fread_unlocked_chk, c"__fread_unlocked_chk", READ, *mut c_void, (ptrlen: size_t));
+fread_hook!(fwrite, c"fwrite", WRITE, *const c_void, ());
+fread_hook!(
+    fwrite_unlocked,
+    c"fwrite_unlocked",
+    WRITE,
+    *const c_void,
+    ()
+);
+
+/// Length of a C string, or 0 for NULL.
+#[inline]
+fn c_len(s: *const c_char) -> i64 {
+    if s.is_null() {
+        0
+    } else {
+        // SAFETY: a non-null string from (or returned to) the caller is
+        // NUL-terminated.
+        unsafe { CStr::from_ptr(s) }.to_bytes().len() as i64
+    }
+}
+
+macro_rules! fgets_hook {
+    ($name:ident, $sym:literal, ($($pre:ident : $pt:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(s: *mut c_char, $($pre: $pt,)* n: c_int, stream: *mut FILE) -> *mut c_char {
+            let Some(real) = real_fn!($sym, fn(*mut c_char, $($pt,)* c_int, *mut FILE) -> *mut c_char) else {
+                nosys();
+                return std::ptr::null_mut();
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real(s, $($pre,)* n, stream) };
+            if rt::active() {
+                // errno is untouched by c_len; after_data_stream restores it.
+                rt::after_data_stream(RequestType::READ, stream, c_len(r));
+            }
+            r
+        }
+    };
+}
+
+fgets_hook!(fgets, c"fgets", ());
+fgets_hook!(fgets_unlocked, c"fgets_unlocked", ());
+fgets_hook!(__fgets_chk, c"__fgets_chk", (size: size_t));
+fgets_hook!(__fgets_unlocked_chk, c"__fgets_unlocked_chk", (size: size_t));
+
+macro_rules! fputs_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(s: *const c_char, stream: *mut FILE) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*const c_char, *mut FILE) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real(s, stream) };
+            if rt::active() {
+                let n = if r >= 0 { c_len(s) } else { -1 };
+                rt::after_data_stream(RequestType::WRITE, stream, n);
+            }
+            r
+        }
+    };
+}
+
+fputs_hook!(fputs, c"fputs");
+fputs_hook!(fputs_unlocked, c"fputs_unlocked");
+
+#[no_mangle]
+pub unsafe extern "C" fn getline(
+    line: *mut *mut c_char,
+    n: *mut size_t,
+    stream: *mut FILE,
+) -> ssize_t {
+    let Some(real) = real_fn!(
+        c"getline",
+        fn(*mut *mut c_char, *mut size_t, *mut FILE) -> ssize_t
+    ) else {
+        return nosys() as ssize_t;
+    };
+    // SAFETY: the caller's arguments, unchanged, to the real function.
+    let r = unsafe { real(line, n, stream) };
+    rt::after_data_stream(RequestType::READ, stream, r as i64);
+    r
+}
+
+macro_rules! getdelim_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            line: *mut *mut c_char,
+            n: *mut size_t,
+            delim: c_int,
+            stream: *mut FILE,
+        ) -> ssize_t {
+            let Some(real) = real_fn!(
+                $sym,
+                fn(*mut *mut c_char, *mut size_t, c_int, *mut FILE) -> ssize_t
+            ) else {
+                return nosys() as ssize_t;
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real(line, n, delim, stream) };
+            rt::after_data_stream(RequestType::READ, stream, r as i64);
+            r
+        }
+    };
+}
+
+getdelim_hook!(getdelim, c"getdelim");
+getdelim_hook!(__getdelim, c"__getdelim");
+
+// ------------------------------------------------------------ open / close
+// open and openat are variadic in C. Defining a variadic function is not
+// stable Rust, so they are defined with a fixed third (fourth) `mode`
+// argument: on the x86-64 and AArch64 Linux calling conventions a variadic
+// integer argument travels in the same register as a fixed one, so reading
+// `mode` is sound; its value is only *used* with O_CREAT or O_TMPFILE, the
+// only cases where the caller passed it. The real functions are called
+// through variadic function pointers, which stable Rust allows.
+
+macro_rules! open_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*const c_char, c_int; ...) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: path is the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::OPEN, path) };
+            let mode: c_uint = if needs_mode(flags) { mode as c_uint } else { 0 };
+            // SAFETY: the caller's arguments to the real variadic open; mode
+            // is passed as the unsigned int open reads with va_arg.
+            let fd = unsafe { real(path, flags, mode) };
+            rt::opened(fd);
+            fd
+        }
+    };
+}
+
+open_hook!(open, c"open");
+open_hook!(open64, c"open64");
+
+macro_rules! openat_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int, *const c_char, c_int; ...) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: path is the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::OPEN, path) };
+            let mode: c_uint = if needs_mode(flags) { mode as c_uint } else { 0 };
+            // SAFETY: the caller's arguments to the real variadic openat.
+            let fd = unsafe { real(dirfd, path, flags, mode) };
+            rt::opened(fd);
+            fd
+        }
+    };
+}
+
+openat_hook!(openat, c"openat");
+openat_hook!(openat64, c"openat64");
+
+macro_rules! fixed_open_hook {
+    ($name:ident, $sym:literal, $path:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the path is the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::OPEN, $path) };
+            // SAFETY: the caller's arguments, unchanged, to the real function.
+            let fd = unsafe { real($($a),*) };
+            rt::opened(fd);
+            fd
+        }
+    };
+}
+
+fixed_open_hook!(creat, c"creat", path, (path: *const c_char, mode: mode_t));
+fixed_open_hook!(creat64, c"creat64", path, (path: *const c_char, mode: mode_t));
+fixed_open_hook!(__open_2, c"__open_2", path, (path: *const c_char, flags: c_int));
+fixed_open_hook!(__open64_2, c"__open64_2", path, (path: *const c_char, flags: c_int));
+fixed_open_hook!(__openat_2, c"__openat_2", path, (dirfd: c_int, path: *const c_char, flags: c_int));
+fixed_open_hook!(__openat64_2, c"__openat64_2", path, (dirfd: c_int, path: *const c_char, flags: c_int));
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let Some(real) = real_fn!(c"close", fn(c_int) -> c_int) else {
+        return nosys();
+    };
+    rt::before_meta(RequestType::CLOSE, fd);
+    // SAFETY: the caller's argument to the real close.
+    let r = unsafe { real(fd) };
+    // On Linux the descriptor is gone even when close reports an error.
+    fdtable::set(fd, 0);
+    r
+}
+
+/// close_range's flag that marks descriptors close-on-exec instead of closing.
+const CLOSE_RANGE_CLOEXEC: c_int = 1 << 2;
+
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let Some(real) = real_fn!(c"close_range", fn(c_uint, c_uint, c_int) -> c_int) else {
+        return nosys();
+    };
+    rt::before_meta(RequestType::CLOSE, -1);
+    // SAFETY: the caller's arguments to the real close_range.
+    let r = unsafe { real(first, last, flags) };
+    if r == 0 && flags & CLOSE_RANGE_CLOEXEC == 0 {
+        fdtable::clear_range(first, last);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+    let Some(real) = real_fn!(c"dup", fn(c_int) -> c_int) else {
+        return nosys();
+    };
+    // SAFETY: the caller's argument to the real dup.
+    let r = unsafe { real(old) };
+    if r >= 0 {
+        fdtable::copy(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    let Some(real) = real_fn!(c"dup2", fn(c_int, c_int) -> c_int) else {
+        return nosys();
+    };
+    // SAFETY: the caller's arguments to the real dup2.
+    let r = unsafe { real(old, new) };
+    if r >= 0 {
+        fdtable::copy(old, r);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    let Some(real) = real_fn!(c"dup3", fn(c_int, c_int, c_int) -> c_int) else {
+        return nosys();
+    };
+    // SAFETY: the caller's arguments to the real dup3.
+    let r = unsafe { real(old, new, flags) };
+    if r >= 0 {
+        fdtable::copy(old, r);
+    }
+    r
+}
+
+// fcntl is variadic too: its optional third argument is an int or a
+// pointer, both passed in the third integer register on x86-64/AArch64, so
+// it is taken as an unsigned long and passed on unchanged.
+macro_rules! fcntl_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int, c_int; ...) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments to the real variadic fcntl; the
+            // third is passed in the same register class it arrived in.
+            let r = unsafe { real(fd, cmd, arg) };
+            if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
+                fdtable::copy(fd, r);
+            }
+            r
+        }
+    };
+}
+
+fcntl_hook!(fcntl, c"fcntl");
+fcntl_hook!(fcntl64, c"fcntl64");
+
+macro_rules! fopen_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut FILE {
+            let Some(real) = real_fn!($sym, fn(*const c_char, *const c_char) -> *mut FILE) else {
+                nosys();
+                return std::ptr::null_mut();
+            };
+            // SAFETY: the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::OPEN, path) };
+            // SAFETY: the caller's arguments to the real function.
+            let r = unsafe { real(path, mode) };
+            if !r.is_null() && rt::classifying() {
+                rt::opened(stream_fd(r));
+            }
+            r
+        }
+    };
+}
+
+fopen_hook!(fopen, c"fopen");
+fopen_hook!(fopen64, c"fopen64");
+
+macro_rules! freopen_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            mode: *const c_char,
+            stream: *mut FILE,
+        ) -> *mut FILE {
+            let Some(real) = real_fn!(
+                $sym,
+                fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE
+            ) else {
+                nosys();
+                return std::ptr::null_mut();
+            };
+            let old = stream_fd(stream);
+            // SAFETY: the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::OPEN, path) };
+            // SAFETY: the caller's arguments to the real function.
+            let r = unsafe { real(path, mode, stream) };
+            if !path.is_null() {
+                fdtable::set(old, 0);
+                if !r.is_null() && rt::classifying() {
+                    rt::opened(stream_fd(r));
+                }
+            }
+            r
+        }
+    };
+}
+
+freopen_hook!(freopen, c"freopen");
+freopen_hook!(freopen64, c"freopen64");
+
+#[no_mangle]
+pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
+    let Some(real) = real_fn!(c"fclose", fn(*mut FILE) -> c_int) else {
+        return nosys();
+    };
+    let fd = stream_fd(stream);
+    rt::before_meta(RequestType::CLOSE, fd);
+    // SAFETY: the caller's argument to the real fclose.
+    let r = unsafe { real(stream) };
+    fdtable::set(fd, 0);
+    r
+}
+
+// ------------------------------------------------------------ sync
+
+macro_rules! fd_meta_hook {
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            rt::before_meta(RequestType::$rt, $fd);
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            unsafe { real($($a),*) }
+        }
+    };
+}
+
+fd_meta_hook!(fsync, c"fsync", FSYNC, fd, (fd: c_int));
+fd_meta_hook!(fdatasync, c"fdatasync", FDATASYNC, fd, (fd: c_int));
+fd_meta_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd,
+    (fd: c_int, off: off64_t, n: off64_t, flags: c_uint));
+
+// ------------------------------------------------------------ metadata
+
+macro_rules! path_meta_hook {
+    ($name:ident, $sym:literal, $rt:ident, $path:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's NUL-terminated path (or null).
+            unsafe { rt::before_meta_path(RequestType::$rt, $path) };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            unsafe { real($($a),*) }
+        }
+    };
+}
+
+type Buf = *mut c_void;
+type Path = *const c_char;
+
+path_meta_hook!(stat, c"stat", STAT, path, (path: Path, buf: Buf));
+path_meta_hook!(stat64, c"stat64", STAT, path, (path: Path, buf: Buf));
+path_meta_hook!(lstat, c"lstat", STAT, path, (path: Path, buf: Buf));
+path_meta_hook!(lstat64, c"lstat64", STAT, path, (path: Path, buf: Buf));
+path_meta_hook!(fstatat, c"fstatat", STAT, path, (dirfd: c_int, path: Path, buf: Buf, flags: c_int));
+path_meta_hook!(fstatat64, c"fstatat64", STAT, path, (dirfd: c_int, path: Path, buf: Buf, flags: c_int));
+path_meta_hook!(statx, c"statx", STAT, path, (dirfd: c_int, path: Path, flags: c_int, mask: c_uint, buf: Buf));
+path_meta_hook!(__xstat, c"__xstat", STAT, path, (ver: c_int, path: Path, buf: Buf));
+path_meta_hook!(__xstat64, c"__xstat64", STAT, path, (ver: c_int, path: Path, buf: Buf));
+path_meta_hook!(__lxstat, c"__lxstat", STAT, path, (ver: c_int, path: Path, buf: Buf));
+path_meta_hook!(__lxstat64, c"__lxstat64", STAT, path, (ver: c_int, path: Path, buf: Buf));
+path_meta_hook!(__fxstatat, c"__fxstatat", STAT, path, (ver: c_int, dirfd: c_int, path: Path, buf: Buf, flags: c_int));
+path_meta_hook!(__fxstatat64, c"__fxstatat64", STAT, path, (ver: c_int, dirfd: c_int, path: Path, buf: Buf, flags: c_int));
+fd_meta_hook!(fstat, c"fstat", STAT, fd, (fd: c_int, buf: Buf));
+fd_meta_hook!(fstat64, c"fstat64", STAT, fd, (fd: c_int, buf: Buf));
+fd_meta_hook!(__fxstat, c"__fxstat", STAT, fd, (ver: c_int, fd: c_int, buf: Buf));
+fd_meta_hook!(__fxstat64, c"__fxstat64", STAT, fd, (ver: c_int, fd: c_int, buf: Buf));
+
+path_meta_hook!(unlink, c"unlink", UNLINK, path, (path: Path));
+path_meta_hook!(unlinkat, c"unlinkat", UNLINK, path, (dirfd: c_int, path: Path, flags: c_int));
+path_meta_hook!(rename, c"rename", RENAME, old, (old: Path, new: Path));
+path_meta_hook!(renameat, c"renameat", RENAME, old, (olddir: c_int, old: Path, newdir: c_int, new: Path));
+path_meta_hook!(renameat2, c"renameat2", RENAME, old,
+    (olddir: c_int, old: Path, newdir: c_int, new: Path, flags: c_uint));
+path_meta_hook!(mkdir, c"mkdir", MKDIR, path, (path: Path, mode: mode_t));
+path_meta_hook!(mkdirat, c"mkdirat", MKDIR, path, (dirfd: c_int, path: Path, mode: mode_t));
+path_meta_hook!(rmdir, c"rmdir", RMDIR, path, (path: Path));
+path_meta_hook!(truncate, c"truncate", TRUNCATE, path, (path: Path, len: off_t));
+path_meta_hook!(truncate64, c"truncate64", TRUNCATE, path, (path: Path, len: off64_t));
+fd_meta_hook!(ftruncate, c"ftruncate", TRUNCATE, fd, (fd: c_int, len: off_t));
+fd_meta_hook!(ftruncate64, c"ftruncate64", TRUNCATE, fd, (fd: c_int, len: off64_t));
+fd_meta_hook!(fallocate, c"fallocate", FALLOCATE, fd, (fd: c_int, mode: c_int, off: off_t, len: off_t));
+fd_meta_hook!(fallocate64, c"fallocate64", FALLOCATE, fd, (fd: c_int, mode: c_int, off: off64_t, len: off64_t));
+// posix_fallocate returns an error number instead of setting errno; the
+// value is passed back unchanged either way.
+fd_meta_hook!(posix_fallocate, c"posix_fallocate", FALLOCATE, fd, (fd: c_int, off: off_t, len: off_t));
+fd_meta_hook!(posix_fallocate64, c"posix_fallocate64", FALLOCATE, fd, (fd: c_int, off: off64_t, len: off64_t));
+
+// ------------------------------------------------------------ exit
+
+macro_rules! exit_hook {
+    ($name:ident, $sym:literal) => {
+        /// Processes ending with `_exit` run no atexit handlers or
+        /// destructors: push the statistics file first.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(status: c_int) -> ! {
+            rt::before_exit();
+            if let Some(real) = real_fn!($sym, fn(c_int) -> !) {
+                // SAFETY: the caller's argument to the real function.
+                unsafe { real(status) }
+            }
+            loop {
+                // SAFETY: exit_group ends the process; it does not return.
+                unsafe { libc::syscall(libc::SYS_exit_group, status as libc::c_long) };
+            }
+        }
+    };
+}
+
+exit_hook!(_exit, c"_exit");
+exit_hook!(_Exit, c"_Exit");
+
+// ------------------------------------------------------------ paio's own C calls
+
+/// Sets the calling thread's request context by name (NULL or "" clears
+/// it). Returns 0, or -1 if the name cannot be interned.
+#[no_mangle]
+pub unsafe extern "C" fn paio_preload_set_context(name: *const c_char) -> c_int {
+    let name = if name.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null argument is a NUL-terminated string (contract).
+        match unsafe { CStr::from_ptr(name) }.to_str() {
+            Ok(s) => Some(s),
+            Err(_) => return -1,
+        }
+    };
+    rt::set_context(name)
+}
+
+/// 1 when the interposer is active in this process (its constructor ran
+/// and the stage was built), else 0.
+#[no_mangle]
+pub extern "C" fn paio_preload_active() -> c_int {
+    rt::active() as c_int
+}
+
+// ------------------------------------------------------------ other new descriptors
+// Descriptors that are not files opened by path get class 0: a number whose
+// previous owner was closed behind the library's back (closedir, fcloseall,
+// a raw syscall) would otherwise keep that owner's class.
+
+macro_rules! fresh_fd_hook {
+    ($name:ident, $sym:literal, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let fd = unsafe { real($($a),*) };
+            fdtable::set(fd, 0);
+            fd
+        }
+    };
+}
+
+fresh_fd_hook!(socket, c"socket", (domain: c_int, ty: c_int, proto: c_int));
+fresh_fd_hook!(accept, c"accept", (fd: c_int, addr: *mut c_void, len: *mut c_void));
+fresh_fd_hook!(accept4, c"accept4", (fd: c_int, addr: *mut c_void, len: *mut c_void, flags: c_int));
+fresh_fd_hook!(memfd_create, c"memfd_create", (name: *const c_char, flags: c_uint));
+fresh_fd_hook!(eventfd, c"eventfd", (initval: c_uint, flags: c_int));
+fresh_fd_hook!(epoll_create1, c"epoll_create1", (flags: c_int));
+
+macro_rules! fd_pair_hook {
+    ($name:ident, $sym:literal, $fds:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            let r = unsafe { real($($a),*) };
+            if r == 0 {
+                // SAFETY: on success the real call stored two descriptors in
+                // the caller's int[2].
+                let (a, b) = unsafe { (*$fds, *$fds.add(1)) };
+                fdtable::set(a, 0);
+                fdtable::set(b, 0);
+            }
+            r
+        }
+    };
+}
+
+fd_pair_hook!(pipe, c"pipe", fds, (fds: *mut c_int));
+fd_pair_hook!(pipe2, c"pipe2", fds, (fds: *mut c_int, flags: c_int));
+fd_pair_hook!(socketpair, c"socketpair", fds, (domain: c_int, ty: c_int, proto: c_int, fds: *mut c_int));
+
+#[no_mangle]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
+    let Some(real) = real_fn!(c"opendir", fn(*const c_char) -> *mut libc::DIR) else {
+        nosys();
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's argument to the real opendir.
+    let d = unsafe { real(path) };
+    if !d.is_null() {
+        let e = rt::errno();
+        // SAFETY: `d` is the valid directory stream just returned.
+        fdtable::set(unsafe { libc::dirfd(d) }, 0);
+        rt::set_errno(e);
+    }
+    d
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn closedir(d: *mut libc::DIR) -> c_int {
+    let Some(real) = real_fn!(c"closedir", fn(*mut libc::DIR) -> c_int) else {
+        return nosys();
+    };
+    let fd = if d.is_null() {
+        -1
+    } else {
+        let e = rt::errno();
+        // SAFETY: the caller passes a valid directory stream.
+        let fd = unsafe { libc::dirfd(d) };
+        rt::set_errno(e);
+        fd
+    };
+    // SAFETY: the caller's argument to the real closedir.
+    let r = unsafe { real(d) };
+    fdtable::set(fd, 0);
+    r
+}

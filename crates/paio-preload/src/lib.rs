@@ -1,0 +1,28 @@
+//! `libpaio_preload.so`: a paio stage inside unmodified programs, through
+//! `LD_PRELOAD` (the paper's §6.2 "Using PAIO transparently").
+//!
+//! The library defines libc's own file I/O symbols (`read`, `pwrite64`,
+//! `openat`, `fread`, ...; the full list is in docs/preload.md). Each one
+//! calls the real function (found with `dlsym(RTLD_NEXT, ...)`) and submits a
+//! request to a per-process [`paio::Stage`], built in the library's
+//! constructor from `PAIO_POLICY` (or the embedded pass-through policy).
+//!
+//! Rules this crate keeps (each is tested in tests/):
+//! - data calls are charged *after* the real call with the bytes it actually
+//!   moved (see [`rt::after_data`]), so statistics are exact and a rate limit
+//!   holds over time; open/close/metadata calls are charged *before* the call;
+//! - errno is saved and restored around everything the library does itself;
+//! - a per-thread depth guard lets the library's own I/O (and Rust std's)
+//!   through untouched;
+//! - per-thread state is `const`-initialised and has no destructor;
+//! - configuration comes from the constructor's `envp`, never `getenv`;
+//! - a panic never unwinds into C: the hook reports through a raw syscall and
+//!   aborts (and `extern "C"` functions abort on unwind anyway).
+// The exported functions are libc's, with libc's contracts (man pages).
+#![allow(clippy::missing_safety_doc)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod fdtable;
+mod hooks;
+mod real;
+mod rt;

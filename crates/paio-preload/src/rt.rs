@@ -1,0 +1,762 @@
+//! The per-process runtime: configuration (from the constructor's envp), the
+//! stage, the depth guard, classification, fork handling and the statistics
+//! file.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, CStr};
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
+
+use paio::context::FileClass;
+use paio::{Context, Policy, RequestContext, RequestType, Stage, StageStats};
+
+use crate::fdtable;
+
+/// The embedded policy used when `PAIO_POLICY` is not set: pass-through with
+/// statistics per kind of call.
+pub(crate) const DEFAULT_POLICY: &str = r#"
+[stage]
+name = "preload"
+default_channel = "metadata"
+
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+
+[[channel]]
+name = "metadata"
+"#;
+
+const UNINIT: u8 = 0;
+const ACTIVE: u8 = 1;
+const OFF: u8 = 2;
+
+/// UNINIT before the constructor ran (every call passes through), ACTIVE
+/// after, OFF when the configuration was unusable (pass-through for good).
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// Leaked at construction, never freed.
+static CONFIG: AtomicPtr<Config> = AtomicPtr::new(ptr::null_mut());
+/// This process's stage; leaked, never freed. Reset to null in a forked
+/// child, which then builds its own on its first call.
+static STAGE: AtomicPtr<Stage> = AtomicPtr::new(ptr::null_mut());
+/// The process id (workflow for `PAIO_WORKFLOW=process`); reset at fork.
+static PID: AtomicU64 = AtomicU64::new(0);
+/// CLOCK_MONOTONIC_COARSE nanoseconds at which the next statistics push is due.
+static NEXT_PUSH_NS: AtomicU64 = AtomicU64::new(0);
+/// Set while one thread writes the statistics file.
+static PUSHING: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// This thread's state: no destructor, constant initialiser, so usable
+    /// before the constructor and during thread exit.
+    static LOCAL: Local = const {
+        Local {
+            depth: Cell::new(0),
+            until_clock: Cell::new(0),
+        }
+    };
+}
+
+struct Local {
+    /// > 0 while this thread is inside the library: calls pass through.
+    depth: Cell<u32>,
+    /// Calls left before this thread looks at the clock for a push.
+    until_clock: Cell<u32>,
+}
+
+/// Calls between two clock reads for the periodic statistics push.
+const CLOCK_EVERY: u32 = 16;
+
+pub(crate) struct Config {
+    policy_text: String,
+    policy_origin: String,
+    stage_name: Option<String>,
+    labels: Vec<(String, String)>,
+    workflow_process: bool,
+    stats_path: Option<String>,
+    interval_ns: u64,
+    pub(crate) log: bool,
+    /// The process-wide request context (`PAIO_CONTEXT`).
+    default_context: RequestContext,
+    /// (canonical prefix, class) sorted longest first.
+    class_rules: Vec<(String, u16)>,
+    /// Interned classes; table class `i` is `classes[i - 1]`.
+    classes: Vec<FileClass>,
+}
+
+#[inline]
+fn config() -> Option<&'static Config> {
+    let p = CONFIG.load(Ordering::Acquire);
+    // SAFETY: CONFIG is either null or a leaked Box that is never freed.
+    unsafe { p.as_ref() }
+}
+
+// ---------------------------------------------------------------- errno
+
+#[inline]
+pub(crate) fn errno() -> c_int {
+    // SAFETY: __errno_location returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+#[inline]
+pub(crate) fn set_errno(e: c_int) {
+    // SAFETY: as in errno().
+    unsafe { *libc::__errno_location() = e }
+}
+
+// ---------------------------------------------------------------- guard
+
+/// Held while the library does its own work on this thread: restores errno
+/// and the depth when dropped.
+pub(crate) struct Guard {
+    errno: c_int,
+    /// This thread's `LOCAL`, valid while the thread lives (the guard never
+    /// leaves its thread's stack).
+    local: *const Local,
+}
+
+impl Guard {
+    /// `None` when the call must pass through: before the constructor, when
+    /// disabled, or when the library is already on this thread's stack.
+    #[inline]
+    pub(crate) fn enter() -> Option<Guard> {
+        if STATE.load(Ordering::Relaxed) != ACTIVE {
+            return None;
+        }
+        Self::enter_always()
+    }
+
+    /// As [`Guard::enter`] but also before/after activation (constructor,
+    /// exit paths).
+    #[inline]
+    fn enter_always() -> Option<Guard> {
+        let local = LOCAL.with(|l| l as *const Local);
+        // SAFETY: a thread's own thread-local, without destructor, lives as
+        // long as the thread; the reference does not leave this function.
+        let depth = unsafe { &(*local).depth };
+        if depth.get() != 0 {
+            return None;
+        }
+        depth.set(1);
+        Some(Guard {
+            errno: errno(),
+            local,
+        })
+    }
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `local` is this thread's LOCAL (see the field).
+        unsafe { (*self.local).depth.set(0) };
+        set_errno(self.errno);
+    }
+}
+
+// ---------------------------------------------------------------- logging
+
+/// Writes `msg` to fd 2 through a raw syscall (never through our `write`).
+pub(crate) fn raw_stderr(msg: &str) {
+    let b = msg.as_bytes();
+    let mut off = 0;
+    while off < b.len() {
+        // SAFETY: the pointer/length pair is within `b`.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                2 as libc::c_long,
+                b[off..].as_ptr(),
+                b.len() - off,
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        off += n as usize;
+    }
+}
+
+/// Diagnostics: only with PAIO_LOG set, so the host's stderr stays untouched.
+pub(crate) fn log(msg: &str) {
+    if config().is_some_and(|c| c.log) {
+        raw_stderr(&format!("paio[{}]: {msg}\n", std::process::id()));
+    }
+}
+
+// ---------------------------------------------------------------- construction
+
+/// Runs from `.init_array` with (argc, argv, envp), before `main` and
+/// before `environ` is guaranteed to be set up for preinit code.
+extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *const *const c_char) {
+    let Some(_g) = Guard::enter_always() else {
+        return;
+    };
+    std::panic::set_hook(Box::new(|info| {
+        raw_stderr(&format!("paio: internal error, aborting: {info}\n"));
+        // SAFETY: abort never returns and unwinds nothing.
+        unsafe { libc::abort() }
+    }));
+    // SAFETY: the dynamic loader passes a NULL-terminated envp array.
+    let env = unsafe { read_env(envp) };
+    match Config::from_env(&env) {
+        Ok(cfg) => {
+            let cfg: &'static Config = Box::leak(Box::new(cfg));
+            CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+            match cfg.build_stage() {
+                Ok(stage) => {
+                    STAGE.store(Box::into_raw(Box::new(stage)), Ordering::Release);
+                    reset_process();
+                    // SAFETY: registering a plain extern "C" fn handler.
+                    unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
+                    STATE.store(ACTIVE, Ordering::Release);
+                    log("active");
+                }
+                Err(e) => {
+                    raw_stderr(&format!("paio: {e}; running without a stage\n"));
+                    STATE.store(OFF, Ordering::Release);
+                }
+            }
+        }
+        Err(e) => {
+            raw_stderr(&format!("paio: {e}; running without a stage\n"));
+            STATE.store(OFF, Ordering::Release);
+        }
+    }
+}
+
+/// Runs from `.fini_array` at normal exit (after the program's own atexit
+/// handlers): the final statistics push.
+extern "C" fn destructor() {
+    if STATE.load(Ordering::Acquire) == ACTIVE {
+        if let Some(_g) = Guard::enter_always() {
+            push_stats(true);
+        }
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn(c_int, *const *const c_char, *const *const c_char) = constructor;
+
+#[used]
+#[link_section = ".fini_array"]
+static FINI: extern "C" fn() = destructor;
+
+/// Called by `_exit`/`_Exit` before the real call.
+pub(crate) fn before_exit() {
+    if STATE.load(Ordering::Acquire) == ACTIVE {
+        if let Some(_g) = Guard::enter_always() {
+            push_stats(true);
+        }
+    }
+}
+
+extern "C" fn atfork_child() {
+    // The child is single-threaded and owns nothing of its parent's stage:
+    // a lock another parent thread held stays held in the leaked copy. The
+    // child builds a fresh stage (fresh statistics) on its first call.
+    STAGE.store(ptr::null_mut(), Ordering::Release);
+    PUSHING.store(false, Ordering::Relaxed);
+    paio::context::forget_thread_id();
+    reset_process();
+}
+
+fn reset_process() {
+    PID.store(std::process::id() as u64, Ordering::Relaxed);
+    NEXT_PUSH_NS.store(0, Ordering::Relaxed);
+}
+
+/// # Safety
+/// `envp` is null or a NULL-terminated array of NUL-terminated strings.
+unsafe fn read_env(envp: *const *const c_char) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if envp.is_null() {
+        return out;
+    }
+    let mut p = envp;
+    loop {
+        // SAFETY: p is within the NULL-terminated array (caller's contract).
+        let s = unsafe { *p };
+        if s.is_null() {
+            break;
+        }
+        // SAFETY: every entry is a NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(s) }.to_bytes();
+        if bytes.starts_with(b"PAIO_") {
+            if let Some(eq) = bytes.iter().position(|&b| b == b'=') {
+                out.push((
+                    String::from_utf8_lossy(&bytes[..eq]).into_owned(),
+                    String::from_utf8_lossy(&bytes[eq + 1..]).into_owned(),
+                ));
+            }
+        }
+        // SAFETY: not past the terminating NULL yet.
+        p = unsafe { p.add(1) };
+    }
+    out
+}
+
+fn env_get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    env.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+impl Config {
+    fn from_env(env: &[(String, String)]) -> Result<Config, String> {
+        let (policy_text, policy_origin) = match env_get(env, "PAIO_POLICY")
+            .filter(|s| !s.is_empty())
+        {
+            Some(path) => (
+                std::fs::read_to_string(path).map_err(|e| format!("PAIO_POLICY {path}: {e}"))?,
+                path.to_string(),
+            ),
+            None => (DEFAULT_POLICY.to_string(), "<embedded default>".to_string()),
+        };
+        // PAIO_CONTROL is reserved for the control plane (issue 4): accepted
+        // and ignored.
+        let _ = env_get(env, "PAIO_CONTROL");
+        let stage_name = env_get(env, "PAIO_STAGE_NAME")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let mut labels = Vec::new();
+        for item in env_get(env, "PAIO_LABELS")
+            .unwrap_or("")
+            .split(',')
+            .filter(|s| !s.is_empty())
+        {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("PAIO_LABELS: {item:?} is not key=value"))?;
+            labels.push((k.trim().to_string(), v.trim().to_string()));
+        }
+        let workflow_process = match env_get(env, "PAIO_WORKFLOW").unwrap_or("") {
+            "" | "thread" => false,
+            "process" => true,
+            other => {
+                return Err(format!(
+                    "PAIO_WORKFLOW {other:?}: expected \"thread\" or \"process\""
+                ))
+            }
+        };
+        let stats_path = env_get(env, "PAIO_STATS")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let interval = match env_get(env, "PAIO_STATS_INTERVAL").filter(|s| !s.is_empty()) {
+            Some(s) => {
+                paio::units::parse_duration(s).map_err(|e| format!("PAIO_STATS_INTERVAL: {e}"))?
+            }
+            None => std::time::Duration::from_secs(1),
+        };
+        let default_context = match env_get(env, "PAIO_CONTEXT").filter(|s| !s.is_empty()) {
+            Some(ctx) => {
+                RequestContext::named(ctx).map_err(|e| format!("PAIO_CONTEXT {ctx:?}: {e}"))?
+            }
+            None => RequestContext::NONE,
+        };
+        let log = env_get(env, "PAIO_LOG").is_some_and(|s| !s.is_empty() && s != "0");
+        let mut class_names: Vec<String> = Vec::new();
+        let mut class_rules = Vec::new();
+        for item in env_get(env, "PAIO_FILE_CLASSES")
+            .unwrap_or("")
+            .split(',')
+            .filter(|s| !s.is_empty())
+        {
+            let (name, prefix) = item
+                .split_once('=')
+                .ok_or_else(|| format!("PAIO_FILE_CLASSES: {item:?} is not class=/path"))?;
+            if !prefix.starts_with('/') {
+                return Err(format!(
+                    "PAIO_FILE_CLASSES: {prefix:?} is not an absolute path"
+                ));
+            }
+            let idx = match class_names.iter().position(|n| n == name) {
+                Some(i) => i,
+                None => {
+                    class_names.push(name.to_string());
+                    class_names.len() - 1
+                }
+            };
+            let class = u16::try_from(idx + 1).map_err(|_| "PAIO_FILE_CLASSES: too many")?;
+            let canon = std::fs::canonicalize(prefix)
+                .ok()
+                .and_then(|p| p.to_str().map(str::to_string))
+                .unwrap_or_else(|| prefix.to_string());
+            let canon = canon.trim_end_matches('/').to_string();
+            class_rules.push((canon, class));
+        }
+        class_rules.sort_by_key(|r: &(String, u16)| std::cmp::Reverse(r.0.len()));
+        Ok(Config {
+            policy_text,
+            policy_origin,
+            stage_name,
+            labels,
+            workflow_process,
+            stats_path,
+            interval_ns: interval.as_nanos().clamp(1, u64::MAX as u128) as u64,
+            log,
+            default_context,
+            class_rules,
+            classes: class_names
+                .iter()
+                .map(|n| FileClass::named(n).map_err(|e| format!("PAIO_FILE_CLASSES: {e}")))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    fn build_stage(&self) -> Result<Stage, String> {
+        let policy =
+            Policy::parse(&self.policy_text, &self.policy_origin).map_err(|e| e.to_string())?;
+        // PAIO_STAGE_NAME, else the policy's `[stage] name`, else "preload".
+        let name = (self.stage_name.clone())
+            .or_else(|| policy.name.clone())
+            .unwrap_or_else(|| "preload".to_string());
+        let mut builder = Stage::builder(name);
+        for (k, v) in &self.labels {
+            builder = builder.label(k.clone(), v.clone());
+        }
+        policy.build_stage(builder).map_err(|e| e.to_string())
+    }
+
+    /// The class of an absolute, canonical path: longest prefix wins.
+    fn class_of(&self, path: &str) -> u16 {
+        for (prefix, class) in &self.class_rules {
+            if path.len() >= prefix.len()
+                && path.starts_with(prefix.as_str())
+                && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
+            {
+                return *class;
+            }
+        }
+        0
+    }
+}
+
+// ---------------------------------------------------------------- stage
+
+/// This process's stage, building it after a fork.
+#[inline]
+fn stage() -> Option<&'static Stage> {
+    let p = STAGE.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: STAGE holds a leaked Box that is never freed.
+        return Some(unsafe { &*p });
+    }
+    stage_slow()
+}
+
+#[cold]
+fn stage_slow() -> Option<&'static Stage> {
+    let cfg = config()?;
+    let fresh = match cfg.build_stage() {
+        Ok(s) => Box::into_raw(Box::new(s)),
+        Err(e) => {
+            raw_stderr(&format!("paio: {e}; running without a stage\n"));
+            STATE.store(OFF, Ordering::Release);
+            return None;
+        }
+    };
+    match STAGE.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        // SAFETY: `fresh` was just leaked and is now published, never freed.
+        Ok(_) => Some(unsafe { &*fresh }),
+        Err(existing) => {
+            // SAFETY: `fresh` lost the race and was never shared.
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: `existing` is a published, never-freed stage.
+            Some(unsafe { &*existing })
+        }
+    }
+}
+
+#[inline]
+fn workflow(cfg: &Config) -> u64 {
+    if cfg.workflow_process {
+        PID.load(Ordering::Relaxed)
+    } else {
+        paio::context::current_workflow()
+    }
+}
+
+#[inline]
+fn request_context(cfg: &Config) -> RequestContext {
+    let rc = paio::current_request_context();
+    if rc != RequestContext::NONE {
+        return rc;
+    }
+    cfg.default_context
+}
+
+/// Submits one request (the guard is held). `class` is the fdtable class.
+#[inline]
+fn submit(rt: RequestType, size: u64, class: u16) {
+    let Some(cfg) = config() else { return };
+    let Some(stage) = stage() else { return };
+    let ctx = Context::explicit(workflow(cfg), rt, request_context(cfg), size);
+    let ctx = with_class(cfg, ctx, class);
+    let _ = stage.enforce(&ctx, None);
+    maybe_push(cfg);
+}
+
+/// Attaches the file class of table class `class` (0 = none).
+#[inline]
+fn with_class(cfg: &Config, ctx: Context, class: u16) -> Context {
+    match (class as usize)
+        .checked_sub(1)
+        .and_then(|i| cfg.classes.get(i))
+    {
+        Some(&fc) => ctx.with_file_class(fc),
+        None => ctx,
+    }
+}
+
+/// A data call returned `result` (bytes moved, or -1): charge it now. The
+/// real call runs before the stage sees it, so statistics count exactly the
+/// bytes moved and a limiter that makes the caller wait delays its next call;
+/// over any window longer than one request the rate is the same.
+#[inline]
+pub(crate) fn after_data(rt: RequestType, fd: c_int, result: i64) {
+    if let Some(_g) = Guard::enter() {
+        submit(rt, result.max(0) as u64, fdtable::get(fd));
+    }
+}
+
+/// As [`after_data`] for calls that move bytes from `fd_in` to `fd_out`
+/// (sendfile, copy_file_range, splice): a read and a write.
+#[inline]
+pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {
+    if let Some(_g) = Guard::enter() {
+        let n = result.max(0) as u64;
+        submit(RequestType::READ, n, fdtable::get(fd_in));
+        submit(RequestType::WRITE, n, fdtable::get(fd_out));
+    }
+}
+
+/// Charges an open/close/metadata call before it runs (size 0).
+#[inline]
+pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
+    if let Some(_g) = Guard::enter() {
+        submit(rt, 0, fdtable::get(fd));
+    }
+}
+
+/// As [`before_meta`] for a call naming a path: an absolute path is
+/// classified lexically (no realpath: the file may not exist).
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+#[inline]
+pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
+    if let Some(_g) = Guard::enter() {
+        let class = match config() {
+            Some(cfg) if !cfg.class_rules.is_empty() && !path.is_null() => {
+                // SAFETY: path is NUL-terminated (caller's contract).
+                let p = unsafe { CStr::from_ptr(path) };
+                p.to_str().map_or(0, |s| {
+                    if s.starts_with('/') {
+                        cfg.class_of(s)
+                    } else {
+                        0
+                    }
+                })
+            }
+            _ => 0,
+        };
+        submit(rt, 0, class);
+    }
+}
+
+/// A call returned the new descriptor `fd` for a freshly opened file:
+/// record its class from its canonical path.
+#[inline]
+pub(crate) fn opened(fd: c_int) {
+    if fd < 0 {
+        return;
+    }
+    match config() {
+        Some(cfg) if !cfg.class_rules.is_empty() => {}
+        _ => {
+            // Without rules the table stays all zero; fds reused after a
+            // close are already 0.
+            return;
+        }
+    }
+    if let Some(_g) = Guard::enter() {
+        let Some(cfg) = config() else { return };
+        let class = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .ok()
+            .and_then(|p| p.to_str().map(|s| cfg.class_of(s)))
+            .unwrap_or(0);
+        fdtable::set(fd, class);
+    }
+}
+
+/// The thread's request context from a C string (NULL or "" clears it).
+pub(crate) fn set_context(name: Option<&str>) -> c_int {
+    let Some(_g) = Guard::enter_always() else {
+        return -1;
+    };
+    match name.filter(|s| !s.is_empty()) {
+        None => {
+            paio::clear_request_context();
+            0
+        }
+        Some(n) => match RequestContext::named(n) {
+            Ok(rc) => {
+                paio::set_request_context(rc);
+                0
+            }
+            Err(e) => {
+                log(&format!("paio_preload_set_context({n:?}): {e}"));
+                -1
+            }
+        },
+    }
+}
+
+// ---------------------------------------------------------------- statistics file
+
+fn coarse_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Every [`CLOCK_EVERY`] calls per thread, reads the coarse clock and pushes
+/// the statistics file if the interval has passed (one thread wins the CAS).
+#[inline]
+fn maybe_push(cfg: &Config) {
+    if cfg.stats_path.is_none() {
+        return;
+    }
+    let due = LOCAL.with(|l| {
+        let c = &l.until_clock;
+        let v = c.get();
+        if v == 0 {
+            c.set(CLOCK_EVERY - 1);
+            true
+        } else {
+            c.set(v - 1);
+            false
+        }
+    });
+    if !due {
+        return;
+    }
+    let now = coarse_now_ns();
+    let next = NEXT_PUSH_NS.load(Ordering::Relaxed);
+    if now >= next
+        && NEXT_PUSH_NS
+            .compare_exchange(
+                next,
+                now + cfg.interval_ns,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        push_stats(false);
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Record<'a> {
+    pid: u32,
+    ppid: u32,
+    exe: &'a str,
+    stats: &'a StageStats,
+}
+
+/// Writes `{"pid","ppid","exe","stats"}` to PAIO_STATS (`%p` → pid)
+/// atomically: a temporary file in the same directory, then rename.
+/// `force` (exit paths) waits briefly for a concurrent push to finish.
+fn push_stats(force: bool) {
+    let Some(cfg) = config() else { return };
+    let Some(template) = &cfg.stats_path else {
+        return;
+    };
+    // A vfork child (between vfork and exec or _exit) shares its parent's
+    // memory and ran no atfork handler: it must not allocate or write the
+    // parent's statistics under its own pid.
+    // SAFETY: getpid has no preconditions.
+    if unsafe { libc::getpid() } as u64 != PID.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut tries = 0;
+    while PUSHING.swap(true, Ordering::Acquire) {
+        if !force || tries >= 200 {
+            if !force {
+                return;
+            }
+            break;
+        }
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_micros(250));
+    }
+    if let Some(stage) = stage() {
+        let pid = std::process::id();
+        let stats = stage.collect();
+        let exe = std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_string))
+            .unwrap_or_default();
+        // SAFETY: getppid has no preconditions.
+        let ppid = unsafe { libc::getppid() } as u32;
+        let record = Record {
+            pid,
+            ppid,
+            exe: &exe,
+            stats: &stats,
+        };
+        if let Ok(json) = serde_json::to_string(&record) {
+            let path = template.replace("%p", &pid.to_string());
+            let tid = paio::context::current_workflow();
+            let tmp = format!("{path}.tmp.{pid}.{tid}");
+            let result = std::fs::write(&tmp, json + "\n")
+                .and_then(|()| std::fs::rename(&tmp, Path::new(&path)));
+            if let Err(e) = result {
+                let _ = std::fs::remove_file(&tmp);
+                log(&format!("statistics to {path}: {e}"));
+            }
+        }
+    }
+    PUSHING.store(false, Ordering::Release);
+}
+
+/// Whether the interposer is active (constructor ran, stage usable).
+#[inline]
+pub(crate) fn active() -> bool {
+    STATE.load(Ordering::Relaxed) == ACTIVE
+}
+
+/// Whether file classes are configured (fd table in use).
+#[inline]
+pub(crate) fn classifying() -> bool {
+    config().is_some_and(|c| !c.class_rules.is_empty())
+}
+
+/// [`after_data`] for a stdio call on `stream`; `bytes` < 0 counts 0.
+#[inline]
+pub(crate) fn after_data_stream(rt: RequestType, stream: *mut libc::FILE, bytes: i64) {
+    if let Some(_g) = Guard::enter() {
+        let class = if classifying() && !stream.is_null() {
+            // SAFETY: the stream the caller just used; errno is restored by
+            // the guard.
+            fdtable::get(unsafe { libc::fileno(stream) })
+        } else {
+            0
+        };
+        submit(rt, bytes.max(0) as u64, class);
+    }
+}

@@ -1,0 +1,295 @@
+//! errno and results of failing calls, with and without waiting; the fd →
+//! file class table; fio with verification.
+
+mod support;
+use std::path::Path;
+use std::process::Command;
+use support::*;
+
+fn compile_errno(dir: &Path) -> String {
+    require("cc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/errno.c");
+    let exe = dir.join("errno");
+    let st = Command::new("cc")
+        .args(["-O1", "-D_FORTIFY_SOURCE=2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    std::fs::write(dir.join("ro.txt"), "hello world\n").unwrap();
+    exe.to_str().unwrap().to_string()
+}
+
+#[test]
+fn failing_calls_return_the_same_result_and_errno() {
+    let dir = scratch("errno");
+    let exe = compile_errno(&dir);
+    let out = same(&dir, &[&exe], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() >= 27, "{text}");
+    assert!(text.contains("read-ok 5 777 hello"), "{text}");
+    assert!(text.contains("stat-ok 0 778 12"), "{text}");
+    // Every failing line has a non-zero errno.
+    for l in text
+        .lines()
+        .filter(|l| !l.contains("-ok ") && !l.starts_with("fopen"))
+    {
+        assert!(!l.ends_with(" 0"), "{l}");
+    }
+}
+
+#[test]
+fn errno_is_kept_when_calls_wait() {
+    let dir = scratch("errnowait");
+    let exe = compile_errno(&dir);
+    // Every request waits: 200 ops/s for everything (burst 1).
+    std::fs::write(
+        dir.join("slow.toml"),
+        r#"
+[stage]
+name = "slow"
+default_channel = "all"
+[[channel]]
+name = "all"
+default_object = "slow"
+[[channel.object]]
+name = "slow"
+kind = "drl"
+rate = "200ops/s"
+burst = 1
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("slow.toml");
+    let out = same(&dir, &[&exe], &[("PAIO_POLICY", policy.to_str().unwrap())]);
+    let stats = take_stats(&dir);
+    let waited = stats[0].json["stats"]["channels"][0]["wait_total"]["waited_ops"]
+        .as_u64()
+        .unwrap();
+    assert!(waited >= 20, "only {waited} requests waited");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("read-ok 5 777"));
+}
+
+const PY_CLASSES: &str = r#"
+import os
+a = os.open("data/a.bin", os.O_RDONLY)
+b = os.dup(a)            # class follows the dup
+os.close(a)
+assert len(os.read(b, 1000)) == 1000
+c = os.open("logs/l.txt", os.O_RDONLY)
+os.dup2(c, 50)           # 50 is now a log file
+os.close(c)
+assert len(os.read(50, 10)) == 10
+os.dup2(b, 50)           # replaced behind our back: now data
+assert len(os.pread(50, 100, 0)) == 100
+os.close(50)
+os.close(b)
+n = os.open("other.bin", os.O_RDONLY)
+assert len(os.read(n, 7)) == 7
+# A data descriptor closed behind the library's back; its number is reused
+# by a pipe, which must not inherit the class.
+import ctypes, platform
+x = os.open("data/a.bin", os.O_RDONLY)
+ctypes.CDLL(None).syscall(3 if platform.machine() == "x86_64" else 57, x)
+r, w = os.pipe()
+assert x in (r, w), (x, r, w)
+os.write(w, b"12345")
+assert os.read(r, 5) == b"12345"
+"#;
+
+#[test]
+fn file_classes_follow_dup_and_close() {
+    let dir = scratch("classes");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::create_dir_all(dir.join("logs")).unwrap();
+    random_file(&dir.join("data/a.bin"), 5000);
+    random_file(&dir.join("logs/l.txt"), 5000);
+    random_file(&dir.join("other.bin"), 5000);
+    std::fs::write(dir.join("c.py"), PY_CLASSES).unwrap();
+    std::fs::write(
+        dir.join("classes.toml"),
+        r#"
+[stage]
+name = "classes"
+default_channel = "other"
+[[channel]]
+name = "data"
+match = { file_class = "data", request_type = "read" }
+[[channel]]
+name = "logs"
+match = { file_class = "logs", request_type = "read" }
+[[channel]]
+name = "other"
+"#,
+    )
+    .unwrap();
+    let classes = format!("data={0}/data,logs={0}/logs", dir.display());
+    let policy = dir.join("classes.toml");
+    same(
+        &dir,
+        &["/usr/bin/python3", "-S", "c.py"],
+        &[
+            ("PAIO_POLICY", policy.to_str().unwrap()),
+            ("PAIO_FILE_CLASSES", &classes),
+        ],
+    );
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].channel("data"), (2, 1100));
+    assert_eq!(stats[0].channel("logs"), (1, 10));
+}
+
+fn fio(engine: &str) {
+    require("fio");
+    let dir = scratch(&format!("fio-{engine}"));
+    let args = [
+        "fio",
+        "--name=job",
+        &format!("--ioengine={engine}"),
+        "--rw=write",
+        "--bs=64k",
+        "--size=16m",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--filename=fio.dat",
+        "--output-format=terse",
+    ];
+    let out = run(&dir, &args, true, &[]);
+    assert!(
+        out.status.success(),
+        "fio {engine} failed under the interposer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plain = run(&dir, &args, false, &[]);
+    assert!(plain.status.success());
+    // terse field 5 (1-based) is the error code: 0 in both.
+    let err = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .split(';')
+            .nth(4)
+            .unwrap_or("?")
+            .to_string()
+    };
+    assert_eq!(err(&out), "0");
+    assert_eq!(err(&plain), "0");
+    let stats = take_stats(&dir);
+    let (r, w) = stats.iter().fold((0, 0), |(r, w), s| {
+        (r + s.channel("read").1, w + s.channel("write").1)
+    });
+    // 16 MiB written, then read back for verification (fio's job process
+    // ends with _exit; its statistics are pushed from the _exit hook).
+    assert!(
+        w >= 16 << 20,
+        "fio {engine}: wrote {w}: {:?}",
+        summary(&stats)
+    );
+    assert!(
+        r >= 16 << 20,
+        "fio {engine}: read {r}: {:?}",
+        summary(&stats)
+    );
+}
+
+#[test]
+fn fio_psync_verify() {
+    fio("psync");
+}
+
+#[test]
+fn fio_sync_verify() {
+    fio("sync");
+}
+
+#[test]
+fn fio_pvsync_verify() {
+    fio("pvsync");
+}
+
+#[test]
+fn preinit_thread_exit_envp_and_context_call() {
+    require("cc");
+    let dir = scratch("edge");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/edge.c");
+    let exe = dir.join("edge");
+    let st = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    std::fs::write(dir.join("in.txt"), "0123456789abcdef").unwrap();
+    std::fs::write(
+        dir.join("ctx.toml"),
+        r#"
+[stage]
+default_channel = "rest"
+[[channel]]
+name = "flush"
+match = { request_context = "flush", request_type = "read" }
+[[channel]]
+name = "rest"
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("ctx.toml");
+    let out = same(
+        &dir,
+        &[exe.to_str().unwrap()],
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("early=01234"), "{text}");
+    assert!(text.contains("tls=22 written-at-thread-exit"), "{text}");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    // The constructor read PAIO_STAGE_NAME from its envp (unset), not from
+    // the environment the program changed before it ran.
+    assert_eq!(stats[0].json["stats"]["stage"], "preload");
+    // Only the read after paio_preload_set_context("flush") is in "flush".
+    assert_eq!(stats[0].channel("flush"), (1, 3));
+}
+
+#[test]
+fn pthread_cancel_in_a_blocked_read() {
+    require("cc");
+    let dir = scratch("cancel");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cancel.c");
+    let exe = dir.join("cancel");
+    let st = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    let out = same(&dir, &[exe.to_str().unwrap()], &[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "cancelled=1\n");
+}
+
+#[test]
+fn vfork_children_exiting_write_no_statistics() {
+    require("cc");
+    let dir = scratch("vfork");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vfork.c");
+    let exe = dir.join("vfork");
+    let st = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    std::fs::write(dir.join("in.txt"), "x".repeat(60)).unwrap();
+    let out = same(
+        &dir,
+        &[exe.to_str().unwrap()],
+        &[("PAIO_STATS_INTERVAL", "1ms")],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "read 60\n");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+    assert_eq!(stats[0].channel("read"), (1, 60));
+}

@@ -1,0 +1,377 @@
+//! Real programs under the interposer, each compared with the same run
+//! without it: identical outputs, exact byte counts in the statistics.
+
+mod support;
+use support::*;
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn dd_1m_and_4k_blocks() {
+    let dir = scratch("dd");
+    random_file(&dir.join("in"), 8 << 20);
+    for bs in ["1M", "4k"] {
+        let out = format!("of=out-{bs}");
+        let argv = ["dd", "if=in", &out, &format!("bs={bs}"), "status=none"];
+        same(&dir, &argv, &[]);
+        assert_eq!(
+            std::fs::read(dir.join("in")).unwrap(),
+            std::fs::read(dir.join(format!("out-{bs}"))).unwrap()
+        );
+        let stats = take_stats(&dir);
+        assert_eq!(bytes_of(&stats, "dd"), (8 * MIB, 8 * MIB), "bs={bs}");
+    }
+}
+
+#[test]
+fn cat_to_pipe_and_to_file() {
+    let dir = scratch("cat");
+    random_file(&dir.join("in"), 3 * MIB as usize + 12345);
+    let n = 3 * MIB + 12345;
+    let out = same(&dir, &["cat", "in"], &[]);
+    assert_eq!(out.stdout.len() as u64, n);
+    assert_eq!(bytes_of(&take_stats(&dir), "cat"), (n, n));
+    // `cat > file` uses copy_file_range.
+    same(&dir, &["sh", "-c", "cat in > out"], &[]);
+    assert_eq!(
+        std::fs::read(dir.join("in")).unwrap(),
+        std::fs::read(dir.join("out")).unwrap()
+    );
+    assert_eq!(bytes_of(&take_stats(&dir), "cat"), (n, n));
+}
+
+#[test]
+fn cp_copies_byte_exact() {
+    let dir = scratch("cp");
+    let n = 5 * MIB + 7;
+    random_file(&dir.join("in"), n as usize);
+    same(&dir, &["cp", "in", "out"], &[]);
+    assert_eq!(
+        std::fs::read(dir.join("in")).unwrap(),
+        std::fs::read(dir.join("out")).unwrap()
+    );
+    assert_eq!(bytes_of(&take_stats(&dir), "cp"), (n, n));
+}
+
+#[test]
+fn sha256sum_reads_through_stdio() {
+    let dir = scratch("sha");
+    let n = 6 * MIB + 3;
+    random_file(&dir.join("in"), n as usize);
+    let out = same(&dir, &["sha256sum", "in"], &[]);
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let stats = take_stats(&dir);
+    let (r, w) = bytes_of(&stats, "sha256sum");
+    assert_eq!(r, n);
+    // sha256sum prints through printf/putchar, which are not interposed
+    // (docs/preload.md, "What it cannot see"): only its fputs/fwrite count.
+    assert!(w <= line.len() as u64);
+}
+
+#[test]
+fn tar_create_and_extract() {
+    let dir = scratch("tar");
+    std::fs::create_dir_all(dir.join("tree/sub")).unwrap();
+    let sizes = [1usize, 4096, 100_000, 1 << 20, 3 << 20];
+    for (i, s) in sizes.iter().enumerate() {
+        random_file(&dir.join(format!("tree/sub/f{i}")), *s);
+    }
+    let total: u64 = sizes.iter().map(|&s| s as u64).sum();
+    // Create twice (mtime-independent archive: fixed options), compare.
+    let args = [
+        "tar",
+        "--sort=name",
+        "--mtime=@0",
+        "--owner=0",
+        "--group=0",
+        "--numeric-owner",
+        "-cf",
+        "a.tar",
+        "tree",
+    ];
+    let plain = run(&dir, &args, false, &[]);
+    assert!(plain.status.success());
+    let a = std::fs::read(dir.join("a.tar")).unwrap();
+    let pre = run(&dir, &args, true, &[]);
+    assert!(
+        pre.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pre.stderr)
+    );
+    let b = std::fs::read(dir.join("a.tar")).unwrap();
+    assert!(a == b, "archives differ");
+    let (r, w) = bytes_of(&take_stats(&dir), "tar");
+    assert_eq!(r, total, "tar read the files' bytes");
+    assert_eq!(w, a.len() as u64, "tar wrote the archive");
+    // Extract.
+    std::fs::create_dir_all(dir.join("x")).unwrap();
+    let pre = run(&dir, &["tar", "-xf", "a.tar", "-C", "x"], true, &[]);
+    assert!(
+        pre.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pre.stderr)
+    );
+    for (i, _) in sizes.iter().enumerate() {
+        let f = format!("tree/sub/f{i}");
+        assert_eq!(
+            std::fs::read(dir.join(&f)).unwrap(),
+            std::fs::read(dir.join("x").join(&f)).unwrap()
+        );
+    }
+    let (r, w) = bytes_of(&take_stats(&dir), "tar");
+    assert_eq!(r, a.len() as u64);
+    assert_eq!(w, total);
+}
+
+/// The file name of the real python3 executable (the statistics name it).
+fn python_exe() -> String {
+    let p = std::fs::canonicalize("/usr/bin/python3").expect("/usr/bin/python3 is needed");
+    p.file_name().unwrap().to_string_lossy().to_string()
+}
+
+const PY_IO: &str = r#"
+import hashlib, os, sys
+data = bytes((i * 7 + 3) % 251 for i in range(1 << 20)) * 4
+with open("py.bin", "wb") as f:
+    f.write(data)
+with open("py.bin", "rb") as f:
+    back = f.read()
+fd = os.open("py.bin", os.O_RDONLY)
+part = os.pread(fd, 4096, 100)
+os.close(fd)
+assert back == data and part == data[100:4196]
+print(hashlib.sha256(back).hexdigest(), len(back))
+"#;
+
+#[test]
+fn python_reads_and_writes_files() {
+    let dir = scratch("py");
+    std::fs::write(dir.join("io.py"), PY_IO).unwrap();
+    let out = same(&dir, &["/usr/bin/python3", "-S", "io.py"], &[]);
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with(" 4194304\n"));
+    let (r, w) = bytes_of(&take_stats(&dir), &python_exe());
+    // Python also reads its own modules; at least the file's bytes.
+    assert!(r >= 4 * MIB + 4096, "read {r}");
+    assert!(w >= 4 * MIB, "wrote {w}");
+}
+
+const PY_THREADS: &str = r#"
+import threading, hashlib
+N = 8
+res = [None] * N
+def work(i):
+    data = bytes([i]) * (256 * 1024 + i)
+    name = f"t{i}.bin"
+    for _ in range(4):
+        with open(name, "wb") as f:
+            f.write(data)
+        with open(name, "rb") as f:
+            assert f.read() == data
+    res[i] = hashlib.sha256(data).hexdigest()
+ts = [threading.Thread(target=work, args=(i,)) for i in range(N)]
+for t in ts: t.start()
+for t in ts: t.join()
+print("\n".join(res))
+"#;
+
+#[test]
+fn multithreaded_python() {
+    let dir = scratch("pythreads");
+    std::fs::write(dir.join("t.py"), PY_THREADS).unwrap();
+    same(&dir, &["/usr/bin/python3", "-S", "t.py"], &[]);
+    let (r, w) = bytes_of(&take_stats(&dir), &python_exe());
+    let expect: u64 = (0..8u64).map(|i| 4 * (256 * 1024 + i)).sum();
+    assert!(w >= expect, "wrote {w} < {expect}");
+    assert!(r >= expect, "read {r} < {expect}");
+}
+
+#[test]
+fn fork_exec_pipeline() {
+    let dir = scratch("pipe");
+    let n = 2 * MIB + 99;
+    random_file(&dir.join("f"), n as usize);
+    let out = same(&dir, &["sh", "-c", "cat f | sha256sum"], &[]);
+    let stats = take_stats(&dir);
+    assert_eq!(bytes_of(&stats, "cat"), (n, n), "{:?}", summary(&stats));
+    assert_eq!(bytes_of(&stats, "sha256sum").0, n);
+    assert!(bytes_of(&stats, "sha256sum").1 <= out.stdout.len() as u64);
+}
+
+const PY_FORK: &str = r#"
+import os
+pid = os.fork()
+if pid == 0:
+    with open("child.bin", "wb") as f:
+        f.write(b"c" * 300000)
+    os._exit(0)
+os.waitpid(pid, 0)
+with open("parent.bin", "wb") as f:
+    f.write(b"p" * 500000)
+print(pid)
+"#;
+
+#[test]
+fn fork_without_exec_and_underscore_exit() {
+    let dir = scratch("fork");
+    std::fs::write(dir.join("f.py"), PY_FORK).unwrap();
+    let out = run(&dir, &["/usr/bin/python3", "-S", "f.py"], true, &[]);
+    assert!(out.status.success());
+    let child: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let stats = take_stats(&dir);
+    let c = stats
+        .iter()
+        .find(|s| s.pid == child)
+        .expect("child's statistics (it ended with _exit)");
+    // The child starts with fresh statistics: only its own write.
+    assert_eq!(c.channel("write").1, 300000, "{:?}", summary(&stats));
+    let p = stats.iter().find(|s| s.pid != child).unwrap();
+    // The parent's 500000 plus the pid line on stdout.
+    assert_eq!(p.channel("write").1, 500000 + out.stdout.len() as u64);
+}
+
+#[test]
+fn rate_limit_50mib_holds_for_dd() {
+    let dir = scratch("drl");
+    // 280 MiB from the page cache at 50 MiB/s: ~5.6 s.
+    let n: u64 = 280;
+    random_file(&dir.join("big"), (n * MIB) as usize);
+    let warm = run(
+        &dir,
+        &["dd", "if=big", "of=/dev/null", "bs=1M", "status=none"],
+        false,
+        &[],
+    );
+    assert!(warm.status.success());
+    std::fs::write(
+        dir.join("limit.toml"),
+        r#"
+[stage]
+name = "limit"
+default_channel = "other"
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+default_object = "drl"
+[[channel.object]]
+name = "drl"
+kind = "drl"
+rate = "50MiB/s"
+# 2 MiB of credit (+0.7 % over the run): dd's 1 MiB reads then tolerate
+# wake-ups up to 40 ms late on a busy machine without losing credit.
+burst = "2MiB"
+[[channel]]
+name = "other"
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("limit.toml");
+    std::fs::create_dir_all(dir.join("stats")).unwrap();
+    let start = std::time::Instant::now();
+    let mut child = std::process::Command::new("dd")
+        .args(["if=big", "of=/dev/null", "bs=1M", "status=none"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_STATS", dir.join("stats/%p.json"))
+        .env("PAIO_STATS_INTERVAL", "500ms")
+        .env("PAIO_POLICY", &policy)
+        .spawn()
+        .unwrap();
+    // The statistics file is pushed while dd runs, not only at exit.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let file = dir.join(format!("stats/{}.json", child.id()));
+    let early: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).expect("periodic push")).unwrap();
+    let early_bytes = early["stats"]["channels"][0]["bytes"].as_u64().unwrap();
+    assert!(
+        early_bytes > 80 * MIB && early_bytes < 140 * MIB,
+        "after 2.5 s: {early_bytes} bytes"
+    );
+    let status = child.wait().unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    assert!(status.success());
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].channel("read").1, n * MIB);
+    let rate = (n * MIB) as f64 / secs / MIB as f64;
+    eprintln!("dd at a 50 MiB/s limit: {rate:.2} MiB/s over {secs:.2} s");
+    assert!(secs >= 5.0, "ran {secs:.2} s");
+    assert!(
+        (rate - 50.0).abs() <= 1.5,
+        "{rate:.2} MiB/s is not within 3 % of 50"
+    );
+}
+
+#[test]
+fn policy_errors_are_reported_once_and_pass_through() {
+    let dir = scratch("badpolicy");
+    random_file(&dir.join("in"), 10000);
+    let out = run(
+        &dir,
+        &["cat", "in"],
+        true,
+        &[("PAIO_POLICY", "/nonexistent/policy.toml")],
+    );
+    assert!(out.status.success());
+    assert_eq!(out.stdout, std::fs::read(dir.join("in")).unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("paio: PAIO_POLICY /nonexistent/policy.toml"),
+        "{err}"
+    );
+    assert!(take_stats(&dir).is_empty());
+}
+
+#[test]
+fn quiet_by_default_and_labels_in_stats() {
+    let dir = scratch("labels");
+    random_file(&dir.join("in"), 1000);
+    let out = run(
+        &dir,
+        &["cat", "in"],
+        true,
+        &[
+            ("PAIO_LABELS", "job=train1,instance=I3"),
+            ("PAIO_STAGE_NAME", "s1"),
+            ("PAIO_CONTROL", "/x.sock"),
+        ],
+    );
+    assert!(out.status.success());
+    assert!(out.stderr.is_empty());
+    let stats = take_stats(&dir);
+    assert_eq!(stats[0].json["stats"]["stage"], "s1");
+    assert_eq!(stats[0].channel("read"), (2, 1000)); // one read of 1000, one of 0 (EOF)
+}
+
+#[test]
+fn process_wide_context_and_process_workflow() {
+    let dir = scratch("ctx");
+    random_file(&dir.join("in"), 70000);
+    std::fs::write(
+        dir.join("p.toml"),
+        r#"
+[stage]
+name = "ctx"
+default_channel = "rest"
+[[channel]]
+name = "flush-reads"
+match = { request_context = "flush", request_type = "read" }
+[[channel]]
+name = "rest"
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("p.toml");
+    same(
+        &dir,
+        &["cat", "in"],
+        &[
+            ("PAIO_POLICY", policy.to_str().unwrap()),
+            ("PAIO_CONTEXT", "flush"),
+            ("PAIO_WORKFLOW", "process"),
+        ],
+    );
+    let stats = take_stats(&dir);
+    assert_eq!(stats[0].channel("flush-reads").1, 70000);
+    assert_eq!(stats[0].json["stats"]["stage"], "ctx");
+}
