@@ -33,6 +33,7 @@ test-c:
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup
 	$(CARGO) run --release -p paio-bench -- all
+	bash bench/preload/run.sh
 
 ## Coverage-guided fuzzing of the policy parser and rule decoder (nightly).
 fuzz:

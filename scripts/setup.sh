@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # Debian packages the build and tests use. Add to this list, never install by hand.
-PACKAGES=(build-essential pkg-config fio python3 tar coreutils)
+PACKAGES=(build-essential pkg-config fio python3 tar coreutils valgrind)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

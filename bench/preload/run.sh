@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Interposer overhead (issue 3): one 0 B and one 4 KiB pread on a page-cached
+# file, timed without the interposer, with its pass-through default, and with
+# file classification plus a Noop channel. Reports the median ns per call over
+# RUNS interleaved runs, the overhead against no interposer, and instructions
+# per call counted with valgrind's callgrind where valgrind is installed
+# (perf has no hardware counters on these VMs). Writes
+# bench/results/preload.csv. Used by `make bench`.
+#
+#   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+runs="${RUNS:-7}"
+iterations="${ITERATIONS:-2000000}"
+out="${OUT:-$root/bench/results/preload.csv}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+cd "$root"
+cargo build --release -q -p paio-preload
+lib="$target/release/libpaio_preload.so"
+[ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
+cc -O2 -o "$work/pread_loop" "$here/pread_loop.c"
+
+mkdir -p "$work/data"
+head -c 1048576 /dev/urandom > "$work/data/file"
+cat > "$work/classified.toml" <<POLICY
+[stage]
+name = "overhead"
+default_channel = "other"
+
+[[channel]]
+name = "data-reads"
+match = { file_class = "data", request_type = "read" }
+default_object = "pass"
+
+[[channel.object]]
+name = "pass"
+kind = "noop"
+
+[[channel]]
+name = "other"
+POLICY
+
+# setup NAME: the environment of each configuration.
+env_for() {
+    case "$1" in
+        none) echo "" ;;
+        passthrough) echo "LD_PRELOAD=$lib" ;;
+        classified) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/classified.toml PAIO_FILE_CLASSES=data=$work/data" ;;
+    esac
+}
+
+configs=(none passthrough classified)
+sizes=(0 4096)
+declare -A samples
+for ((r = 1; r <= runs; r++)); do
+    for size in "${sizes[@]}"; do
+        for c in "${configs[@]}"; do
+            # shellcheck disable=SC2046
+            v=$(env $(env_for "$c") "$work/pread_loop" "$work/data/file" "$size" "$iterations")
+            samples[$c,$size]+="$v "
+        done
+    done
+    echo "preload overhead: run $r/$runs done" >&2
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# Instructions per call: callgrind's total for 2N minus N calls, over N.
+instructions() {
+    local c="$1" size="$2" n=20000 a b
+    command -v valgrind >/dev/null || { echo "n/a"; return; }
+    a=$(env $(env_for "$c") valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$work/pread_loop" "$work/data/file" "$size" "$n" 2>&1 >/dev/null | awk '/Collected/ {print $4}')
+    b=$(env $(env_for "$c") valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$work/pread_loop" "$work/data/file" "$size" $((2 * n)) 2>&1 >/dev/null | awk '/Collected/ {print $4}')
+    if [ -n "$a" ] && [ -n "$b" ]; then
+        # The warm-up runs n/10 + 1 calls too: (2n + 2n/10) - (n + n/10) = 1.1 n.
+        awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN {printf "%.0f", (b - a) / (1.1 * n)}'
+    else
+        echo "n/a"
+    fi
+}
+
+cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+{
+    echo "# benchmark: interposer overhead: pread of SIZE bytes from a page-cached file, ns per call"
+    echo "# command: bench/preload/run.sh (RUNS=$runs ITERATIONS=$iterations)"
+    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# host: $(hostname)"
+    echo "# cpu: $cpu; cores: $(nproc)"
+    echo "# kernel: $(uname -r)"
+    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "# loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "# note: none = no LD_PRELOAD; passthrough = the interposer's embedded default (read/write/metadata Noop channels with statistics); classified = PAIO_FILE_CLASSES + a policy matching file_class and request_type to a Noop channel"
+    echo "# note: ns_median is the median over runs of the mean ns per call of each run; overhead_ns = ns_median - the none median at the same size; instructions_per_call from valgrind callgrind (total instructions for 2N calls minus N calls)"
+    echo "config,size_bytes,runs,iterations,ns_median,ns_min,ns_max,overhead_ns,instructions_per_call,instructions_overhead"
+} > "$out"
+
+printf '\n%-12s %6s %10s %16s %12s %14s\n' config size "ns/call" "min-max" "overhead" "instr/call" >&2
+for size in "${sizes[@]}"; do
+    base=$(echo "${samples[none,$size]}" | median)
+    base_ins=$(instructions none "$size")
+    for c in "${configs[@]}"; do
+        med=$(echo "${samples[$c,$size]}" | median)
+        min=$(echo "${samples[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+        max=$(echo "${samples[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+        over=$(awk -v m="$med" -v b="$base" 'BEGIN {printf "%.2f", m - b}')
+        if [ "$c" = none ]; then ins="$base_ins"; else ins=$(instructions "$c" "$size"); fi
+        ins_over=$(awk -v i="$ins" -v b="$base_ins" 'BEGIN {if (i == "n/a" || b == "n/a") print "n/a"; else printf "%d", i - b}')
+        echo "$c,$size,$runs,$iterations,$med,$min,$max,$over,$ins,$ins_over" >> "$out"
+        printf '%-12s %6s %10s %16s %12s %14s\n' "$c" "$size" "$med" "$min-$max" "+$over" "$ins (+$ins_over)" >&2
+    done
+done
+echo "wrote $out" >&2
