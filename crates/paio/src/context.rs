@@ -115,92 +115,72 @@ impl RequestType {
     }
 }
 
-/// The application-defined class of a request (`flush`, `compaction_l0`, ...),
-/// interned to a small integer. [`RequestContext::NONE`] means "not set".
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[repr(transparent)]
-pub struct RequestContext(u16);
+/// Defines an interned class name: a `u16` newtype whose 0 is `NONE` (the
+/// name `"none"`) and whose other values are names interned in `$ns`.
+macro_rules! interned_class {
+    ($(#[$doc:meta])* $ty:ident, $ns:ident, $count:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+        #[repr(transparent)]
+        pub struct $ty(u16);
 
-impl RequestContext {
-    /// No request context was propagated.
-    pub const NONE: RequestContext = RequestContext(0);
+        impl $ty {
+            #[doc = concat!("No ", $what, ".")]
+            pub const NONE: $ty = $ty(0);
 
-    /// The context called `name`, interned on first use (`"none"` is
-    /// [`RequestContext::NONE`]). Fails when 65,535 names exist already or the
-    /// name is empty.
-    pub fn named(name: &str) -> Result<Self, InternError> {
-        if name == "none" {
-            return Ok(Self::NONE);
+            #[doc = concat!("The ", $what, " called `name`, interned on first use (`\"none\"` is `NONE`). ")]
+            #[doc = "Fails when 65,535 names exist already or the name is empty."]
+            pub fn named(name: &str) -> Result<Self, InternError> {
+                if name == "none" {
+                    return Ok(Self::NONE);
+                }
+                interner().intern(Namespace::$ns, name).map(Self)
+            }
+
+            #[doc = concat!("The ", $what, " with number `raw`, if it is `NONE` or was interned. ")]
+            #[doc = "Lock-free: cheap enough to validate ids on every request."]
+            #[inline]
+            pub fn from_raw(raw: u16) -> Option<Self> {
+                (raw <= interner().$count.load(Ordering::Acquire)).then_some(Self(raw))
+            }
+
+            #[doc = concat!("The ", $what, "'s number.")]
+            pub const fn raw(self) -> u16 {
+                self.0
+            }
+
+            #[doc = concat!("The ", $what, "'s name (`\"none\"` for `NONE`).")]
+            pub fn name(self) -> String {
+                if self.0 == 0 {
+                    return "none".to_string();
+                }
+                interner()
+                    .name(Namespace::$ns, self.0)
+                    .unwrap_or_else(|| format!("#{}", self.0))
+            }
         }
-        interner().intern(Namespace::RequestContext, name).map(Self)
-    }
-
-    /// The context with number `raw`, if it is `NONE` or was interned.
-    /// Lock-free: cheap enough to validate ids on every request.
-    #[inline]
-    pub fn from_raw(raw: u16) -> Option<Self> {
-        (raw <= interner().context_count.load(Ordering::Acquire)).then_some(Self(raw))
-    }
-
-    /// The context's number.
-    pub const fn raw(self) -> u16 {
-        self.0
-    }
-
-    /// The context's name (`"none"` for [`RequestContext::NONE`]).
-    pub fn name(self) -> String {
-        if self.0 == 0 {
-            return "none".to_string();
-        }
-        interner()
-            .name(Namespace::RequestContext, self.0)
-            .unwrap_or_else(|| format!("#{}", self.0))
-    }
+    };
 }
 
-/// The class of the file a request touches (`data`, `logs`, ...), as an
-/// interposer derives it from the file's path, interned to a small integer.
-/// [`FileClass::NONE`] means "unknown or not classified".
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-#[repr(transparent)]
-pub struct FileClass(u16);
+interned_class!(
+    /// The application-defined class of a request (`flush`,
+    /// `compaction_l0`, ...), interned to a small integer.
+    /// [`RequestContext::NONE`] means "not set".
+    RequestContext,
+    RequestContext,
+    context_count,
+    "request context"
+);
 
-impl FileClass {
-    /// No file class.
-    pub const NONE: FileClass = FileClass(0);
-
-    /// The class called `name`, interned on first use (`"none"` is
-    /// [`FileClass::NONE`]). Fails when 65,535 names exist already or the
-    /// name is empty.
-    pub fn named(name: &str) -> Result<Self, InternError> {
-        if name == "none" {
-            return Ok(Self::NONE);
-        }
-        interner().intern(Namespace::FileClass, name).map(Self)
-    }
-
-    /// The class with number `raw`, if it is `NONE` or was interned.
-    /// Lock-free.
-    #[inline]
-    pub fn from_raw(raw: u16) -> Option<Self> {
-        (raw <= interner().file_class_count.load(Ordering::Acquire)).then_some(Self(raw))
-    }
-
-    /// The class's number.
-    pub const fn raw(self) -> u16 {
-        self.0
-    }
-
-    /// The class's name (`"none"` for [`FileClass::NONE`]).
-    pub fn name(self) -> String {
-        if self.0 == 0 {
-            return "none".to_string();
-        }
-        interner()
-            .name(Namespace::FileClass, self.0)
-            .unwrap_or_else(|| format!("#{}", self.0))
-    }
-}
+interned_class!(
+    /// The class of the file a request touches (`data`, `logs`, ...), as an
+    /// interposer derives it from the file's path, interned to a small
+    /// integer. [`FileClass::NONE`] means "unknown or not classified".
+    FileClass,
+    FileClass,
+    file_class_count,
+    "file class"
+);
 
 macro_rules! named_serde {
     ($ty:ident, $what:literal) => {
