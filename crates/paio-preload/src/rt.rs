@@ -476,22 +476,18 @@ fn stage_slow() -> Option<&'static Stage> {
     }
 }
 
+/// The request's context: the thread's id and request context in one
+/// thread-local read (`Context::new`), then the configured overrides.
 #[inline]
-fn workflow(cfg: &Config) -> u64 {
+fn context(cfg: &Config, rt: RequestType, size: u64) -> Context {
+    let mut ctx = Context::new(rt, size);
     if cfg.workflow_process {
-        PID.load(Ordering::Relaxed)
-    } else {
-        paio::context::current_workflow()
+        ctx = ctx.with_workflow(PID.load(Ordering::Relaxed));
     }
-}
-
-#[inline]
-fn request_context(cfg: &Config) -> RequestContext {
-    let rc = paio::current_request_context();
-    if rc != RequestContext::NONE {
-        return rc;
+    if ctx.request_context == RequestContext::NONE {
+        ctx = ctx.with_request_context(cfg.default_context);
     }
-    cfg.default_context
+    ctx
 }
 
 /// Submits one request (the guard is held). `class` is the fdtable class.
@@ -499,8 +495,7 @@ fn request_context(cfg: &Config) -> RequestContext {
 fn submit(rt: RequestType, size: u64, class: u16) {
     let Some(cfg) = config() else { return };
     let Some(stage) = stage() else { return };
-    let ctx = Context::explicit(workflow(cfg), rt, request_context(cfg), size);
-    let ctx = with_class(cfg, ctx, class);
+    let ctx = with_class(cfg, context(cfg, rt, size), class);
     let _ = stage.enforce(&ctx, None);
     maybe_push(cfg);
 }

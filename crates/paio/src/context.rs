@@ -327,10 +327,11 @@ impl Context {
     /// request context = the one the thread has set (or `NONE`).
     #[inline]
     pub fn new(request_type: RequestType, size: u64) -> Self {
+        let (workflow, request_context) = THREAD.with(|t| (t.id(), t.context.get()));
         Self {
-            workflow: current_workflow(),
+            workflow,
             request_type,
-            request_context: current_request_context(),
+            request_context,
             file_class: FileClass::NONE,
             size,
         }
@@ -376,9 +377,40 @@ impl Context {
     }
 }
 
+/// What a thread knows about itself, in one thread-local (one lookup per
+/// request, which matters where thread-locals cost a function call, as in a
+/// preloaded library).
+struct ThreadState {
+    /// Cached kernel thread id; 0 until first read.
+    id: Cell<u64>,
+    /// The propagated request context.
+    context: Cell<RequestContext>,
+}
+
 thread_local! {
-    static THREAD_ID: Cell<u64> = const { Cell::new(0) };
-    static REQUEST_CONTEXT: Cell<RequestContext> = const { Cell::new(RequestContext::NONE) };
+    static THREAD: ThreadState = const {
+        ThreadState {
+            id: Cell::new(0),
+            context: Cell::new(RequestContext::NONE),
+        }
+    };
+}
+
+impl ThreadState {
+    #[inline]
+    fn id(&self) -> u64 {
+        match self.id.get() {
+            0 => read_thread_id(&self.id),
+            id => id,
+        }
+    }
+}
+
+#[cold]
+fn read_thread_id(cache: &Cell<u64>) -> u64 {
+    let id = rustix::thread::gettid().as_raw_nonzero().get() as u64;
+    cache.set(id);
+    id
 }
 
 /// The calling thread's kernel thread id, read once per thread and cached.
@@ -388,34 +420,25 @@ thread_local! {
 /// `atfork` handler).
 #[inline]
 pub fn current_workflow() -> WorkflowId {
-    THREAD_ID.with(|c| {
-        let v = c.get();
-        if v != 0 {
-            v
-        } else {
-            let id = rustix::thread::gettid().as_raw_nonzero().get() as u64;
-            c.set(id);
-            id
-        }
-    })
+    THREAD.with(ThreadState::id)
 }
 
 /// Drops the calling thread's cached thread id so the next
 /// [`current_workflow`] reads it from the kernel again.
 pub fn forget_thread_id() {
-    THREAD_ID.with(|c| c.set(0));
+    THREAD.with(|t| t.id.set(0));
 }
 
 /// The calling thread's propagated request context (`NONE` if unset).
 #[inline]
 pub fn current_request_context() -> RequestContext {
-    REQUEST_CONTEXT.with(|c| c.get())
+    THREAD.with(|t| t.context.get())
 }
 
 /// Sets the calling thread's request context until changed or cleared.
 #[inline]
 pub fn set_request_context(ctx: RequestContext) {
-    REQUEST_CONTEXT.with(|c| c.set(ctx));
+    THREAD.with(|t| t.context.set(ctx));
 }
 
 /// Clears the calling thread's request context (back to `NONE`).
@@ -435,7 +458,7 @@ pub struct ContextScope {
 impl ContextScope {
     /// Enters `ctx` on the calling thread.
     pub fn enter(ctx: RequestContext) -> Self {
-        let previous = REQUEST_CONTEXT.with(|c| c.replace(ctx));
+        let previous = THREAD.with(|t| t.context.replace(ctx));
         Self {
             previous,
             _thread_bound: PhantomData,

@@ -263,16 +263,24 @@ const LINEAR_MAX: usize = 8;
 /// The patterns of one combination of classifiers.
 #[derive(Debug, Clone)]
 enum Table<T> {
+    /// Patterns on the request type alone, all built-in types: indexed by
+    /// the type's number (the common case of per-operation channels).
+    ByType(Box<[Option<T>]>),
     /// Few patterns: compared one by one.
     Small(Vec<(Key, T)>),
     /// Many patterns: an integer-keyed hash table.
     Large(KeyMap<T>),
 }
 
+/// Request types below this number can be indexed directly (the built-in
+/// types are 0 to 19).
+const BY_TYPE_MAX: usize = 32;
+
 impl<T: Copy> Table<T> {
     #[inline]
     fn get(&self, key: &Key) -> Option<T> {
         match self {
+            Table::ByType(targets) => targets.get((key.kinds >> 32) as usize).copied().flatten(),
             Table::Small(entries) => {
                 for (k, t) in entries {
                     if k == key {
@@ -319,7 +327,15 @@ impl<T: Copy> Matcher<T> {
         let tables = maps
             .into_iter()
             .map(|(mask, map)| {
-                let table = if map.len() <= LINEAR_MAX {
+                let by_type = mask == Classifier::RequestType.bit()
+                    && map.keys().all(|k| ((k.kinds >> 32) as usize) < BY_TYPE_MAX);
+                let table = if by_type {
+                    let mut targets = vec![None; BY_TYPE_MAX];
+                    for (k, t) in map {
+                        targets[(k.kinds >> 32) as usize] = Some(t);
+                    }
+                    Table::ByType(targets.into_boxed_slice())
+                } else if map.len() <= LINEAR_MAX {
                     Table::Small(map.into_iter().collect())
                 } else {
                     Table::Large(map)
@@ -406,6 +422,26 @@ mod tests {
             // Workflow beats request context at equal specificity.
             assert_eq!(m.find(&c(7, RequestType::READ, flush)), Some(4));
         }
+    }
+
+    #[test]
+    fn type_only_tables_handle_builtin_and_custom_types() {
+        let custom = RequestType::named("dif-test-custom").unwrap();
+        let by = |t| Pattern {
+            request_type: Some(t),
+            ..Pattern::ANY
+        };
+        let (read, fsync, odd) = (by(RequestType::READ), by(RequestType::FSYNC), by(custom));
+        let builtin = Matcher::compile([(&read, 1), (&fsync, 2)]);
+        let mixed = Matcher::compile([(&read, 1), (&fsync, 2), (&odd, 3)]);
+        let c = |t| Context::explicit(0, t, RequestContext::NONE, 0);
+        for m in [&builtin, &mixed] {
+            assert_eq!(m.find(&c(RequestType::READ)), Some(1));
+            assert_eq!(m.find(&c(RequestType::FSYNC)), Some(2));
+            assert_eq!(m.find(&c(RequestType::WRITE)), None);
+        }
+        assert_eq!(builtin.find(&c(custom)), None);
+        assert_eq!(mixed.find(&c(custom)), Some(3));
     }
 
     #[test]
