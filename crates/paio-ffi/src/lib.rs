@@ -641,6 +641,27 @@ pub unsafe extern "C" fn paio_context_explicit(
     })
 }
 
+/// Interns `name` with `named` and writes its id to `out_id`.
+///
+/// # Safety
+/// `name` is NULL or a NUL-terminated string; `out_id` is NULL or valid for
+/// writing a `uint16_t`.
+unsafe fn intern(
+    name: *const c_char,
+    out_id: *mut u16,
+    named: impl FnOnce(&str) -> Result<u16, paio::context::InternError>,
+) -> paio_status {
+    guard(|| {
+        let out = out_ptr(out_id, "out_id")?;
+        // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
+        let name = unsafe { c_str(name, "name") }?;
+        let id = named(name)?;
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { put(out, id) };
+        Ok(())
+    })
+}
+
 /// Returns in `*out_id` the id of the request type called `name`: the
 /// `PAIO_REQ_*` value of a built-in name (`"read"` gives `PAIO_REQ_READ`), or
 /// an id >= `PAIO_REQ_FIRST_CUSTOM` that the name keeps for the life of the
@@ -655,15 +676,8 @@ pub unsafe extern "C" fn paio_context_explicit(
 /// writing a `uint16_t`.
 #[no_mangle]
 pub unsafe extern "C" fn paio_request_type(name: *const c_char, out_id: *mut u16) -> paio_status {
-    guard(|| {
-        let out = out_ptr(out_id, "out_id")?;
-        // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
-        let name = unsafe { c_str(name, "name") }?;
-        let id = paio::RequestType::named(name)?.raw();
-        // SAFETY: checked non-NULL; writable by this function's contract.
-        unsafe { put(out, id) };
-        Ok(())
-    })
+    // SAFETY: forwarded from this function's contract.
+    unsafe { intern(name, out_id, |n| Ok(paio::RequestType::named(n)?.raw())) }
 }
 
 /// Returns in `*out_id` the id of the request context called `name`
@@ -682,15 +696,8 @@ pub unsafe extern "C" fn paio_request_context(
     name: *const c_char,
     out_id: *mut u16,
 ) -> paio_status {
-    guard(|| {
-        let out = out_ptr(out_id, "out_id")?;
-        // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
-        let name = unsafe { c_str(name, "name") }?;
-        let id = paio::RequestContext::named(name)?.raw();
-        // SAFETY: checked non-NULL; writable by this function's contract.
-        unsafe { put(out, id) };
-        Ok(())
-    })
+    // SAFETY: forwarded from this function's contract.
+    unsafe { intern(name, out_id, |n| Ok(paio::RequestContext::named(n)?.raw())) }
 }
 
 /// Returns in `*out_id` the id of the file class called `name` (`"data"`,
@@ -707,15 +714,8 @@ pub unsafe extern "C" fn paio_request_context(
 /// writing a `uint16_t`.
 #[no_mangle]
 pub unsafe extern "C" fn paio_file_class(name: *const c_char, out_id: *mut u16) -> paio_status {
-    guard(|| {
-        let out = out_ptr(out_id, "out_id")?;
-        // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
-        let name = unsafe { c_str(name, "name") }?;
-        let id = paio::FileClass::named(name)?.raw();
-        // SAFETY: checked non-NULL; writable by this function's contract.
-        unsafe { put(out, id) };
-        Ok(())
-    })
+    // SAFETY: forwarded from this function's contract.
+    unsafe { intern(name, out_id, |n| Ok(paio::FileClass::named(n)?.raw())) }
 }
 
 /// Sets the calling thread's request context to `id` until it is changed or
