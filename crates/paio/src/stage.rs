@@ -403,6 +403,22 @@ thread_local! {
         const { RefCell::new([None, None, None, None]) };
 }
 
+/// Runs `enforce` on a [`Request`] carrying `data` and builds the [`Outcome`]
+/// in the caller's frame: only a two-register result crosses the layers
+/// below.
+#[inline]
+fn with_request<E>(
+    data: Option<&[u8]>,
+    enforce: impl FnOnce(&mut Request<'_>) -> Result<u64, E>,
+) -> Result<Outcome, E> {
+    let mut request = Request::new(data);
+    let waited_ns = enforce(&mut request)?;
+    Ok(Outcome {
+        waited_ns,
+        data: request.into_replacement(),
+    })
+}
+
 /// A stage handle owned by one thread: see [`Stage::handle`]. It holds the
 /// routing table it last used (an `Arc`), released when the handle is
 /// dropped or sees a newer table.
@@ -437,15 +453,12 @@ impl StageHandle<'_> {
     /// [`Stage::enforce`] through this handle.
     #[inline]
     pub fn enforce(&mut self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        let mut request = Request::new(data);
         let stage = self.stage;
-        let waited_ns =
-            stage.enforce_on(self.current(), ctx, &mut request, |channel, request| {
+        let table = self.current();
+        with_request(data, |request| {
+            stage.enforce_on(table, ctx, request, |channel, request| {
                 channel.enforce(ctx, request)
-            })?;
-        Ok(Outcome {
-            waited_ns,
-            data: request.into_replacement(),
+            })
         })
     }
 
@@ -456,15 +469,12 @@ impl StageHandle<'_> {
         ctx: &Context,
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
-        let mut request = Request::new(data);
         let stage = self.stage;
-        let waited_ns =
-            stage.enforce_on(self.current(), ctx, &mut request, |channel, request| {
+        let table = self.current();
+        with_request(data, |request| {
+            stage.enforce_on(table, ctx, request, |channel, request| {
                 channel.try_enforce(ctx, request)
-            })?;
-        Ok(Outcome {
-            waited_ns,
-            data: request.into_replacement(),
+            })
         })
     }
 }
@@ -616,11 +626,8 @@ impl Stage {
         data: Option<&[u8]>,
         enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
     ) -> Result<Outcome, E> {
-        let mut request = Request::new(data);
-        let waited_ns = self.with_table(|t| self.enforce_on(t, ctx, &mut request, enforce))?;
-        Ok(Outcome {
-            waited_ns,
-            data: request.into_replacement(),
+        with_request(data, |request| {
+            self.with_table(|t| self.enforce_on(t, ctx, request, enforce))
         })
     }
 
@@ -1381,26 +1388,32 @@ mod tests {
         }
     }
 
+    /// Channel `a`, the default, whose default object is a DRL at 10 ops/s
+    /// with a burst of one.
+    fn everything_through_a_10_ops_limit() -> Vec<Rule> {
+        vec![
+            channel("a"),
+            Rule::CreateObject {
+                channel: "a".into(),
+                name: "x".into(),
+                config: ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(1)),
+            },
+            Rule::SetDefaultObject {
+                channel: "a".into(),
+                object: "x".into(),
+            },
+            Rule::SetDefaultChannel {
+                channel: Some("a".into()),
+            },
+        ]
+    }
+
     #[test]
     fn try_enforce_admits_or_says_how_long() {
         let clock = FakeClock::new();
         let stage = Stage::builder("s").clock(Arc::new(clock.clone())).build();
         stage
-            .apply_all(&[
-                channel("a"),
-                Rule::CreateObject {
-                    channel: "a".into(),
-                    name: "x".into(),
-                    config: ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(1)),
-                },
-                Rule::SetDefaultObject {
-                    channel: "a".into(),
-                    object: "x".into(),
-                },
-                Rule::SetDefaultChannel {
-                    channel: Some("a".into()),
-                },
-            ])
+            .apply_all(&everything_through_a_10_ops_limit())
             .unwrap();
         let c = ctx(RequestType::READ, RequestContext::NONE, 1);
         assert_eq!(stage.try_enforce(&c, None), Ok(Outcome::PASS));
@@ -1426,21 +1439,7 @@ mod tests {
         handle.enforce(&c, None).unwrap();
         assert_eq!(stage.collect().unmatched.ops, 1);
         stage
-            .apply_all(&[
-                channel("a"),
-                Rule::CreateObject {
-                    channel: "a".into(),
-                    name: "x".into(),
-                    config: ObjectConfig::Drl(DrlConfig::new(Rate::ops_per_sec(10)).with_burst(1)),
-                },
-                Rule::SetDefaultObject {
-                    channel: "a".into(),
-                    object: "x".into(),
-                },
-                Rule::SetDefaultChannel {
-                    channel: Some("a".into()),
-                },
-            ])
+            .apply_all(&everything_through_a_10_ops_limit())
             .unwrap();
         // The next request through the old handle sees the new routing.
         assert_eq!(handle.enforce(&c, None).unwrap(), Outcome::PASS);
