@@ -25,6 +25,11 @@ pub(crate) struct ObjectEntry {
     pub(crate) name: String,
     pub(crate) object: Arc<dyn EnforcementObject>,
     pub(crate) recorder: ObjectRecorder,
+    /// The object is the built-in [`crate::object::Noop`], which passes every
+    /// request at once: the request path applies it inline, without the
+    /// indirect call. (A Noop stays a Noop: it accepts no other
+    /// configuration.)
+    noop: bool,
 }
 
 pub(crate) fn next_uid() -> u64 {
@@ -39,6 +44,18 @@ impl ObjectEntry {
             name,
             object,
             recorder: ObjectRecorder::default(),
+            noop: false,
+        })
+    }
+
+    /// A built-in [`crate::object::Noop`] object.
+    pub(crate) fn noop(name: String) -> Arc<Self> {
+        Arc::new(Self {
+            uid: next_uid(),
+            name,
+            object: Arc::new(crate::object::Noop),
+            recorder: ObjectRecorder::default(),
+            noop: true,
         })
     }
 }
@@ -61,10 +78,7 @@ impl ChannelModel {
         Self {
             uid: next_uid(),
             name,
-            objects: vec![ObjectEntry::new(
-                DEFAULT_OBJECT.to_string(),
-                Arc::new(crate::object::Noop),
-            )],
+            objects: vec![ObjectEntry::noop(DEFAULT_OBJECT.to_string())],
             rules: Vec::new(),
             default_object: DEFAULT_OBJECT.to_string(),
             retired: Vec::new(),
@@ -112,23 +126,34 @@ impl Channel {
     /// Selects the object for `ctx` (the paper's step 4).
     #[inline]
     pub(crate) fn select_object(&self, ctx: &Context) -> &ObjectEntry {
-        let i = self.matcher.find(ctx).unwrap_or(self.default_object);
+        // Most channels map no object: skip the lookup entirely.
+        let i = if self.matcher.is_empty() {
+            self.default_object
+        } else {
+            self.matcher.find(ctx).unwrap_or(self.default_object)
+        };
         &self.objects[i as usize]
     }
 
-    /// Selects an object, applies it and records the request (steps 4–6).
-    /// Returns the time waited.
+    /// Selects an object, applies it and records the request (steps 4–6) in
+    /// the calling thread's counter slot `slot` ([`crate::stats`]). Returns
+    /// the time waited.
     #[inline]
     pub(crate) fn enforce(
         &self,
         ctx: &Context,
         request: &mut Request<'_>,
+        slot: usize,
     ) -> Result<u64, EnforceError> {
         let entry = self.select_object(ctx);
-        let result = entry.object.enforce(ctx, request);
+        let result = if entry.noop {
+            Ok(0)
+        } else {
+            entry.object.enforce(ctx, request)
+        };
         entry
             .recorder
-            .record(ctx.size, *result.as_ref().unwrap_or(&0));
+            .record_at(slot, ctx.size, *result.as_ref().unwrap_or(&0));
         result
     }
 
@@ -139,12 +164,17 @@ impl Channel {
         &self,
         ctx: &Context,
         request: &mut Request<'_>,
+        slot: usize,
     ) -> Result<u64, TryEnforceError> {
         let entry = self.select_object(ctx);
-        let result = entry.object.try_enforce(ctx, request);
+        let result = if entry.noop {
+            Ok(0)
+        } else {
+            entry.object.try_enforce(ctx, request)
+        };
         match &result {
-            Ok(waited) => entry.recorder.record(ctx.size, *waited),
-            Err(TryEnforceError::Refused(_)) => entry.recorder.record(ctx.size, 0),
+            Ok(waited) => entry.recorder.record_at(slot, ctx.size, *waited),
+            Err(TryEnforceError::Refused(_)) => entry.recorder.record_at(slot, ctx.size, 0),
             Err(TryEnforceError::Wait(_)) => {}
         }
         result

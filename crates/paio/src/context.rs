@@ -327,14 +327,7 @@ impl Context {
     /// request context = the one the thread has set (or `NONE`).
     #[inline]
     pub fn new(request_type: RequestType, size: u64) -> Self {
-        let (workflow, request_context) = THREAD.with(|t| (t.id(), t.context.get()));
-        Self {
-            workflow,
-            request_type,
-            request_context,
-            file_class: FileClass::NONE,
-            size,
-        }
+        THREAD.with(|t| t.context(request_type, size))
     }
 
     /// A context with the given classifiers and no file class.
@@ -377,14 +370,29 @@ impl Context {
     }
 }
 
-/// What a thread knows about itself, in one thread-local (one lookup per
-/// request, which matters where thread-locals cost a function call, as in a
-/// preloaded library).
-struct ThreadState {
+/// Everything the request path keeps per thread, in one thread-local: the
+/// thread's id and propagated request context, its statistics slot
+/// ([`crate::stats`]) and its routing-table cache ([`crate::stage`]). One
+/// lookup per request, which matters where thread-locals cost a function call,
+/// as in a preloaded library.
+///
+/// It has a constant initialiser and no destructor, so it is usable before
+/// anything else ran on the thread and during thread exit. What needs
+/// releasing at thread exit (the statistics slot, cached tables) is released
+/// by small separate thread-locals registered on first use, off the request
+/// path.
+pub(crate) struct ThreadState {
     /// Cached kernel thread id; 0 until first read.
     id: Cell<u64>,
     /// The propagated request context.
     context: Cell<RequestContext>,
+    /// Cells of the layer embedding the stage ([`ThreadRef::embedder`]).
+    embedder: EmbedderCells,
+    /// The thread's counter slot index ([`crate::stats`]); unassigned until
+    /// the thread first records a request.
+    pub(crate) slot: Cell<usize>,
+    /// The thread's routing-table cache ([`crate::stage`]).
+    pub(crate) tables: crate::stage::TableCache,
 }
 
 thread_local! {
@@ -392,16 +400,96 @@ thread_local! {
         ThreadState {
             id: Cell::new(0),
             context: Cell::new(RequestContext::NONE),
+            embedder: EmbedderCells {
+                depth: Cell::new(0),
+                countdown: Cell::new(0),
+            },
+            slot: Cell::new(crate::stats::UNASSIGNED),
+            tables: crate::stage::TableCache::new(),
         }
     };
 }
 
+/// Runs `f` on the calling thread's [`ThreadState`]. Never fails: the state
+/// has no destructor, so it outlives every other thread-local of the thread.
+#[inline]
+pub(crate) fn with_thread<R>(f: impl FnOnce(&ThreadState) -> R) -> R {
+    THREAD.with(f)
+}
+
+/// Per-thread cells the stage keeps for the layer that embeds it (an I/O
+/// interposer's re-entrancy depth, a countdown between periodic jobs), so
+/// that layer needs no thread-local of its own: it reaches them with
+/// [`with_thread_ref`], in the same lookup as the stage's per-thread state.
+/// Zero on every new thread; this crate never reads or writes them.
+#[derive(Debug)]
+pub struct EmbedderCells {
+    /// Free for the embedder (the interposer: its re-entrancy depth).
+    pub depth: Cell<u32>,
+    /// Free for the embedder (the interposer: calls left before it looks at
+    /// the clock).
+    pub countdown: Cell<u32>,
+}
+
+/// The calling thread's per-thread state (from [`with_thread_ref`]): its
+/// request classifiers, statistics slot, routing-table cache and
+/// [`EmbedderCells`]. Neither `Send` nor `Sync`: it belongs to its thread.
+/// Pass it to [`crate::Stage::enforce_on_thread`] to create and enforce a
+/// request with no further thread-local lookup.
+#[derive(Clone, Copy)]
+pub struct ThreadRef<'t>(pub(crate) &'t ThreadState);
+
+impl<'t> ThreadRef<'t> {
+    /// The embedding layer's cells.
+    #[inline]
+    pub fn embedder(self) -> &'t EmbedderCells {
+        &self.0.embedder
+    }
+
+    /// [`Context::new`] for this thread, without a thread-local lookup.
+    #[inline]
+    pub fn context(self, request_type: RequestType, size: u64) -> Context {
+        self.0.context(request_type, size)
+    }
+}
+
+impl fmt::Debug for ThreadRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadRef")
+            .field("workflow", &self.0.id())
+            .field("request_context", &self.0.context.get())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `f` with the calling thread's state, in one thread-local lookup
+/// (one function call where thread-locals cost one, as in a preloaded
+/// library). The state has a constant initialiser and no destructor: it is
+/// usable at any time, also before `main` and during thread exit, and lives
+/// as long as its thread.
+#[inline]
+pub fn with_thread_ref<R>(f: impl FnOnce(ThreadRef<'_>) -> R) -> R {
+    THREAD.with(|t| f(ThreadRef(t)))
+}
+
 impl ThreadState {
     #[inline]
-    fn id(&self) -> u64 {
+    pub(crate) fn id(&self) -> u64 {
         match self.id.get() {
             0 => read_thread_id(&self.id),
             id => id,
+        }
+    }
+
+    /// A context for this thread (see [`Context::new`]).
+    #[inline]
+    pub(crate) fn context(&self, request_type: RequestType, size: u64) -> Context {
+        Context {
+            workflow: self.id(),
+            request_type,
+            request_context: self.context.get(),
+            file_class: FileClass::NONE,
+            size,
         }
     }
 }

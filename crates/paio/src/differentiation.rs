@@ -197,33 +197,39 @@ const fn pack(request_type: u16, request_context: u16, file_class: u16) -> u64 {
     (request_type as u64) << 32 | (request_context as u64) << 16 | file_class as u64
 }
 
+/// For each classifier mask, the bits of [`Key::kinds`] it keeps.
+const KIND_MASKS: [u64; 16] = {
+    const fn keep(mask: usize, c: Classifier, bits: u64) -> u64 {
+        if mask as u8 & c.bit() != 0 {
+            bits
+        } else {
+            0
+        }
+    }
+    let mut masks = [0u64; 16];
+    let mut m = 0;
+    while m < 16 {
+        masks[m] = keep(m, Classifier::RequestType, pack(u16::MAX, 0, 0))
+            | keep(m, Classifier::RequestContext, pack(0, u16::MAX, 0))
+            | keep(m, Classifier::FileClass, pack(0, 0, u16::MAX));
+        m += 1;
+    }
+    masks
+};
+
 impl Key {
+    /// The key of `ctx` in the table of patterns naming the classifiers of
+    /// `mask`: the other classifiers are zeroed (branch-free).
     #[inline]
     fn of(ctx: &Context, mask: u8) -> Key {
-        let m = |c: Classifier| mask & c.bit() != 0;
+        let workflow_mask = 0u64.wrapping_sub(u64::from(mask & Classifier::Workflow.bit() != 0));
         Key {
-            workflow: if m(Classifier::Workflow) {
-                ctx.workflow
-            } else {
-                0
-            },
+            workflow: ctx.workflow & workflow_mask,
             kinds: pack(
-                if m(Classifier::RequestType) {
-                    ctx.request_type.raw()
-                } else {
-                    0
-                },
-                if m(Classifier::RequestContext) {
-                    ctx.request_context.raw()
-                } else {
-                    0
-                },
-                if m(Classifier::FileClass) {
-                    ctx.file_class.raw()
-                } else {
-                    0
-                },
-            ),
+                ctx.request_type.raw(),
+                ctx.request_context.raw(),
+                ctx.file_class.raw(),
+            ) & KIND_MASKS[(mask & 0b1111) as usize],
         }
     }
 }
@@ -349,7 +355,27 @@ impl<T: Copy> Matcher<T> {
     /// The target of the most specific pattern matching `ctx`.
     #[inline]
     pub fn find(&self, ctx: &Context) -> Option<T> {
-        for (mask, table) in &self.tables {
+        // Fast paths, inlined into the request path: no pattern, or one
+        // combination of classifiers (the common policies), where a
+        // request-type table is indexed without building a key.
+        match self.tables.as_slice() {
+            [] => None,
+            [(_, Table::ByType(targets))] => targets
+                .get(ctx.request_type.raw() as usize)
+                .copied()
+                .flatten(),
+            [(mask, Table::Small(entries))] => {
+                let key = Key::of(ctx, *mask);
+                entries.iter().find(|(k, _)| *k == key).map(|(_, t)| *t)
+            }
+            tables => Self::find_in(tables, ctx),
+        }
+    }
+
+    /// [`Matcher::find`] over several tables, most specific first.
+    #[inline(never)]
+    fn find_in(tables: &[(u8, Table<T>)], ctx: &Context) -> Option<T> {
+        for (mask, table) in tables {
             if let Some(t) = table.get(&Key::of(ctx, *mask)) {
                 return Some(t);
             }

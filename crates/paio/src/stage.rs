@@ -14,6 +14,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -22,13 +23,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
 use crate::clock::{monotonic, SharedClock};
-use crate::context::Context;
+use crate::context::{with_thread, Context, ThreadRef, ThreadState};
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
 use crate::object::{
     self, EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,
 };
 use crate::rule::{Rule, RuleError};
-use crate::stats::{ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
+use crate::stats::{thread_slot, ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
 
 /// Who a stage is: reported to the control plane (`stage_info`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,7 +207,10 @@ impl Model {
                     object: name.clone(),
                     source,
                 })?;
-                ch.objects.push(ObjectEntry::new(name.clone(), object));
+                ch.objects.push(match config {
+                    ObjectConfig::Noop => ObjectEntry::noop(name.clone()),
+                    _ => ObjectEntry::new(name.clone(), object),
+                });
             }
             Rule::RemoveObject { channel, name } => {
                 let ch = self.channel_mut(channel)?;
@@ -391,16 +395,47 @@ const UNMATCHED_KEY: u64 = 0;
 const REMOVED_KEY: u64 = u64::MAX;
 const TABLE_CACHE_SLOTS: usize = 4;
 
-struct CachedTable {
+pub(crate) struct CachedTable {
     stage: u64,
     generation: u64,
     table: Arc<Table>,
 }
 
+/// A thread's cache of routing tables, direct-mapped by stage uid. It lives
+/// in the thread's [`ThreadState`] (one thread-local for everything the
+/// request path keeps per thread), which has no destructor: the cached `Arc`s
+/// are released at thread exit by [`TableOwner`], registered when the thread
+/// first caches a table.
+pub(crate) struct TableCache {
+    slots: ManuallyDrop<RefCell<[Option<CachedTable>; TABLE_CACHE_SLOTS]>>,
+}
+
+impl TableCache {
+    pub(crate) const fn new() -> Self {
+        Self {
+            slots: ManuallyDrop::new(RefCell::new([None, None, None, None])),
+        }
+    }
+}
+
 thread_local! {
-    /// Per-thread cache of routing tables, direct-mapped by stage uid.
-    static TABLES: RefCell<[Option<CachedTable>; TABLE_CACHE_SLOTS]> =
-        const { RefCell::new([None, None, None, None]) };
+    /// Empties the thread's table cache when the thread exits.
+    static TABLE_OWNER: TableOwner = const { TableOwner };
+}
+
+/// Releases the thread's cached tables at thread exit. Once it has run (or
+/// while it runs), [`Stage::refresh`] caches nothing more on the thread, so
+/// no reference outlives the thread.
+struct TableOwner;
+
+impl Drop for TableOwner {
+    fn drop(&mut self) {
+        with_thread(|t| {
+            if let Ok(mut slots) = t.tables.slots.try_borrow_mut() {
+                *slots = [None, None, None, None];
+            }
+        });
+    }
 }
 
 /// Runs `enforce` on a [`Request`] carrying `data` and builds the [`Outcome`]
@@ -455,9 +490,10 @@ impl StageHandle<'_> {
     pub fn enforce(&mut self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
         let stage = self.stage;
         let table = self.current();
+        let slot = with_thread(thread_slot);
         with_request(data, |request| {
-            stage.enforce_on(table, ctx, request, |channel, request| {
-                channel.enforce(ctx, request)
+            stage.enforce_on(table, ctx, request, slot, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
             })
         })
     }
@@ -471,9 +507,10 @@ impl StageHandle<'_> {
     ) -> Result<Outcome, TryEnforceError> {
         let stage = self.stage;
         let table = self.current();
+        let slot = with_thread(thread_slot);
         with_request(data, |request| {
-            stage.enforce_on(table, ctx, request, |channel, request| {
-                channel.try_enforce(ctx, request)
+            stage.enforce_on(table, ctx, request, slot, |channel, request, slot| {
+                channel.try_enforce(ctx, request, slot)
             })
         })
     }
@@ -557,38 +594,51 @@ impl Stage {
     }
 
     /// Runs `f` on the current routing table without touching its reference
-    /// count: the thread's cached snapshot when it is current, else a fresh
-    /// one (cached for the next request).
+    /// count: the thread's cached snapshot (in `t`, the calling thread's
+    /// state) when it is current, else a fresh one (cached for the next
+    /// request).
     #[inline]
-    fn with_table<R>(&self, f: impl FnOnce(&Table) -> R) -> R {
+    fn with_table<R>(&self, t: &ThreadState, f: impl FnOnce(&Table) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
-        let mut f = Some(f);
-        let cached = TABLES.try_with(|cell| {
-            let Ok(mut slots) = cell.try_borrow_mut() else {
-                return None;
-            };
-            let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
-            match slot {
-                Some(c) if c.stage == self.uid && c.generation == generation => {}
-                _ => self.refresh(slot, generation),
+        // `f` is called in one place only, so it is inlined.
+        let fresh;
+        let mut slots = t.tables.slots.try_borrow_mut();
+        let table: &Table = match &mut slots {
+            Ok(slots) => {
+                let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
+                match slot {
+                    Some(c) if c.stage == self.uid && c.generation == generation => &c.table,
+                    _ => match self.refresh(slot, generation) {
+                        Some(table) => table,
+                        // During thread exit: nothing may be cached any more.
+                        None => {
+                            fresh = self.table.load();
+                            &fresh
+                        }
+                    },
+                }
             }
-            let table = &slot.as_ref()?.table;
-            f.take().map(|f| f(table))
-        });
-        match cached {
-            Ok(Some(r)) => r,
-            // Re-entered from inside an object, or during thread exit.
-            _ => (f.take().expect("not consumed"))(&self.table.load()),
-        }
+            // Re-entered from inside an object.
+            Err(_) => {
+                fresh = self.table.load();
+                &fresh
+            }
+        };
+        f(table)
     }
 
+    /// Caches the current table in `slot`, unless the thread is exiting.
     #[cold]
-    fn refresh(&self, slot: &mut Option<CachedTable>, generation: u64) {
-        *slot = Some(CachedTable {
+    fn refresh<'c>(&self, slot: &'c mut Option<CachedTable>, generation: u64) -> Option<&'c Table> {
+        // Registers the owner that empties the cache at thread exit; fails
+        // once it has run, and then nothing is cached.
+        TABLE_OWNER.try_with(|_| ()).ok()?;
+        let cached = slot.insert(CachedTable {
             stage: self.uid,
             generation,
             table: self.table.load_full(),
         });
+        Some(&cached.table)
     }
 
     /// Enforces one request: selects its channel and object from `ctx` and
@@ -599,7 +649,32 @@ impl Stage {
     /// unmatched.
     #[inline]
     pub fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
-        self.dispatch(ctx, data, |channel, request| channel.enforce(ctx, request))
+        with_thread(|t| {
+            self.dispatch(t, ctx, data, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
+            })
+        })
+    }
+
+    /// [`Stage::enforce`] without data on the thread whose state `thread`
+    /// is (the calling thread: a [`ThreadRef`] never leaves its thread),
+    /// returning the time waited: no thread-local lookup at all. `ctx` is
+    /// typically [`ThreadRef::context`] with overrides; anything an object
+    /// puts in the request is dropped.
+    #[inline]
+    pub fn enforce_on_thread(
+        &self,
+        thread: ThreadRef<'_>,
+        ctx: &Context,
+    ) -> Result<u64, EnforceError> {
+        let t = thread.0;
+        let slot = thread_slot(t);
+        let mut request = Request::new(None);
+        self.with_table(t, |table| {
+            self.enforce_on(table, ctx, &mut request, slot, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
+            })
+        })
     }
 
     /// Non-blocking [`Stage::enforce`]: the request is admitted (and counted)
@@ -612,8 +687,10 @@ impl Stage {
         ctx: &Context,
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
-        self.dispatch(ctx, data, |channel, request| {
-            channel.try_enforce(ctx, request)
+        with_thread(|t| {
+            self.dispatch(t, ctx, data, |channel, request, slot| {
+                channel.try_enforce(ctx, request, slot)
+            })
         })
     }
 
@@ -622,29 +699,35 @@ impl Stage {
     #[inline]
     fn dispatch<E>(
         &self,
+        t: &ThreadState,
         ctx: &Context,
         data: Option<&[u8]>,
-        enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>, usize) -> Result<u64, E>,
     ) -> Result<Outcome, E> {
+        let slot = thread_slot(t);
         with_request(data, |request| {
-            self.with_table(|t| self.enforce_on(t, ctx, request, enforce))
+            self.with_table(t, |table| {
+                self.enforce_on(table, ctx, request, slot, enforce)
+            })
         })
     }
 
-    /// Routes `ctx` on `table`. Only a two-register result crosses the layers
-    /// below; callers assemble the [`Outcome`] in their own frame.
+    /// Routes `ctx` on `table`, recording in the calling thread's counter
+    /// slot `slot`. Only a two-register result crosses the layers below;
+    /// callers assemble the [`Outcome`] in their own frame.
     #[inline]
     fn enforce_on<E>(
         &self,
         table: &Table,
         ctx: &Context,
         request: &mut Request<'_>,
-        enforce: impl FnOnce(&Channel, &mut Request<'_>) -> Result<u64, E>,
+        slot: usize,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>, usize) -> Result<u64, E>,
     ) -> Result<u64, E> {
         match table.select_channel(ctx) {
-            Some(channel) => enforce(channel, request),
+            Some(channel) => enforce(channel, request, slot),
             None => {
-                self.unmatched.record(ctx.size, 0);
+                self.unmatched.record_at(slot, ctx.size, 0);
                 Ok(0)
             }
         }
@@ -666,12 +749,14 @@ impl Stage {
     /// Where `ctx` would go: `(channel, object)` names, or `None` when it
     /// matches no channel. Does not enforce or count anything.
     pub fn route(&self, ctx: &Context) -> Option<(String, String)> {
-        self.with_table(|t| {
-            let channel = t.select_channel(ctx)?;
-            Some((
-                channel.name.clone(),
-                channel.select_object(ctx).name.clone(),
-            ))
+        with_thread(|thread| {
+            self.with_table(thread, |t| {
+                let channel = t.select_channel(ctx)?;
+                Some((
+                    channel.name.clone(),
+                    channel.select_object(ctx).name.clone(),
+                ))
+            })
         })
     }
 

@@ -8,7 +8,6 @@
 //! does not matter. Channel and stage figures are sums computed by
 //! [`crate::Stage::collect`], never maintained per request.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -58,7 +57,13 @@ impl ObjectCounters {
     /// Counts one request of `bytes` bytes.
     #[inline]
     pub fn record(&self, bytes: u64) {
-        let i = thread_slot();
+        self.record_at(crate::context::with_thread(thread_slot), bytes);
+    }
+
+    /// [`ObjectCounters::record`] with the calling thread's slot index,
+    /// already looked up (see [`thread_slot`]).
+    #[inline]
+    pub(crate) fn record_at(&self, i: usize, bytes: u64) {
         let slot = &self.slots[i];
         if i == OVERFLOW {
             slot.ops.fetch_add(1, Ordering::Relaxed);
@@ -91,18 +96,20 @@ impl ObjectCounters {
 static SLOTS_IN_USE: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
-    /// The thread's slot index; `UNASSIGNED` until first use.
-    static SLOT: Cell<usize> = const { Cell::new(UNASSIGNED) };
+    /// Releases the thread's slot when it exits; registered when the thread
+    /// claims one. (The slot index itself lives in the thread's
+    /// [`crate::context::ThreadState`], which has no destructor.)
     static SLOT_OWNER: SlotOwner = const { SlotOwner };
 }
-const UNASSIGNED: usize = usize::MAX;
+/// The slot index of a thread that has not recorded anything yet.
+pub(crate) const UNASSIGNED: usize = usize::MAX;
 
 /// Releases the thread's slot when the thread exits.
 struct SlotOwner;
 
 impl Drop for SlotOwner {
     fn drop(&mut self) {
-        let i = SLOT.with(|s| s.replace(OVERFLOW));
+        let i = crate::context::with_thread(|t| t.slot.replace(OVERFLOW));
         if i < COUNTER_SLOTS {
             // Release: this thread's last stores to the slot happen before
             // the next owner's claim (Acquire) of it.
@@ -111,13 +118,15 @@ impl Drop for SlotOwner {
     }
 }
 
+/// The counter slot index of the thread whose state `t` is, claimed on first
+/// use.
 #[inline]
-fn thread_slot() -> usize {
-    let i = SLOT.with(|s| s.get());
+pub(crate) fn thread_slot(t: &crate::context::ThreadState) -> usize {
+    let i = t.slot.get();
     if i != UNASSIGNED {
         return i;
     }
-    assign_slot()
+    assign_slot(t)
 }
 
 /// Claims the lowest free slot, or the overflow slot when none is free.
@@ -141,12 +150,12 @@ fn claim_slot() -> usize {
 }
 
 #[cold]
-fn assign_slot() -> usize {
+fn assign_slot(t: &crate::context::ThreadState) -> usize {
     // Registering the owner may fail during thread exit; then the thread uses
     // the shared overflow slot, which is always correct.
     let registered = SLOT_OWNER.try_with(|_| ()).is_ok();
     let i = if registered { claim_slot() } else { OVERFLOW };
-    let _ = SLOT.try_with(|s| s.set(i));
+    t.slot.set(i);
     i
 }
 
@@ -288,6 +297,24 @@ impl HistogramSnapshot {
         bucket_upper(BUCKETS - 1)
     }
 
+    /// For each bound `le` of `bounds` (ascending), the requests among
+    /// `total_ops` that waited at most `le` ns: those not in the histogram
+    /// (no wait) plus the buckets whose upper bound is at most `le`.
+    pub fn cumulative(&self, total_ops: u64, bounds: &[u64]) -> Vec<(u64, u64)> {
+        let zeros = total_ops.saturating_sub(self.waited());
+        let mut out = Vec::with_capacity(bounds.len());
+        let mut seen = zeros;
+        let mut b = 0;
+        for &le in bounds {
+            while b < BUCKETS && bucket_upper(b) <= le {
+                seen += self.counts[b];
+                b += 1;
+            }
+            out.push((le, seen));
+        }
+        out
+    }
+
     /// Summary over `total_ops` requests.
     pub fn summary(&self, total_ops: u64) -> WaitSummary {
         let waited = self.waited();
@@ -331,8 +358,10 @@ pub struct WaitSummary {
     pub max_ns: u64,
 }
 
-/// Figures of one object, one channel or the unmatched requests.
+/// Figures of one object, one channel or the unmatched requests. Every
+/// field defaults to zero when absent from a serialized form.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counts {
     /// Operations since the stage was created.
     pub ops: u64,
@@ -350,7 +379,27 @@ pub struct Counts {
     pub wait: WaitSummary,
     /// Wait times of all requests since the stage was created.
     pub wait_total: WaitSummary,
+    /// Cumulative wait distribution since the stage was created, as
+    /// Prometheus histogram buckets: `(le_ns, n)` = requests that waited at
+    /// most `le_ns` nanoseconds (requests that did not wait included), for
+    /// the bounds of [`WAIT_BUCKET_BOUNDS_NS`]. A histogram bucket that
+    /// straddles a bound counts towards the next bound, so a count is exact
+    /// or low by the requests within 12.5 % above the bound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_buckets: Vec<(u64, u64)>,
 }
+
+/// Upper bounds of [`Counts::wait_buckets`]: 1 µs to 10 s by decades.
+pub const WAIT_BUCKET_BOUNDS_NS: [u64; 8] = [
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];
 
 /// Statistics of one enforcement object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -374,11 +423,14 @@ pub struct ChannelStats {
     #[serde(flatten)]
     pub counts: Counts,
     /// Its live objects.
+    #[serde(default)]
     pub objects: Vec<ObjectStats>,
 }
 
-/// One collection of a stage's statistics.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One collection of a stage's statistics. Only `stage` is required in a
+/// serialized form; absent fields are zero or empty.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StageStats {
     /// The stage's name.
     pub stage: String,
@@ -405,7 +457,14 @@ impl ObjectRecorder {
     /// Records one request of `bytes` that waited `waited_ns`.
     #[inline]
     pub fn record(&self, bytes: u64, waited_ns: u64) {
-        self.counters.record(bytes);
+        self.record_at(crate::context::with_thread(thread_slot), bytes, waited_ns);
+    }
+
+    /// [`ObjectRecorder::record`] with the calling thread's slot index,
+    /// already looked up (see [`thread_slot`]).
+    #[inline]
+    pub(crate) fn record_at(&self, slot: usize, bytes: u64, waited_ns: u64) {
+        self.counters.record_at(slot, bytes);
         if waited_ns > 0 {
             self.waits.record(waited_ns);
         }
@@ -456,6 +515,7 @@ impl Sample {
             bytes_per_sec: per_sec(interval_bytes),
             wait: self.waits.since(&earlier.waits).summary(interval_ops),
             wait_total: self.waits.summary(self.ops),
+            wait_buckets: self.waits.cumulative(self.ops, &WAIT_BUCKET_BOUNDS_NS),
         }
     }
 }
@@ -465,6 +525,22 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::sync::Arc;
+
+    #[test]
+    fn cumulative_buckets_count_waits_up_to_each_bound() {
+        let h = WaitHistogram::default();
+        for ns in [500, 5_000, 5_000, 2_000_000, 20_000_000_000] {
+            h.record(ns);
+        }
+        let c = h.snapshot().cumulative(10, &WAIT_BUCKET_BOUNDS_NS);
+        // 5 requests did not wait.
+        assert_eq!(c[0], (1_000, 6));
+        assert_eq!(c[1], (10_000, 8));
+        assert_eq!(c[3], (1_000_000, 8));
+        assert_eq!(c[4], (10_000_000, 9));
+        assert_eq!(c[7], (10_000_000_000, 9));
+        assert!(c.windows(2).all(|w| w[0].1 <= w[1].1));
+    }
 
     /// Serializes the tests that depend on how many slots are free.
     static SLOT_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
