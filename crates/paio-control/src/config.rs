@@ -1,0 +1,786 @@
+//! paiod's configuration file (TOML).
+//!
+//! ```toml
+//! period = "100ms"                 # control period (default 100ms)
+//! # collect_timeout = "100ms"      # default: the period
+//! # socket = "/run/paio/paiod.sock"
+//! # metrics = "127.0.0.1:9464"
+//! [policy]
+//! kind = "max_min"                 # static (default) | max_min | proportional
+//! group_by = "job"                 # label that names a stage's group
+//! channel = "read"                 # the controlled channel
+//! # match = { request_type = "read" }  # mapping when paiod creates the channel
+//! max_bandwidth = "1GiB/s"         # max_min, proportional: required
+//! calibrate = true                 # max_min, proportional (default false)
+//! [[policy.group]]
+//! name = "I1"
+//! demand = "150MiB/s"              # max_min: required
+//! # weight = 2                     # proportional (default 1)
+//! # rate / otherwise / start / stop / labels / rules: static
+//! ```
+//!
+//! Unknown fields are rejected, and so are fields the chosen kind does not
+//! use. Every error names the origin, line, column and field
+//! (`paiod.toml:9:10: policy.group[0].demand: ...`). An empty file is a
+//! valid configuration: a `static` policy without entries, which only
+//! observes.
+//!
+//! `collect_timeout` defaults to the period: a stage that has not answered
+//! a collect request within one period is left without statistics for that
+//! period, so a slow stage can never make the loop fall behind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use paio::units::{HumanDuration, Rate};
+use paio::{Pattern, Rule};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::policy::common::check_byte_rate;
+use crate::policy::{
+    ControlPolicy, ControlSettings, MaxMinPolicy, ProportionalPolicy, StaticEntry, StaticPolicy,
+};
+
+/// Largest configuration file accepted.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// Default control period.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// Why a configuration could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}:{line}:{column}: {field}: {message}")]
+pub struct ConfigError {
+    /// The file name, or `<string>`.
+    pub origin: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// Path of the offending field (`policy.group[1].demand`), or `config`.
+    pub field: String,
+    /// What was wrong and what was expected.
+    pub message: String,
+}
+
+/// paiod's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaiodConfig {
+    /// The Unix socket stages register on (none: the server's default).
+    pub socket: Option<PathBuf>,
+    /// The control period (default 100 ms).
+    pub period: Duration,
+    /// How long a collect waits for a stage's answer (default: the period).
+    pub collect_timeout: Duration,
+    /// Where to serve Prometheus metrics (none: not served).
+    pub metrics: Option<SocketAddr>,
+    /// The control policy.
+    pub policy: PolicyConfig,
+}
+
+impl Default for PaiodConfig {
+    fn default() -> Self {
+        Self {
+            socket: None,
+            period: DEFAULT_PERIOD,
+            collect_timeout: DEFAULT_PERIOD,
+            metrics: None,
+            policy: PolicyConfig::default(),
+        }
+    }
+}
+
+/// The kinds of policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    /// [`StaticPolicy`].
+    #[default]
+    Static,
+    /// [`MaxMinPolicy`].
+    MaxMin,
+    /// [`ProportionalPolicy`].
+    Proportional,
+}
+
+impl PolicyKind {
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Static => "static",
+            PolicyKind::MaxMin => "max_min",
+            PolicyKind::Proportional => "proportional",
+        }
+    }
+}
+
+/// The `[policy]` table.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PolicyConfig {
+    /// Which algorithm.
+    pub kind: PolicyKind,
+    /// Grouping label, controlled channel, its pattern, calibration.
+    pub settings: ControlSettings,
+    /// `MaxB` in bytes/s (max_min, proportional).
+    pub max_bandwidth: Option<f64>,
+    /// The `[[policy.group]]` entries, in file order.
+    pub groups: Vec<GroupConfig>,
+}
+
+/// One `[[policy.group]]` entry. Rates are in bytes/s.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GroupConfig {
+    /// The group (a value of the grouping label, or a static entry's name).
+    pub name: String,
+    /// Guarantee (max_min).
+    pub demand: Option<f64>,
+    /// Weight (proportional; default 1).
+    pub weight: Option<f64>,
+    /// Static: selecting labels (empty: `group_by = name`).
+    pub labels: BTreeMap<String, String>,
+    /// Static: rate inside the window.
+    pub rate: Option<f64>,
+    /// Static: rate outside the window.
+    pub otherwise: Option<f64>,
+    /// Static: window start.
+    pub start: Option<Duration>,
+    /// Static: window end.
+    pub stop: Option<Duration>,
+    /// Static: raw rules.
+    pub rules: Vec<Rule>,
+}
+
+impl PolicyConfig {
+    /// The policy this configuration describes.
+    pub fn build(&self) -> Box<dyn ControlPolicy> {
+        let settings = self.settings.clone();
+        let max_b = self.max_bandwidth.unwrap_or(0.0);
+        match self.kind {
+            PolicyKind::Static => Box::new(StaticPolicy::new(
+                settings,
+                self.groups
+                    .iter()
+                    .map(|g| StaticEntry {
+                        name: g.name.clone(),
+                        labels: g.labels.clone(),
+                        rate: g.rate,
+                        otherwise: g.otherwise,
+                        start: g.start,
+                        stop: g.stop,
+                        rules: g.rules.clone(),
+                    })
+                    .collect(),
+            )),
+            PolicyKind::MaxMin => Box::new(MaxMinPolicy::new(
+                settings,
+                max_b,
+                self.groups
+                    .iter()
+                    .map(|g| (g.name.clone(), g.demand.unwrap_or(0.0))),
+            )),
+            PolicyKind::Proportional => Box::new(ProportionalPolicy::new(
+                settings,
+                max_b,
+                self.groups
+                    .iter()
+                    .map(|g| (g.name.clone(), g.weight.unwrap_or(1.0))),
+            )),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    socket: Option<PathBuf>,
+    period: Option<Spanned<HumanDuration>>,
+    collect_timeout: Option<Spanned<HumanDuration>>,
+    metrics: Option<SocketAddr>,
+    policy: Option<RawPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    kind: Option<Spanned<String>>,
+    group_by: Option<Spanned<String>>,
+    channel: Option<Spanned<String>>,
+    #[serde(rename = "match")]
+    pattern: Option<Pattern>,
+    max_bandwidth: Option<Spanned<Rate>>,
+    calibrate: Option<Spanned<bool>>,
+    #[serde(default)]
+    group: Vec<Spanned<RawGroup>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: Option<Spanned<String>>,
+    demand: Option<Spanned<Rate>>,
+    weight: Option<Spanned<f64>>,
+    labels: Option<Spanned<BTreeMap<String, String>>>,
+    rate: Option<Spanned<Rate>>,
+    otherwise: Option<Spanned<Rate>>,
+    start: Option<Spanned<HumanDuration>>,
+    stop: Option<Spanned<HumanDuration>>,
+    rules: Option<Spanned<Vec<Rule>>>,
+}
+
+/// `toml::Spanned` adds a `$__serde_spanned_private_value` path segment,
+/// dropped here.
+fn clean_path(path: &str) -> String {
+    let cleaned = path.replace(".$__serde_spanned_private_value", "");
+    if cleaned == "." || cleaned.is_empty() {
+        "config".to_string()
+    } else {
+        cleaned
+    }
+}
+
+/// 1-based (line, column) of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text.as_bytes()[..offset];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    (line, column)
+}
+
+struct Ctx<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(
+        &self,
+        span: Option<Range<usize>>,
+        field: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        let (line, column) = span.map_or((1, 1), |s| line_col(self.text, s.start));
+        ConfigError {
+            origin: self.origin.to_string(),
+            line,
+            column,
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn rate(&self, r: &Spanned<Rate>, field: &str) -> Result<f64, ConfigError> {
+        check_byte_rate(*r.get_ref()).map_err(|e| self.err(Some(r.span()), field, e.message))
+    }
+
+    fn duration(&self, d: &Spanned<HumanDuration>, field: &str) -> Result<Duration, ConfigError> {
+        let v = d.get_ref().0;
+        if v.is_zero() {
+            Err(self.err(Some(d.span()), field, "must be greater than 0"))
+        } else {
+            Ok(v)
+        }
+    }
+}
+
+impl PaiodConfig {
+    /// Parses configuration `text`; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<PaiodConfig, ConfigError> {
+        let cx = Ctx { text, origin };
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(cx.err(
+                None,
+                "config",
+                format!(
+                    "file of {} bytes exceeds the {MAX_CONFIG_BYTES} allowed",
+                    text.len()
+                ),
+            ));
+        }
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| cx.err(e.span(), "config", e.message().trim()))?;
+        let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let field = clean_path(&e.path().to_string());
+            let inner = e.into_inner();
+            cx.err(inner.span(), &field, inner.message().trim())
+        })?;
+        let period = match &raw.period {
+            Some(p) => cx.duration(p, "period")?,
+            None => DEFAULT_PERIOD,
+        };
+        let collect_timeout = match &raw.collect_timeout {
+            Some(t) => cx.duration(t, "collect_timeout")?,
+            None => period,
+        };
+        let policy = match raw.policy {
+            Some(p) => policy_config(&cx, p)?,
+            None => PolicyConfig::default(),
+        };
+        Ok(PaiodConfig {
+            socket: raw.socket,
+            period,
+            collect_timeout,
+            metrics: raw.metrics,
+            policy,
+        })
+    }
+
+    /// Reads and parses the configuration file at `path`.
+    pub fn from_file(path: &Path) -> Result<PaiodConfig, ConfigError> {
+        let origin = path.display().to_string();
+        let fail = |message: String| ConfigError {
+            origin: origin.clone(),
+            line: 1,
+            column: 1,
+            field: "config".into(),
+            message,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        if meta.len() > MAX_CONFIG_BYTES as u64 {
+            return Err(fail(format!(
+                "file of {} bytes exceeds the {MAX_CONFIG_BYTES} allowed",
+                meta.len()
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        Self::parse(&text, &origin)
+    }
+}
+
+fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError> {
+    let kind = match &p.kind {
+        None => PolicyKind::Static,
+        Some(k) => match k.get_ref().as_str() {
+            "static" => PolicyKind::Static,
+            "max_min" => PolicyKind::MaxMin,
+            "proportional" => PolicyKind::Proportional,
+            other => {
+                return Err(cx.err(
+                    Some(k.span()),
+                    "policy.kind",
+                    format!("unknown kind {other:?} (expected static, max_min or proportional)"),
+                ))
+            }
+        },
+    };
+    let kname = kind.name();
+    let group_by = p.group_by.as_ref().map_or("job", |g| g.get_ref().as_str());
+    let channel = p.channel.as_ref().map_or("read", |c| c.get_ref().as_str());
+    let settings = ControlSettings::new(group_by, channel, p.pattern, false).map_err(|e| {
+        let (span, field) = match (&p.group_by, &p.channel) {
+            (Some(g), _) if g.get_ref().is_empty() => (Some(g.span()), "policy.group_by"),
+            (_, Some(c)) => (Some(c.span()), "policy.channel"),
+            _ => (None, "policy"),
+        };
+        cx.err(span, field, e.message)
+    })?;
+    let mut settings = settings;
+    let dynamic = kind != PolicyKind::Static;
+    if let Some(c) = &p.calibrate {
+        if !dynamic {
+            return Err(cx.err(
+                Some(c.span()),
+                "policy.calibrate",
+                "not used by kind static",
+            ));
+        }
+        settings.calibrate = *c.get_ref();
+    }
+    let max_bandwidth = match (&p.max_bandwidth, dynamic) {
+        (Some(m), true) => Some(cx.rate(m, "policy.max_bandwidth")?),
+        (Some(m), false) => {
+            return Err(cx.err(
+                Some(m.span()),
+                "policy.max_bandwidth",
+                "not used by kind static",
+            ))
+        }
+        (None, true) => {
+            let span = p.kind.as_ref().map(|k| k.span());
+            return Err(cx.err(
+                span,
+                "policy.max_bandwidth",
+                format!("kind {kname} needs max_bandwidth"),
+            ));
+        }
+        (None, false) => None,
+    };
+    let mut groups = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (i, g) in p.group.iter().enumerate() {
+        let at = format!("policy.group[{i}]");
+        let span = g.span();
+        let g = g.get_ref();
+        let unused = |field: &str, s: Range<usize>| {
+            cx.err(
+                Some(s),
+                &format!("{at}.{field}"),
+                format!("not used by kind {kname}"),
+            )
+        };
+        let Some(name) = &g.name else {
+            return Err(cx.err(Some(span), &at, "missing field `name`"));
+        };
+        let n = name.get_ref().trim();
+        if n.is_empty() || n == "*" {
+            return Err(cx.err(
+                Some(name.span()),
+                &format!("{at}.name"),
+                "must be a non-empty group name other than `*`",
+            ));
+        }
+        let (line, _) = line_col(cx.text, name.span().start);
+        if let Some(prev) = seen.insert(n.to_string(), line) {
+            return Err(cx.err(
+                Some(name.span()),
+                &format!("{at}.name"),
+                format!("duplicate group {n:?} (first defined on line {prev})"),
+            ));
+        }
+        let mut out = GroupConfig {
+            name: n.to_string(),
+            ..GroupConfig::default()
+        };
+        // Fields of other kinds.
+        let statics: [(&str, Option<Range<usize>>); 6] = [
+            ("labels", g.labels.as_ref().map(|x| x.span())),
+            ("rate", g.rate.as_ref().map(|x| x.span())),
+            ("otherwise", g.otherwise.as_ref().map(|x| x.span())),
+            ("start", g.start.as_ref().map(|x| x.span())),
+            ("stop", g.stop.as_ref().map(|x| x.span())),
+            ("rules", g.rules.as_ref().map(|x| x.span())),
+        ];
+        if dynamic {
+            if let Some((f, Some(s))) = statics.iter().find(|(_, s)| s.is_some()).cloned() {
+                return Err(unused(f, s));
+            }
+        }
+        if kind != PolicyKind::MaxMin {
+            if let Some(d) = &g.demand {
+                return Err(unused("demand", d.span()));
+            }
+        }
+        if kind != PolicyKind::Proportional {
+            if let Some(w) = &g.weight {
+                return Err(unused("weight", w.span()));
+            }
+        }
+        match kind {
+            PolicyKind::MaxMin => match &g.demand {
+                Some(d) => out.demand = Some(cx.rate(d, &format!("{at}.demand"))?),
+                None => {
+                    return Err(cx.err(
+                        Some(span),
+                        &format!("{at}.demand"),
+                        "missing field `demand` (kind max_min)",
+                    ))
+                }
+            },
+            PolicyKind::Proportional => {
+                if let Some(w) = &g.weight {
+                    let v = *w.get_ref();
+                    if !(v.is_finite() && v > 0.0) {
+                        return Err(cx.err(
+                            Some(w.span()),
+                            &format!("{at}.weight"),
+                            format!("must be a positive number, got {v}"),
+                        ));
+                    }
+                    out.weight = Some(v);
+                }
+            }
+            PolicyKind::Static => {
+                if let Some(r) = &g.rate {
+                    out.rate = Some(cx.rate(r, &format!("{at}.rate"))?);
+                }
+                if let Some(r) = &g.otherwise {
+                    if g.rate.is_none() {
+                        return Err(cx.err(
+                            Some(r.span()),
+                            &format!("{at}.otherwise"),
+                            "needs a `rate`",
+                        ));
+                    }
+                    out.otherwise = Some(cx.rate(r, &format!("{at}.otherwise"))?);
+                }
+                out.start = g.start.as_ref().map(|s| s.get_ref().0);
+                if let Some(s) = &g.stop {
+                    let stop = cx.duration(s, &format!("{at}.stop"))?;
+                    if out.start.is_some_and(|st| st >= stop) {
+                        return Err(cx.err(
+                            Some(s.span()),
+                            &format!("{at}.stop"),
+                            "must be later than start",
+                        ));
+                    }
+                    out.stop = Some(stop);
+                }
+                if let Some(l) = &g.labels {
+                    if l.get_ref().is_empty() {
+                        return Err(cx.err(
+                            Some(l.span()),
+                            &format!("{at}.labels"),
+                            "must list at least one label (or be left out)",
+                        ));
+                    }
+                    out.labels = l.get_ref().clone();
+                }
+                out.rules = g
+                    .rules
+                    .as_ref()
+                    .map(|r| r.get_ref().clone())
+                    .unwrap_or_default();
+            }
+        }
+        groups.push(out);
+    }
+    Ok(PolicyConfig {
+        kind,
+        settings,
+        max_bandwidth,
+        groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<PaiodConfig, ConfigError> {
+        PaiodConfig::parse(text, "t.toml")
+    }
+
+    fn err(text: &str) -> ConfigError {
+        let e = parse(text).unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with(&format!("t.toml:{}:{}: {}: ", e.line, e.column, e.field)));
+        e
+    }
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    #[test]
+    fn empty_file_observes() {
+        let c = parse("").unwrap();
+        assert_eq!(c, PaiodConfig::default());
+        assert_eq!(c.period, Duration::from_millis(100));
+        assert_eq!(c.collect_timeout, c.period);
+        let mut p = c.policy.build();
+        assert_eq!(p.kind(), "static");
+        assert!(p.period(Duration::ZERO, &[]).is_empty());
+    }
+
+    #[test]
+    fn max_min_example() {
+        let c = parse(
+            r#"
+period = "50ms"
+socket = "/run/paio/paiod.sock"
+metrics = "127.0.0.1:9464"
+[policy]
+kind = "max_min"
+group_by = "job"
+channel = "read"
+max_bandwidth = "1GiB/s"
+calibrate = true
+[[policy.group]]
+name = "I1"
+demand = "150MiB/s"
+[[policy.group]]
+name = "I2"
+demand = "200MiB/s"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.period, Duration::from_millis(50));
+        assert_eq!(c.collect_timeout, Duration::from_millis(50));
+        assert_eq!(c.socket.as_deref(), Some(Path::new("/run/paio/paiod.sock")));
+        assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.policy.kind, PolicyKind::MaxMin);
+        assert!(c.policy.settings.calibrate);
+        assert_eq!(c.policy.max_bandwidth, Some(1024.0 * MIB));
+        assert_eq!(c.policy.groups[1].demand, Some(200.0 * MIB));
+        let p = c.policy.build();
+        assert_eq!(p.kind(), "max_min");
+        assert_eq!(p.targets().len(), 2);
+    }
+
+    #[test]
+    fn static_and_proportional() {
+        let c = parse(
+            r#"
+collect_timeout = "20ms"
+[policy]
+channel = "bg"
+match = { request_context = "flush" }
+[[policy.group]]
+name = "night"
+labels = { tier = "batch" }
+rate = "10MiB/s"
+otherwise = "50MiB/s"
+start = "1h"
+stop = "2h"
+rules = [{ rule = "create_channel", name = "x" }]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.collect_timeout, Duration::from_millis(20));
+        assert!(c.policy.settings.pattern.request_context.is_some());
+        let g = &c.policy.groups[0];
+        assert_eq!(g.start, Some(Duration::from_secs(3600)));
+        assert_eq!(g.stop, Some(Duration::from_secs(7200)));
+        assert_eq!(g.rate, Some(10.0 * MIB));
+        assert_eq!(g.otherwise, Some(50.0 * MIB));
+        assert_eq!(g.rules, vec![Rule::CreateChannel { name: "x".into() }]);
+        assert_eq!(g.labels["tier"], "batch");
+        let c = parse("[policy]\nkind = \"proportional\"\nmax_bandwidth = \"100MB/s\"\n[[policy.group]]\nname = \"a\"\nweight = 3\n[[policy.group]]\nname = \"b\"\n").unwrap();
+        assert_eq!(c.policy.groups[0].weight, Some(3.0));
+        assert_eq!(c.policy.groups[1].weight, None);
+        assert_eq!(c.policy.build().kind(), "proportional");
+    }
+
+    #[test]
+    fn errors_name_line_and_field() {
+        let e = err("period = \"100ms\"\ncolour = 1\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "colour"), "{e}");
+        assert!(e.message.contains("colour"), "{e}");
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\ndemand = \"150MiB\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (6, "policy.group[0].demand"),
+            "{e}"
+        );
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\n");
+        assert_eq!(e.field, "policy.group[0].demand", "{e}");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("missing"), "{e}");
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"0B/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (3, "policy.max_bandwidth"),
+            "{e}"
+        );
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"-5MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (3, "policy.max_bandwidth"),
+            "{e}"
+        );
+
+        let e = err("[policy]\nkind = \"proportional\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\nweight = -1\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (6, "policy.group[0].weight"),
+            "{e}"
+        );
+        let e = err("[policy]\nkind = \"proportional\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\nweight = 0\n");
+        assert_eq!(e.field, "policy.group[0].weight", "{e}");
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\ndemand = \"1MiB/s\"\n[[policy.group]]\nname = \"a\"\ndemand = \"2MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (8, "policy.group[1].name"),
+            "{e}"
+        );
+        assert!(
+            e.message.contains("duplicate") && e.message.contains("line 5"),
+            "{e}"
+        );
+
+        let e = err("[policy]\nkind = \"max_min\"\n");
+        assert_eq!(e.field, "policy.max_bandwidth", "{e}");
+
+        let e = err("[policy]\nkind = \"fastest\"\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "policy.kind"), "{e}");
+
+        let e = err("[policy]\nchannel = \"bg\"\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "policy.channel"), "{e}");
+        assert!(e.message.contains("match"), "{e}");
+
+        let e = err("period = \"0ms\"\n");
+        assert_eq!((e.line, e.field.as_str()), (1, "period"), "{e}");
+        let e = err("\nperiod = \"fast\"\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "period"), "{e}");
+
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\ndemand = \"1MiB/s\"\nweight = 2\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (7, "policy.group[0].weight"),
+            "{e}"
+        );
+
+        let e = err("[policy]\n[[policy.group]]\nname = \"a\"\nrate = \"1MiB/s\"\nstart = \"10s\"\nstop = \"5s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (6, "policy.group[0].stop"),
+            "{e}"
+        );
+
+        let e = err("[policy]\n[[policy.group]]\nname = \"a\"\nrate = \"100 iops\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.group[0].rate"),
+            "{e}"
+        );
+
+        let e = err("[policy]\n[[policy.group]]\nname = \"a\"\nrules = [{ rule = \"explode\" }]\n");
+        assert!(e.field.starts_with("policy.group[0].rules"), "{e}");
+        assert_eq!(e.line, 4, "{e}");
+
+        let e = err("[policy]\n[[policy.group]]\nname = \"a\"\nrate = \"1MiB/s\"\nspeed = 1\n");
+        assert_eq!(e.line, 5, "{e}");
+
+        let e = err("[policy]\nmax_bandwidth = \"1GiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "policy.max_bandwidth"),
+            "{e}"
+        );
+
+        let e = err("[policy\n");
+        assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn example_files_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/paiod");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = PaiodConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+                c.policy.build();
+                n += 1;
+            }
+        }
+        assert!(n >= 3, "{n} example files in {}", dir.display());
+    }
+
+    #[test]
+    fn from_file_reports_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = PaiodConfig::from_file(&dir.path().join("nope.toml")).unwrap_err();
+        assert!(e.message.contains("cannot read"), "{e}");
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "period = \"1s\"\n").unwrap();
+        assert_eq!(
+            PaiodConfig::from_file(&p).unwrap().period,
+            Duration::from_secs(1)
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Administration messages (`paio ctl`, `paio status`): the same framing as
+//! the stage protocol ([`paio::protocol`]), on the same socket, told apart
+//! by their `"type"`: a client sends [`CtlRequest`]s and receives one
+//! [`CtlReply`] per request. A blocking client is [`request`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use paio::protocol::{self, FrameError};
+use paio::ObjectConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::GroupTarget;
+
+/// The `"type"` of a [`CtlRequest`]: always `ctl`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtlType {
+    /// `"ctl"`.
+    #[default]
+    Ctl,
+}
+
+/// The `"type"` of a [`CtlReply`]: always `ctl_reply`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CtlReplyType {
+    /// `"ctl_reply"`.
+    #[default]
+    CtlReply,
+}
+
+/// A request of an administration client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtlRequest {
+    /// Always `ctl`.
+    #[serde(rename = "type")]
+    pub kind: CtlType,
+    /// Echoed in the reply.
+    pub id: u64,
+    /// What to do.
+    pub command: CtlCommand,
+}
+
+/// What an administration client asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum CtlCommand {
+    /// The registered stages, their channels, rates and achieved bandwidth,
+    /// and the policy's per-group figures.
+    Status,
+    /// Changes one policy parameter: `group` is the value of the grouping
+    /// label (`*` for the policy as a whole), `key` and `value` as the
+    /// policy documents (`demand`, `weight`, `max_bandwidth`, ...).
+    Set {
+        /// The group.
+        group: String,
+        /// The parameter.
+        key: String,
+        /// Its new value.
+        value: String,
+    },
+}
+
+/// The answer to one [`CtlRequest`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CtlReply {
+    /// Always `ctl_reply`.
+    #[serde(rename = "type")]
+    pub kind: CtlReplyType,
+    /// The request's id.
+    pub id: u64,
+    /// The command took effect.
+    pub ok: bool,
+    /// Why not, when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// For `status`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Box<StatusReport>>,
+}
+
+/// paiod's view, as `paio status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// paiod's pid.
+    pub pid: u32,
+    /// Seconds since paiod started.
+    pub uptime_s: f64,
+    /// The control period in milliseconds.
+    pub period_ms: u64,
+    /// The policy's kind.
+    pub policy: String,
+    /// The policy's per-group figures.
+    pub groups: Vec<GroupTarget>,
+    /// Registered stages, by id.
+    pub stages: Vec<StageStatus>,
+}
+
+/// One registered stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageStatus {
+    /// paiod's id for this registration.
+    pub id: u64,
+    /// The stage's name.
+    pub name: String,
+    /// Process id, from the kernel (SO_PEERCRED).
+    pub pid: u32,
+    /// User id, from the kernel.
+    pub uid: u32,
+    /// The host the stage reported.
+    pub host: String,
+    /// The stage's labels.
+    pub labels: BTreeMap<String, String>,
+    /// Seconds since it registered.
+    pub registered_s: f64,
+    /// Read bytes per second the kernel counted for the process over the
+    /// last period (`/proc/<pid>/io`), when readable.
+    pub proc_read_bytes_per_sec: Option<f64>,
+    /// Written bytes per second, likewise.
+    pub proc_write_bytes_per_sec: Option<f64>,
+    /// Channels with their figures over the last period.
+    pub channels: Vec<ChannelStatus>,
+}
+
+/// One channel of a stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChannelStatus {
+    /// The channel.
+    pub name: String,
+    /// Bytes per second over the last period.
+    pub bytes_per_sec: f64,
+    /// Operations per second over the last period.
+    pub ops_per_sec: f64,
+    /// Objects with their configuration.
+    pub objects: Vec<ObjectStatus>,
+}
+
+/// One object of a channel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ObjectStatus {
+    /// The object.
+    pub name: String,
+    /// Its kind.
+    pub kind: String,
+    /// Its configuration as paiod last set or learnt it.
+    pub config: Option<ObjectConfig>,
+    /// Bytes per second over the last period.
+    pub bytes_per_sec: f64,
+}
+
+/// An administration request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    /// paiod is not reachable at the socket.
+    #[error("cannot reach paiod at {path}: {source} (is paiod running? see `paiod --help`)")]
+    Connect {
+        /// The socket.
+        path: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// The connection failed mid-request.
+    #[error("paiod at {path}: {source}")]
+    Io {
+        /// The socket.
+        path: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// paiod answered something that is not a reply to the request.
+    #[error("paiod at {path} answered unexpectedly: {message}")]
+    Protocol {
+        /// The socket.
+        path: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// paiod refused the command.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Sends one command to paiod at `socket` and waits (at most `timeout`)
+/// for its reply.
+pub fn request(
+    socket: &Path,
+    command: CtlCommand,
+    timeout: Duration,
+) -> Result<CtlReply, CtlError> {
+    let path = socket.display().to_string();
+    let io_err = |source| CtlError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut s = UnixStream::connect(socket).map_err(|source| CtlError::Connect {
+        path: path.clone(),
+        source,
+    })?;
+    s.set_read_timeout(Some(timeout)).map_err(io_err)?;
+    s.set_write_timeout(Some(timeout)).map_err(io_err)?;
+    let req = CtlRequest {
+        kind: CtlType::Ctl,
+        id: 1,
+        command,
+    };
+    use std::io::Write;
+    s.write_all(&protocol::encode_value(&req)).map_err(io_err)?;
+    let payload = match protocol::read_frame(&mut s, protocol::DEFAULT_MAX_FRAME * 16) {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Err(CtlError::Protocol {
+                path,
+                message: "connection closed without a reply".into(),
+            })
+        }
+        Err(FrameError::Io(e)) => return Err(io_err(e)),
+        Err(e) => {
+            return Err(CtlError::Protocol {
+                path,
+                message: e.to_string(),
+            })
+        }
+    };
+    let reply: CtlReply = serde_json::from_slice(&payload).map_err(|e| CtlError::Protocol {
+        path: path.clone(),
+        message: format!("{e}: {}", String::from_utf8_lossy(&payload)),
+    })?;
+    if !reply.ok {
+        return Err(CtlError::Refused(
+            reply.error.unwrap_or_else(|| "refused".into()),
+        ));
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format() {
+        let r = CtlRequest {
+            kind: CtlType::Ctl,
+            id: 3,
+            command: CtlCommand::Set {
+                group: "I3".into(),
+                key: "demand".into(),
+                value: "300MiB/s".into(),
+            },
+        };
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            json,
+            r#"{"type":"ctl","id":3,"command":{"op":"set","group":"I3","key":"demand","value":"300MiB/s"}}"#
+        );
+        assert_eq!(serde_json::from_str::<CtlRequest>(&json).unwrap(), r);
+        let s: CtlRequest =
+            serde_json::from_str(r#"{"type":"ctl","id":1,"command":{"op":"status"}}"#).unwrap();
+        assert_eq!(s.command, CtlCommand::Status);
+        assert!(serde_json::from_str::<CtlRequest>(
+            r#"{"type":"hello","id":1,"command":{"op":"status"}}"#
+        )
+        .is_err());
+    }
+}

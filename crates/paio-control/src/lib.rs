@@ -1,0 +1,15 @@
+//! paiod, the paio control plane (§3.2, §6.1, §7 of the PAIO paper).
+//!
+//! Stages register over a Unix domain socket ([`paio::protocol`]), receive
+//! housekeeping, differentiation and enforcement rules, and answer collect
+//! requests with their statistics. Each control period a [`policy`] sees
+//! every registered stage with its latest statistics and emits rules.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod ctl;
+pub mod metrics;
+pub mod policy;
+pub mod server;

@@ -1,0 +1,289 @@
+//! Prometheus metrics (`paiod --metrics 127.0.0.1:9464`), in the OpenMetrics
+//! text format of the `prometheus-client` crate, rendered from paiod's
+//! state at each scrape:
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `paio_stages` | gauge | |
+//! | `paio_channel_operations_total`, `paio_channel_bytes_total` | counter | stage, pid, channel |
+//! | `paio_channel_bytes_per_second` | gauge (last period) | stage, pid, channel |
+//! | `paio_object_operations_total`, `paio_object_bytes_total` | counter | stage, pid, channel, object |
+//! | `paio_object_wait_seconds` | histogram of request waits | stage, pid, channel, object |
+//! | `paio_object_rate` | gauge: a DRL's configured rate (bytes or ops per second) | stage, pid, channel, object, unit |
+//! | `paio_process_read_bytes_per_second`, `..._write_...` | gauge, from `/proc/<pid>/io` | stage, pid |
+//! | `paio_group_demand_bytes_per_second`, `..._target_...`, `..._achieved_...` | gauge | group |
+//!
+//! The endpoint answers `GET /metrics` (and `/`) with HTTP/1.0 and closes
+//! the connection; it reads at most 8 KiB of request head.
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+use crate::ctl::StatusReport;
+use crate::server::Shared;
+
+/// Renders the metrics of `state` in the OpenMetrics text format.
+pub fn render(state: &Shared) -> String {
+    let snapshot = {
+        let st = state.lock().unwrap_or_else(|e| e.into_inner());
+        Snapshot {
+            report: st.status(),
+            stats: st
+                .views()
+                .into_iter()
+                .filter_map(|v| {
+                    let s = v.stats?;
+                    Some(((v.info.identity.name.clone(), v.info.identity.pid), s))
+                })
+                .collect(),
+        }
+    };
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(snapshot));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// What one scrape renders: the status report and each stage's cumulative
+/// statistics.
+#[derive(Debug)]
+struct Snapshot {
+    report: StatusReport,
+    stats: Vec<((String, u32), paio::StageStats)>,
+}
+
+type Labels = Vec<(String, String)>;
+
+fn stage_labels(name: &str, pid: u32) -> Labels {
+    vec![
+        ("stage".to_string(), name.to_string()),
+        ("pid".to_string(), pid.to_string()),
+    ]
+}
+
+fn with(mut l: Labels, k: &str, v: &str) -> Labels {
+    l.push((k.to_string(), v.to_string()));
+    l
+}
+
+impl prometheus_client::collector::Collector for Snapshot {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let r = &self.report;
+        let g = ConstGauge::new(r.stages.len() as i64);
+        g.encode(enc.encode_descriptor(
+            "paio_stages",
+            "Registered stages",
+            None,
+            g.metric_type(),
+        )?)?;
+
+        let mut counter = |name: &str, help: &str, rows: Vec<(Labels, u64)>| {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, v) in rows {
+                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+            }
+            Ok::<(), std::fmt::Error>(())
+        };
+        let mut ch_ops = Vec::new();
+        let mut ch_bytes = Vec::new();
+        let mut ob_ops = Vec::new();
+        let mut ob_bytes = Vec::new();
+        for (v, s) in &self.stats {
+            for ch in &s.channels {
+                let l = with(stage_labels(&v.0, v.1), "channel", &ch.name);
+                ch_ops.push((l.clone(), ch.counts.ops));
+                ch_bytes.push((l.clone(), ch.counts.bytes));
+                for o in &ch.objects {
+                    let lo = with(l.clone(), "object", &o.name);
+                    ob_ops.push((lo.clone(), o.counts.ops));
+                    ob_bytes.push((lo, o.counts.bytes));
+                }
+            }
+        }
+        counter(
+            "paio_channel_operations",
+            "Requests through a channel",
+            ch_ops,
+        )?;
+        counter("paio_channel_bytes", "Bytes through a channel", ch_bytes)?;
+        counter(
+            "paio_object_operations",
+            "Requests through an object",
+            ob_ops,
+        )?;
+        counter("paio_object_bytes", "Bytes through an object", ob_bytes)?;
+
+        let mut gauge = |name: &str, help: &str, rows: Vec<(Labels, f64)>| {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (labels, v) in rows {
+                ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+            }
+            Ok::<(), std::fmt::Error>(())
+        };
+        let mut ch_bw = Vec::new();
+        let mut rates = Vec::new();
+        let mut proc_r = Vec::new();
+        let mut proc_w = Vec::new();
+        for s in &r.stages {
+            let base = stage_labels(&s.name, s.pid);
+            if let Some(x) = s.proc_read_bytes_per_sec {
+                proc_r.push((base.clone(), x));
+            }
+            if let Some(x) = s.proc_write_bytes_per_sec {
+                proc_w.push((base.clone(), x));
+            }
+            for ch in &s.channels {
+                let l = with(base.clone(), "channel", &ch.name);
+                ch_bw.push((l.clone(), ch.bytes_per_sec));
+                for o in &ch.objects {
+                    if let Some(paio::ObjectConfig::Drl(d)) = &o.config {
+                        let unit = match d.rate.unit {
+                            paio::units::RateUnit::Bytes => "bytes",
+                            paio::units::RateUnit::Ops => "ops",
+                        };
+                        let lo = with(with(l.clone(), "object", &o.name), "unit", unit);
+                        rates.push((lo, d.rate.per_second as f64));
+                    }
+                }
+            }
+        }
+        gauge(
+            "paio_channel_bytes_per_second",
+            "Channel throughput over the last control period",
+            ch_bw,
+        )?;
+        gauge(
+            "paio_object_rate",
+            "Configured rate of a DRL object, per second",
+            rates,
+        )?;
+        gauge(
+            "paio_process_read_bytes_per_second",
+            "read_bytes of /proc/<pid>/io per second over the last period",
+            proc_r,
+        )?;
+        gauge(
+            "paio_process_write_bytes_per_second",
+            "write_bytes of /proc/<pid>/io per second over the last period",
+            proc_w,
+        )?;
+        let group = |f: fn(&crate::policy::GroupTarget) -> f64| {
+            r.groups
+                .iter()
+                .map(|t| (vec![("group".to_string(), t.group.clone())], f(t)))
+                .collect::<Vec<_>>()
+        };
+        gauge(
+            "paio_group_demand_bytes_per_second",
+            "A group's configured demand",
+            group(|t| t.demand_bytes_per_sec),
+        )?;
+        gauge(
+            "paio_group_target_bytes_per_second",
+            "The rate the policy allocated to a group",
+            group(|t| t.target_bytes_per_sec),
+        )?;
+        gauge(
+            "paio_group_achieved_bytes_per_second",
+            "The bandwidth a group achieved over the last period",
+            group(|t| t.achieved_bytes_per_sec),
+        )?;
+
+        let mut m = enc.encode_descriptor(
+            "paio_object_wait_seconds",
+            "Time requests waited in an object",
+            None,
+            MetricType::Histogram,
+        )?;
+        for ((name, pid), stats) in &self.stats {
+            for ch in &stats.channels {
+                for o in &ch.objects {
+                    let labels = with(
+                        with(stage_labels(name, *pid), "channel", &ch.name),
+                        "object",
+                        &o.name,
+                    );
+                    let mut buckets: Vec<(f64, u64)> = o
+                        .counts
+                        .wait_buckets
+                        .iter()
+                        .map(|&(le_ns, n)| (le_ns as f64 / 1e9, n))
+                        .collect();
+                    buckets.push((f64::INFINITY, o.counts.ops));
+                    let sum = o.counts.wait_total.total_ns as f64 / 1e9;
+                    m.encode_family(&labels)?.encode_histogram::<Labels>(
+                        sum,
+                        o.counts.ops,
+                        &buckets,
+                        None,
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, state: Shared) {
+    loop {
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut head = Vec::with_capacity(1024);
+            let mut buf = [0u8; 1024];
+            let deadline = tokio::time::sleep(std::time::Duration::from_secs(5));
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return,
+                    n = sock.read(&mut buf) => match n {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if head.windows(4).any(|w| w == b"\r\n\r\n") || head.len() >= 8192 {
+                    break;
+                }
+            }
+            let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+            let line = String::from_utf8_lossy(line);
+            let mut parts = line.split_whitespace();
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            let (status, ctype, body) = if method != "GET" {
+                (
+                    "405 Method Not Allowed",
+                    "text/plain",
+                    "GET only\n".to_string(),
+                )
+            } else if path == "/metrics" || path == "/" {
+                (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    render(&state),
+                )
+            } else {
+                ("404 Not Found", "text/plain", "try /metrics\n".to_string())
+            };
+            let mut resp = String::new();
+            let _ = write!(
+                resp,
+                "HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+            let _ = sock.shutdown().await;
+        });
+    }
+}

@@ -1,0 +1,135 @@
+//! Control policies: the feedback loops of the control plane.
+//!
+//! Each control period paiod hands a [`ControlPolicy`] a [`StageView`] of
+//! every registered stage (identity, labels, configuration, the statistics
+//! it collected this period, and the kernel's own I/O counters for its
+//! process) and applies the rules the policy returns. A stage that
+//! (re-)registers first receives [`ControlPolicy::setup`]; paiod leaves out
+//! the creation of channels and objects the stage reports it already has, so
+//! a stage that outlived a paiod restart keeps its state and simply gets the
+//! current targets again.
+
+pub mod calibrate;
+pub mod common;
+pub mod max_min;
+pub mod proportional;
+pub mod static_policy;
+
+pub use calibrate::Calibrator;
+pub use common::{split_by_demand, ControlSettings, StageDemand};
+pub use max_min::{max_min_fair, MaxMinPolicy};
+pub use proportional::{proportional_share, ProportionalPolicy};
+pub use static_policy::{StaticEntry, StaticPolicy};
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use paio::{Rule, StageInfo, StageStats};
+
+/// paiod's identifier of one registration of one stage (a stage that
+/// reconnects gets a new one).
+pub type StageId = u64;
+
+/// The kernel's I/O counters of a stage's process over the last period, from
+/// `/proc/<pid>/io` (`read_bytes`, `write_bytes`: bytes the process caused
+/// to be fetched from or sent to the storage layer).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ProcIo {
+    /// `read_bytes` per second over the period.
+    pub read_bytes_per_sec: f64,
+    /// `write_bytes` per second over the period.
+    pub write_bytes_per_sec: f64,
+}
+
+/// What a policy sees of one registered stage.
+#[derive(Debug, Clone)]
+pub struct StageView {
+    /// paiod's id for this registration.
+    pub id: StageId,
+    /// The stage's identity and configuration as it reported them at
+    /// registration, updated as paiod's rules were acknowledged.
+    pub info: StageInfo,
+    /// The statistics collected this period (`interval_*` counts and rates
+    /// cover the period), `None` until the first collection answers.
+    pub stats: Option<StageStats>,
+    /// The process's kernel I/O counters over the period, when readable.
+    pub proc_io: Option<ProcIo>,
+}
+
+impl StageView {
+    /// The value of label `key`, if the stage has it.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.info.identity.labels.get(key).map(String::as_str)
+    }
+}
+
+/// One group's figures, for `paio status` and the metrics.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GroupTarget {
+    /// The group (the value of the grouping label).
+    pub group: String,
+    /// What the group asked for (its guarantee or weight-derived share), in
+    /// bytes per second; 0 when the policy has no notion of demand.
+    pub demand_bytes_per_sec: f64,
+    /// The rate the policy allocated to the group this period, bytes/s.
+    pub target_bytes_per_sec: f64,
+    /// The bandwidth the group's stages achieved this period, bytes/s.
+    pub achieved_bytes_per_sec: f64,
+    /// Registered stages in the group.
+    pub stages: usize,
+}
+
+/// Error of a policy operation (configuration or `paio ctl set`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct PolicyError {
+    /// What was expected and what was found.
+    pub message: String,
+}
+
+impl PolicyError {
+    /// An error with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+        }
+    }
+}
+
+/// A control algorithm.
+pub trait ControlPolicy: Send {
+    /// The policy's kind (`static`, `max_min`, `proportional`).
+    fn kind(&self) -> &'static str;
+
+    /// Housekeeping and differentiation rules that prepare a stage that just
+    /// registered, applied as one transaction before any
+    /// [`ControlPolicy::period`] rules. paiod removes `create_channel` and
+    /// `create_object` rules for what the stage already has.
+    fn setup(&self, stage: &StageView) -> Vec<Rule>;
+
+    /// One control period at `now` (time since paiod started): the rules to
+    /// apply to each stage. Stages not in the result keep their state.
+    fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)>;
+
+    /// `paio ctl set GROUP KEY=VALUE`: changes one parameter at run time
+    /// (for example a group's `demand`, or `max_bandwidth` with group `*`).
+    fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError>;
+
+    /// The figures of every group the policy knows, as of the last period.
+    fn targets(&self) -> Vec<GroupTarget>;
+}
+
+/// Stages grouped by the value of label `key`; stages without it form no
+/// group. Groups are ordered by name, stages by id.
+pub fn group_by<'a>(stages: &'a [StageView], key: &str) -> BTreeMap<String, Vec<&'a StageView>> {
+    let mut groups: BTreeMap<String, Vec<&StageView>> = BTreeMap::new();
+    for s in stages {
+        if let Some(v) = s.label(key) {
+            groups.entry(v.to_string()).or_default().push(s);
+        }
+    }
+    for members in groups.values_mut() {
+        members.sort_by_key(|s| s.id);
+    }
+    groups
+}

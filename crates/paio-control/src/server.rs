@@ -1,0 +1,822 @@
+//! The daemon: the socket, stage sessions, administration sessions and the
+//! control loop.
+//!
+//! - One task per connection. A stage's session registers it on `hello`,
+//!   records pid/uid/gid from the kernel (`SO_PEERCRED`), sends `welcome`
+//!   and the policy's setup rules (without creations of what the stage
+//!   already has), then stores each `stats` answer.
+//! - The control loop runs every period: it drops stages that left or did
+//!   not answer a collect within the collect timeout, reads each process's
+//!   `/proc/<pid>/io`, gives the policy every stage's view, sends the rules
+//!   it returns, and asks every stage to collect.
+//! - State is behind one mutex held only between awaits, never across one.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use paio::protocol::{self, ErrorCode, FrameDecoder, FrameError, Hello, Message};
+use paio::stats::{ChannelStats, Counts};
+use paio::{Rule, StageStats};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+use crate::config::PaiodConfig;
+use crate::ctl::{
+    ChannelStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus, StatusReport,
+};
+use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
+
+/// Errors that stop the daemon from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Another paiod answers on the socket.
+    #[error("{path}: another paiod is already listening there")]
+    InUse {
+        /// The socket.
+        path: String,
+    },
+    /// The socket or its directory could not be set up.
+    #[error("{path}: {source}")]
+    Socket {
+        /// The socket.
+        path: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// Kernel-reported credentials of a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id (0 if the kernel did not say).
+    pub pid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+struct StageEntry {
+    view: StageView,
+    cred: PeerCred,
+    registered_at: Instant,
+    tx: mpsc::UnboundedSender<Message>,
+    /// Last stats as received (cumulative totals), with their arrival time.
+    last_raw: Option<(Instant, StageStats)>,
+    /// The collect request outstanding, with when it was sent.
+    outstanding: Option<(u64, Instant)>,
+    /// Last `/proc/<pid>/io` sample: time, read_bytes, write_bytes.
+    proc_prev: Option<(Instant, u64, u64)>,
+    next_request: u64,
+}
+
+impl StageEntry {
+    fn send(&mut self, make: impl FnOnce(u64) -> Message) -> u64 {
+        self.next_request += 1;
+        let id = self.next_request;
+        let _ = self.tx.send(make(id));
+        id
+    }
+}
+
+/// Everything the tasks share.
+pub struct State {
+    policy: Box<dyn ControlPolicy>,
+    stages: BTreeMap<StageId, StageEntry>,
+    next_id: StageId,
+    started: Instant,
+    period: Duration,
+    collect_timeout: Duration,
+}
+
+/// The daemon's shared state, for the metrics endpoint and tests.
+pub type Shared = Arc<Mutex<State>>;
+
+fn lock(state: &Shared) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl State {
+    /// A state running `policy` every `period`.
+    pub fn new(
+        policy: Box<dyn ControlPolicy>,
+        period: Duration,
+        collect_timeout: Duration,
+    ) -> Self {
+        Self {
+            policy,
+            stages: BTreeMap::new(),
+            next_id: 0,
+            started: Instant::now(),
+            period,
+            collect_timeout,
+        }
+    }
+
+    /// paiod's view as `paio status` reports it.
+    pub fn status(&self) -> StatusReport {
+        let now = Instant::now();
+        StatusReport {
+            pid: std::process::id(),
+            uptime_s: now.duration_since(self.started).as_secs_f64(),
+            period_ms: self.period.as_millis() as u64,
+            policy: self.policy.kind().to_string(),
+            groups: self.policy.targets(),
+            stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
+        }
+    }
+
+    /// The registered stages' views.
+    pub fn views(&self) -> Vec<StageView> {
+        self.stages.values().map(|e| e.view.clone()).collect()
+    }
+}
+
+fn stage_status(e: &StageEntry, now: Instant) -> StageStatus {
+    let info = &e.view.info;
+    let stats = e.view.stats.as_ref();
+    let channels = info
+        .channels
+        .iter()
+        .map(|c| {
+            let cs = stats.and_then(|s| s.channels.iter().find(|x| x.name == c.name));
+            ChannelStatus {
+                name: c.name.clone(),
+                bytes_per_sec: cs.map_or(0.0, |x| x.counts.bytes_per_sec),
+                ops_per_sec: cs.map_or(0.0, |x| x.counts.ops_per_sec),
+                objects: c
+                    .objects
+                    .iter()
+                    .map(|o| ObjectStatus {
+                        name: o.name.clone(),
+                        kind: o.kind.clone(),
+                        config: o.config.clone(),
+                        bytes_per_sec: cs
+                            .and_then(|x| x.objects.iter().find(|y| y.name == o.name))
+                            .map_or(0.0, |y| y.counts.bytes_per_sec),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    StageStatus {
+        id: e.view.id,
+        name: info.identity.name.clone(),
+        pid: e.cred.pid,
+        uid: e.cred.uid,
+        host: info.identity.host.clone(),
+        labels: info.identity.labels.clone(),
+        registered_s: now.duration_since(e.registered_at).as_secs_f64(),
+        proc_read_bytes_per_sec: e.view.proc_io.map(|p| p.read_bytes_per_sec),
+        proc_write_bytes_per_sec: e.view.proc_io.map(|p| p.write_bytes_per_sec),
+        channels,
+    }
+}
+
+/// Creates the socket's directory (mode 0700) if missing, refuses to start
+/// when another paiod answers, removes a stale socket file, binds, and sets
+/// the socket's mode.
+pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServerError> {
+    let err = |source| ServerError::Socket {
+        path: path.display().to_string(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+        }
+    }
+    if path.exists() {
+        match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(ServerError::InUse {
+                    path: path.display().to_string(),
+                })
+            }
+            Err(_) => std::fs::remove_file(path).map_err(err)?,
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+    Ok(listener)
+}
+
+/// Runs the daemon on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: UnixListener,
+    state: Shared,
+    config: &PaiodConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let max_frame = protocol::DEFAULT_MAX_FRAME;
+    let accept = {
+        let state = state.clone();
+        async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let state = state.clone();
+                        tokio::spawn(async move {
+                            connection(stream, state, max_frame).await;
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+    };
+    let control = control_loop(state.clone(), config.period);
+    tokio::select! {
+        _ = accept => {}
+        _ = control => {}
+        _ = shutdown => {}
+    }
+    // Tell stages we are leaving; they keep their rules and reconnect.
+    let st = lock(&state);
+    for e in st.stages.values() {
+        let _ = e.tx.send(Message::Goodbye {
+            reason: Some("paiod shutting down".into()),
+        });
+    }
+}
+
+async fn write_task(
+    mut w: tokio::net::unix::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    while let Some(frame) = rx.recv().await {
+        if w.write_all(&frame).await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// One connection: a stage or an administration client, told apart by the
+/// first message.
+async fn connection(stream: UnixStream, state: Shared, max_frame: usize) {
+    let cred = match stream.peer_cred() {
+        Ok(c) => PeerCred {
+            pid: c.pid().map_or(0, |p| p as u32),
+            uid: c.uid(),
+            gid: c.gid(),
+        },
+        Err(e) => {
+            tracing::warn!("SO_PEERCRED: {e}; closing");
+            return;
+        }
+    };
+    let (mut r, w) = stream.into_split();
+    let (frames_tx, frames_rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(write_task(w, frames_rx));
+    let mut decoder = FrameDecoder::new(max_frame);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut session = Session::New;
+    'read: loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        decoder.push(&buf[..n]);
+        loop {
+            let payload = match decoder.next_frame() {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(FrameError::TooLarge { len, max }) => {
+                    let m = Message::error(
+                        None,
+                        ErrorCode::TooLarge,
+                        format!("frame of {len} bytes exceeds paiod's limit of {max}"),
+                    );
+                    let _ = frames_tx.send(protocol::encode(&m));
+                    continue;
+                }
+                Err(_) => break 'read,
+            };
+            if !session.handle(&payload, &state, cred, &frames_tx) {
+                break 'read;
+            }
+        }
+    }
+    if let Session::Stage { id, .. } = session {
+        let removed = lock(&state).stages.remove(&id);
+        if let Some(e) = removed {
+            tracing::info!(
+                "stage {id} ({} pid {}) left",
+                e.view.info.identity.name,
+                e.cred.pid
+            );
+        }
+    }
+    drop(frames_tx);
+    let _ = writer.await;
+}
+
+enum Session {
+    New,
+    Stage { id: StageId },
+    Ctl,
+}
+
+impl Session {
+    /// Handles one payload; false closes the connection.
+    fn handle(
+        &mut self,
+        payload: &[u8],
+        state: &Shared,
+        cred: PeerCred,
+        out: &mpsc::UnboundedSender<Vec<u8>>,
+    ) -> bool {
+        let reply = |m: Message| {
+            let _ = out.send(protocol::encode(&m));
+        };
+        match self {
+            Session::New => {
+                let kind = serde_json::from_slice::<serde_json::Value>(payload)
+                    .ok()
+                    .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string));
+                if kind.as_deref() == Some("ctl") {
+                    *self = Session::Ctl;
+                    return self.handle(payload, state, cred, out);
+                }
+                match protocol::decode(payload) {
+                    Ok(Message::Hello(hello)) => {
+                        if hello.version != protocol::VERSION {
+                            reply(Message::error(
+                                None,
+                                ErrorCode::Version,
+                                format!(
+                                    "protocol version {} is not supported; paiod speaks {}",
+                                    hello.version,
+                                    protocol::VERSION
+                                ),
+                            ));
+                            return false;
+                        }
+                        let id = register(state, *hello, cred, out.clone());
+                        *self = Session::Stage { id };
+                        true
+                    }
+                    Ok(other) => {
+                        reply(Message::error(
+                            None,
+                            ErrorCode::Unexpected,
+                            format!(
+                                "expected hello (or ctl) first, got `{}`",
+                                paio::control::message_type(&other)
+                            ),
+                        ));
+                        false
+                    }
+                    Err(e) => {
+                        reply(Message::error(None, ErrorCode::BadMessage, e.to_string()));
+                        true
+                    }
+                }
+            }
+            Session::Stage { id } => {
+                let id = *id;
+                match protocol::decode(payload) {
+                    Ok(Message::Stats { id: req, stats }) => {
+                        on_stats(state, id, req, *stats);
+                        true
+                    }
+                    Ok(Message::Ack { .. }) => true,
+                    Ok(Message::Error {
+                        id: req,
+                        code,
+                        message,
+                        ..
+                    }) => {
+                        tracing::warn!("stage {id} refused request {req:?} ({code:?}): {message}");
+                        true
+                    }
+                    Ok(Message::Goodbye { reason }) => {
+                        tracing::info!("stage {id} said goodbye: {}", reason.unwrap_or_default());
+                        false
+                    }
+                    Ok(other) => {
+                        reply(Message::error(
+                            None,
+                            ErrorCode::Unexpected,
+                            format!(
+                                "paiod does not accept `{}` from a registered stage",
+                                paio::control::message_type(&other)
+                            ),
+                        ));
+                        true
+                    }
+                    Err(e) => {
+                        reply(Message::error(None, ErrorCode::BadMessage, e.to_string()));
+                        true
+                    }
+                }
+            }
+            Session::Ctl => {
+                let answer = match serde_json::from_slice::<CtlRequest>(payload) {
+                    Ok(req) => ctl(state, req),
+                    Err(e) => CtlReply {
+                        kind: Default::default(),
+                        id: 0,
+                        ok: false,
+                        error: Some(format!("bad ctl request: {e}")),
+                        status: None,
+                    },
+                };
+                let _ = out.send(protocol::encode_value(&answer));
+                true
+            }
+        }
+    }
+}
+
+fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
+    let mut st = lock(state);
+    match req.command {
+        CtlCommand::Status => CtlReply {
+            kind: Default::default(),
+            id: req.id,
+            ok: true,
+            error: None,
+            status: Some(Box::new(st.status())),
+        },
+        CtlCommand::Set { group, key, value } => match st.policy.set(&group, &key, &value) {
+            Ok(()) => {
+                tracing::info!("ctl: set {group} {key}={value}");
+                CtlReply {
+                    kind: Default::default(),
+                    id: req.id,
+                    ok: true,
+                    error: None,
+                    status: None,
+                }
+            }
+            Err(e) => CtlReply {
+                kind: Default::default(),
+                id: req.id,
+                ok: false,
+                error: Some(e.to_string()),
+                status: None,
+            },
+        },
+    }
+}
+
+/// Registers a stage: welcome, then the policy's setup rules minus the
+/// creations of what the stage already has.
+fn register(
+    state: &Shared,
+    hello: Hello,
+    cred: PeerCred,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+) -> StageId {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+    // Messages for this stage are encoded on their way to the writer.
+    tokio::spawn(async move {
+        while let Some(m) = rx.recv().await {
+            if out.send(protocol::encode(&m)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut st = lock(state);
+    st.next_id += 1;
+    let id = st.next_id;
+    let mut info = hello.info;
+    if cred.pid != 0 && info.identity.pid != cred.pid {
+        tracing::warn!(
+            "stage {id} says pid {} but the kernel says {}; using the kernel's",
+            info.identity.pid,
+            cred.pid
+        );
+        info.identity.pid = cred.pid;
+    }
+    let view = StageView {
+        id,
+        info,
+        stats: None,
+        proc_io: None,
+    };
+    let setup = missing(st.policy.setup(&view), &view);
+    tracing::info!(
+        "stage {id} registered: {} pid {} uid {} labels {:?}",
+        view.info.identity.name,
+        cred.pid,
+        cred.uid,
+        view.info.identity.labels
+    );
+    let period_ms = st.period.as_millis() as u64;
+    let mut entry = StageEntry {
+        view,
+        cred,
+        registered_at: Instant::now(),
+        tx,
+        last_raw: None,
+        outstanding: None,
+        proc_prev: None,
+        next_request: 0,
+    };
+    let _ = entry.tx.send(Message::Welcome {
+        version: protocol::VERSION,
+        stage_id: id,
+        period_ms,
+    });
+    if !setup.is_empty() {
+        apply_to_view(&mut entry.view, &setup);
+        entry.send(|rid| Message::Rules {
+            id: rid,
+            rules: setup,
+        });
+    }
+    st.stages.insert(id, entry);
+    id
+}
+
+/// `rules` without the creation of channels and objects `view` already has
+/// (a stage that outlived a paiod restart keeps its state).
+pub fn missing(rules: Vec<Rule>, view: &StageView) -> Vec<Rule> {
+    let channels: HashSet<&str> = view.info.channels.iter().map(|c| c.name.as_str()).collect();
+    let objects: HashSet<(&str, &str)> = view
+        .info
+        .channels
+        .iter()
+        .flat_map(|c| {
+            c.objects
+                .iter()
+                .map(move |o| (c.name.as_str(), o.name.as_str()))
+        })
+        .collect();
+    rules
+        .into_iter()
+        .filter(|r| match r {
+            Rule::CreateChannel { name } => !channels.contains(name.as_str()),
+            Rule::CreateObject { channel, name, .. } => {
+                !objects.contains(&(channel.as_str(), name.as_str()))
+            }
+            _ => true,
+        })
+        .collect()
+}
+
+/// Keeps paiod's copy of a stage's configuration in step with the rules it
+/// sent (channels, objects, object configurations), so status and the
+/// policy see what the stage has.
+fn apply_to_view(view: &mut StageView, rules: &[Rule]) {
+    use paio::stage::{ChannelInfo, ObjectInfo};
+    let channels = &mut view.info.channels;
+    for r in rules {
+        match r {
+            Rule::CreateChannel { name } if !channels.iter().any(|c| &c.name == name) => {
+                channels.push(ChannelInfo {
+                    name: name.clone(),
+                    objects: vec![ObjectInfo {
+                        name: "default".into(),
+                        kind: "noop".into(),
+                        config: Some(paio::ObjectConfig::Noop),
+                    }],
+                    object_rules: Vec::new(),
+                    default_object: "default".into(),
+                });
+            }
+            Rule::RemoveChannel { name } => channels.retain(|c| &c.name != name),
+            Rule::CreateObject {
+                channel,
+                name,
+                config,
+            } => {
+                if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
+                    if !c.objects.iter().any(|o| &o.name == name) {
+                        c.objects.push(ObjectInfo {
+                            name: name.clone(),
+                            kind: config.kind().to_string(),
+                            config: Some(config.clone()),
+                        });
+                    }
+                }
+            }
+            Rule::RemoveObject { channel, name } => {
+                if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
+                    c.objects.retain(|o| &o.name != name);
+                }
+            }
+            Rule::SetDefaultObject { channel, object } => {
+                if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
+                    c.default_object = object.clone();
+                }
+            }
+            Rule::Configure {
+                channel,
+                object,
+                config,
+            } => {
+                if let Some(o) = channels
+                    .iter_mut()
+                    .find(|c| &c.name == channel)
+                    .and_then(|c| c.objects.iter_mut().find(|o| &o.name == object))
+                {
+                    o.config = Some(config.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A stage answered collect `req`: rates over paiod's own interval between
+/// two answers, from the cumulative totals (so other collectors in the
+/// stage's process do not skew them).
+fn on_stats(state: &Shared, id: StageId, req: u64, mut stats: StageStats) {
+    let now = Instant::now();
+    let mut st = lock(state);
+    let Some(e) = st.stages.get_mut(&id) else {
+        return;
+    };
+    if e.outstanding.is_some_and(|(r, _)| r == req) {
+        e.outstanding = None;
+    }
+    if let Some((at, prev)) = &e.last_raw {
+        let secs = now.duration_since(*at).as_secs_f64();
+        rebase(&mut stats, prev, secs);
+    } else {
+        rebase(&mut stats, &StageStats::default(), 0.0);
+    }
+    e.last_raw = Some((now, stats.clone()));
+    e.view.stats = Some(stats);
+}
+
+/// Rewrites the interval figures of `cur` as the difference to `prev` over
+/// `secs` seconds (zero rates when `secs` is 0).
+pub fn rebase(cur: &mut StageStats, prev: &StageStats, secs: f64) {
+    fn counts(c: &mut Counts, p: Option<&Counts>, secs: f64) {
+        let (po, pb) = p.map_or((0, 0), |p| (p.ops, p.bytes));
+        c.interval_ops = c.ops.saturating_sub(po);
+        c.interval_bytes = c.bytes.saturating_sub(pb);
+        if secs > 0.0 {
+            c.ops_per_sec = c.interval_ops as f64 / secs;
+            c.bytes_per_sec = c.interval_bytes as f64 / secs;
+        } else {
+            c.ops_per_sec = 0.0;
+            c.bytes_per_sec = 0.0;
+        }
+    }
+    let find =
+        |name: &str| -> Option<&ChannelStats> { prev.channels.iter().find(|c| c.name == name) };
+    cur.interval_ns = (secs * 1e9) as u64;
+    for ch in &mut cur.channels {
+        let pch = find(&ch.name);
+        counts(&mut ch.counts, pch.map(|p| &p.counts), secs);
+        for o in &mut ch.objects {
+            let po = pch.and_then(|p| p.objects.iter().find(|x| x.name == o.name));
+            counts(&mut o.counts, po.map(|p| &p.counts), secs);
+        }
+    }
+    counts(&mut cur.unmatched, Some(&prev.unmatched), secs);
+    counts(&mut cur.removed, Some(&prev.removed), secs);
+}
+
+/// `read_bytes` and `write_bytes` of `/proc/<pid>/io`.
+pub fn read_proc_io(pid: u32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    parse_proc_io(&text)
+}
+
+/// Parses the text of `/proc/<pid>/io`.
+pub fn parse_proc_io(text: &str) -> Option<(u64, u64)> {
+    let mut read = None;
+    let mut write = None;
+    for line in text.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        match k.trim() {
+            "read_bytes" => read = v.trim().parse().ok(),
+            "write_bytes" => write = v.trim().parse().ok(),
+            _ => {}
+        }
+    }
+    Some((read?, write?))
+}
+
+/// One control period: drop unresponsive stages, sample `/proc`, run the
+/// policy, send its rules, ask for statistics.
+pub fn tick(state: &Shared) {
+    let now = Instant::now();
+    let mut st = lock(state);
+    let timeout = st.collect_timeout;
+    let dead: Vec<StageId> = st
+        .stages
+        .iter()
+        .filter(|(_, e)| {
+            e.tx.is_closed()
+                || e.outstanding
+                    .is_some_and(|(_, at)| now.duration_since(at) > timeout)
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    for id in dead {
+        if let Some(e) = st.stages.remove(&id) {
+            tracing::warn!(
+                "stage {id} ({} pid {}) stopped answering; dropped",
+                e.view.info.identity.name,
+                e.cred.pid
+            );
+            let _ = e.tx.send(Message::Goodbye {
+                reason: Some("no answer to collect".into()),
+            });
+        }
+    }
+    for e in st.stages.values_mut() {
+        if e.cred.pid == 0 {
+            continue;
+        }
+        if let Some((r, w)) = read_proc_io(e.cred.pid) {
+            if let Some((at, pr, pw)) = e.proc_prev {
+                let secs = now.duration_since(at).as_secs_f64();
+                if secs > 0.0 {
+                    e.view.proc_io = Some(ProcIo {
+                        read_bytes_per_sec: r.saturating_sub(pr) as f64 / secs,
+                        write_bytes_per_sec: w.saturating_sub(pw) as f64 / secs,
+                    });
+                }
+            }
+            e.proc_prev = Some((now, r, w));
+        }
+    }
+    let views = st.views();
+    let elapsed = now.duration_since(st.started);
+    let out = st.policy.period(elapsed, &views);
+    for (id, rules) in out {
+        if rules.is_empty() {
+            continue;
+        }
+        if let Some(e) = st.stages.get_mut(&id) {
+            apply_to_view(&mut e.view, &rules);
+            e.send(|rid| Message::Rules { id: rid, rules });
+        }
+    }
+    for e in st.stages.values_mut() {
+        if e.outstanding.is_none() {
+            let rid = e.send(|rid| Message::Collect { id: rid });
+            e.outstanding = Some((rid, now));
+        }
+    }
+}
+
+async fn control_loop(state: Shared, period: Duration) {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        tick(&state);
+    }
+}
+
+/// The socket path: the configured one, else the default
+/// ([`paio::control::default_socket_path`]).
+pub fn socket_path(cli: Option<PathBuf>, config: &PaiodConfig) -> PathBuf {
+    cli.or_else(|| config.socket.clone())
+        .unwrap_or_else(paio::control::default_socket_path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_io_parses_the_kernel_format() {
+        let text = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 4096\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_proc_io(text), Some((4096, 8192)));
+        assert_eq!(parse_proc_io("rchar: 1\n"), None);
+        assert!(read_proc_io(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn rebase_computes_rates_from_totals() {
+        let stage = paio::Stage::from_policy_str(
+            "[[channel]]\nname = \"read\"\nmatch = { request_type = \"read\" }\n",
+            "<t>",
+        )
+        .unwrap();
+        let before = stage.collect();
+        for _ in 0..10 {
+            stage
+                .enforce(&paio::Context::new(paio::RequestType::READ, 1000), None)
+                .unwrap();
+        }
+        let mut after = stage.collect();
+        rebase(&mut after, &before, 2.0);
+        let ch = &after.channels[0];
+        assert_eq!(ch.counts.interval_bytes, 10_000);
+        assert_eq!(ch.counts.bytes_per_sec, 5_000.0);
+        assert_eq!(ch.counts.ops_per_sec, 5.0);
+    }
+}

@@ -1,0 +1,337 @@
+//! paiod end to end: real daemon processes, stages in this process, a Python
+//! stage written from docs/protocol.md, raw protocol abuse, and a kill and
+//! restart under load. Waits are bounded polls for events, never timing
+//! assertions.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use paio::control::{ControlClient, ControlOptions};
+use paio::protocol::{self, Message};
+use paio::{Context, ObjectConfig, RequestType, Stage};
+use paio_control::ctl::{self, CtlCommand, StatusReport};
+
+struct Paiod {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Paiod {
+    fn start(dir: &Path, config: &str) -> Paiod {
+        let cfg = dir.join("paiod.toml");
+        std::fs::write(&cfg, config).unwrap();
+        let socket = dir.join("paiod.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_paiod"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--log")
+            .arg("warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let p = Paiod { child, socket };
+        wait_for("paiod to listen", || UnixStream::connect(&p.socket).is_ok());
+        p
+    }
+
+    fn status(&self) -> StatusReport {
+        *ctl::request(&self.socket, CtlCommand::Status, Duration::from_secs(10))
+            .unwrap()
+            .status
+            .unwrap()
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Paiod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn static_config(rate: &str) -> String {
+    format!(
+        r#"
+period = "50ms"
+[policy]
+kind = "static"
+group_by = "job"
+channel = "read"
+[[policy.group]]
+name = "t"
+rate = "{rate}"
+"#
+    )
+}
+
+fn stage(job: &str) -> Arc<Stage> {
+    Arc::new(
+        Stage::from_policy_str(
+            &format!(
+                r#"
+                [stage]
+                name = "control-test"
+                labels = {{ job = "{job}" }}
+                [[channel]]
+                name = "read"
+                match = {{ request_type = "read" }}
+                "#
+            ),
+            "<test>",
+        )
+        .unwrap(),
+    )
+}
+
+fn client(stage: &Arc<Stage>, socket: &Path) -> ControlClient {
+    let mut o = ControlOptions::new(socket);
+    o.backoff_min = Duration::from_millis(10);
+    o.backoff_max = Duration::from_millis(100);
+    ControlClient::start(Arc::clone(stage), o).unwrap()
+}
+
+/// The configured rate of the `paiod` object in channel `read`.
+fn paiod_rate(stage: &Stage) -> Option<u64> {
+    let info = stage.info();
+    let ch = info.channels.iter().find(|c| c.name == "read")?;
+    let o = ch.objects.iter().find(|o| o.name == "paiod")?;
+    (ch.default_object == "paiod").then_some(())?;
+    match &o.config {
+        Some(ObjectConfig::Drl(d)) => Some(d.rate.per_second),
+        _ => None,
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn a_stage_keeps_its_rules_when_paiod_dies_and_gets_them_again_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), &static_config("400MiB/s"));
+    let stage = stage("t");
+    let client = client(&stage, &paiod.socket);
+    wait_for("the static rate", || paiod_rate(&stage) == Some(400 * MIB));
+
+    // Load: 4 KiB reads, counted on our side.
+    let stop = Arc::new(AtomicBool::new(false));
+    let issued = Arc::new(AtomicU64::new(0));
+    let load = {
+        let (stage, stop, issued) = (stage.clone(), stop.clone(), issued.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                stage
+                    .enforce(&Context::new(RequestType::READ, 4096), None)
+                    .unwrap();
+                issued.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    wait_for("load", || issued.load(Ordering::Relaxed) > 1000);
+
+    let socket = paiod.socket.clone();
+    paiod.kill();
+    wait_for("the client to notice", || !client.status().connected);
+    // The stage keeps enforcing the last rules it received.
+    assert_eq!(paiod_rate(&stage), Some(400 * MIB));
+    let before = issued.load(Ordering::Relaxed);
+    wait_for("requests while paiod is away", || {
+        issued.load(Ordering::Relaxed) > before + 1000
+    });
+
+    // paiod returns with another rate: the stage re-registers and gets it,
+    // without its existing object being created twice.
+    let paiod = Paiod::start(dir.path(), &static_config("300MiB/s"));
+    assert_eq!(paiod.socket, socket);
+    wait_for("re-registration", || client.status().sessions == 2);
+    wait_for("the new rate", || paiod_rate(&stage) == Some(300 * MIB));
+    let st = paiod.status();
+    assert_eq!(st.stages.len(), 1);
+    assert_eq!(st.stages[0].pid, std::process::id());
+
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    // Nothing lost, nothing counted twice.
+    let stats = stage.collect();
+    let read = stats.channels.iter().find(|c| c.name == "read").unwrap();
+    let total = issued.load(Ordering::Relaxed);
+    assert_eq!(read.counts.ops, total);
+    assert_eq!(read.counts.bytes, total * 4096);
+    let by_objects: u64 = read.objects.iter().map(|o| o.counts.ops).sum();
+    assert_eq!(by_objects, total);
+    client.stop();
+}
+
+#[test]
+fn a_stage_that_goes_away_leaves_paiods_view_and_ctl_set_changes_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(
+        dir.path(),
+        r#"
+period = "50ms"
+[policy]
+kind = "max_min"
+group_by = "job"
+channel = "read"
+max_bandwidth = "100MiB/s"
+[[policy.group]]
+name = "a"
+demand = "30MiB/s"
+"#,
+    );
+    let a = stage("a");
+    let ca = client(&a, &paiod.socket);
+    // Alone, group a gets all of MaxB (leftover redistribution).
+    wait_for("a's allocation", || paiod_rate(&a) == Some(100 * MIB));
+    let b = stage("b");
+    let cb = client(&b, &paiod.socket);
+    // A group added at run time.
+    ctl::request(
+        &paiod.socket,
+        CtlCommand::Set {
+            group: "b".into(),
+            key: "demand".into(),
+            value: "50MiB/s".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    wait_for("both allocations", || {
+        let (ra, rb) = (paiod_rate(&a), paiod_rate(&b));
+        matches!((ra, rb), (Some(x), Some(y)) if x >= 30 * MIB && y >= 50 * MIB && x + y <= 100 * MIB + MIB)
+    });
+    assert_eq!(paiod.status().stages.len(), 2);
+    // Bad ctl input is refused with a reason.
+    let e = ctl::request(
+        &paiod.socket,
+        CtlCommand::Set {
+            group: "a".into(),
+            key: "demand".into(),
+            value: "fast".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("fast"), "{e}");
+    // b leaves: paiod forgets it and a gets everything again.
+    cb.stop();
+    wait_for("b to leave", || paiod.status().stages.len() == 1);
+    wait_for("a's full allocation", || paiod_rate(&a) == Some(100 * MIB));
+    ca.stop();
+}
+
+fn raw_frame(s: &mut UnixStream, payload: &[u8]) {
+    let mut f = (payload.len() as u32).to_be_bytes().to_vec();
+    f.extend_from_slice(payload);
+    s.write_all(&f).unwrap();
+}
+
+fn read_msg(s: &mut UnixStream) -> Message {
+    let p = protocol::read_frame(s, protocol::DEFAULT_MAX_FRAME)
+        .unwrap()
+        .expect("a reply");
+    protocol::decode(&p).unwrap()
+}
+
+#[test]
+fn bad_and_oversized_messages_get_errors_and_paiod_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), "");
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw_frame(&mut s, b"not json");
+    assert!(matches!(
+        read_msg(&mut s),
+        Message::Error {
+            code: protocol::ErrorCode::BadMessage,
+            ..
+        }
+    ));
+    // 2 MiB announced and sent: skipped, answered, stream still in sync.
+    raw_frame(&mut s, &vec![b' '; 2 << 20]);
+    assert!(matches!(
+        read_msg(&mut s),
+        Message::Error {
+            code: protocol::ErrorCode::TooLarge,
+            ..
+        }
+    ));
+    raw_frame(
+        &mut s,
+        br#"{"type":"hello","version":99,"ppid":1,"user":"x","info":{}}"#,
+    );
+    let m = read_msg(&mut s);
+    assert!(
+        matches!(
+            m,
+            Message::Error {
+                code: protocol::ErrorCode::BadMessage | protocol::ErrorCode::Version,
+                ..
+            }
+        ),
+        "{m:?}"
+    );
+    // A connection that dies mid-frame does not hurt paiod either.
+    let mut t = UnixStream::connect(&paiod.socket).unwrap();
+    t.write_all(&[0, 0, 1]).unwrap();
+    drop(t);
+    assert_eq!(paiod.status().stages.len(), 0);
+    let mut rest = Vec::new();
+    drop(s.read_to_end(&mut rest));
+}
+
+#[test]
+fn the_python_stage_from_the_protocol_doc_registers_and_is_controlled() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), &static_config("20MiB/s"));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/python_stage.py");
+    let mut py = Command::new("python3")
+        .arg(&script)
+        .arg(&paiod.socket)
+        .args(["--seconds", "30", "--label", "job=t"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(py.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+    };
+    assert_eq!(next()["event"], "registered");
+    let rate = next();
+    assert_eq!(rate["event"], "rate", "{rate}");
+    assert_eq!(rate["object"], "paiod");
+    assert_eq!(rate["rate"], "20971520 B/s");
+    wait_for("python's statistics", || {
+        let st = paiod.status();
+        st.stages.first().is_some_and(|s| {
+            s.name == "python-stage"
+                && s.channels
+                    .iter()
+                    .any(|c| c.name == "read" && c.bytes_per_sec > 0.0)
+        })
+    });
+    py.kill().unwrap();
+    py.wait().unwrap();
+    wait_for("python to leave", || paiod.status().stages.is_empty());
+}
