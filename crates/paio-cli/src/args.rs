@@ -120,6 +120,9 @@ pub enum ArgError {
     /// Both `--policy` and `--limit`.
     #[error("--policy and --limit cannot be used together: --limit builds a policy of its own (write the limits into the policy file instead)")]
     PolicyAndLimit,
+    /// A `paio ctl` argument that does not parse (the message says which).
+    #[error("{0}")]
+    Ctl(String),
     /// `--label` not of the form `KEY=VALUE`.
     #[error("--label {value:?}: {reason}; expected KEY=VALUE with a non-empty KEY, no ',' in either, no '=' in KEY, no control characters (e.g. --label job=train1)")]
     Label {

@@ -8,6 +8,8 @@
 //!   headers to warn when the interposer cannot see it (static, Go);
 //! - [`summary`]: reading the interposer's statistics files and formatting
 //!   the end-of-run summary;
+//! - [`admin`]: `paio status` and `paio ctl`, which talk to a running
+//!   paiod;
 //! - [`child`]: running the command, forwarding signals, and the exit status
 //!   `paio` returns.
 //!
@@ -15,6 +17,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod args;
 pub mod child;
 pub mod exe;

@@ -37,6 +37,50 @@ enum Cmd {
         Guide: docs/cli.md"
     )]
     Run(RunArgs),
+    /// Show the stages registered with paiod, their channels, rates and
+    /// achieved bandwidth, and the policy's per-group figures.
+    #[command(
+        after_help = "Example:\n  paio status --socket /run/paio/paiod.sock\n\nGuide: docs/control-plane.md"
+    )]
+    Status(StatusArgs),
+    /// Change a policy parameter of a running paiod.
+    #[command(
+        override_usage = "paio ctl [--socket PATH] set GROUP KEY=VALUE...",
+        after_help = "Examples:\n  \
+        paio ctl set job=I3 demand=300MiB/s\n  \
+        paio ctl set '*' max_bandwidth=1GiB/s\n  \
+        paio ctl set job=train weight=2\n\n\
+        GROUP is the value of paiod's grouping label (job=I3 and I3 both name group I3; * is the\n\
+        whole policy). Keys: demand, rate, weight, max_bandwidth, as the policy accepts.\n\
+        Guide: docs/control-plane.md"
+    )]
+    Ctl(CtlArgs),
+}
+
+#[derive(clap::Args)]
+struct StatusArgs {
+    /// paiod's socket (default: PAIO_CONTROL, else paiod's default).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Print the raw JSON report instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct CtlArgs {
+    /// paiod's socket (default: PAIO_CONTROL, else paiod's default).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// `set`.
+    #[arg(value_name = "set", value_parser = ["set"])]
+    verb: String,
+    /// The group (`job=I3`, `I3`, or `*`).
+    #[arg(value_name = "GROUP")]
+    group: String,
+    /// One or more KEY=VALUE.
+    #[arg(value_name = "KEY=VALUE")]
+    assignments: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -60,6 +104,11 @@ struct RunArgs {
     /// Print a summary of the statistics on stderr when the command ends.
     #[arg(long)]
     summary: bool,
+    /// Register the stage with paiod (PAIO_CONTROL) at SOCKET, or at paiod's
+    /// default socket when given without a value. The command runs even if
+    /// paiod is absent; the stage connects when it appears.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
+    control: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -91,16 +140,67 @@ impl From<anyhow::Error> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let code = match cli.command {
-        Cmd::Run(a) => match run(a) {
-            Ok(code) => code,
-            Err(f) => {
-                eprintln!("paio: {}", f.message);
-                f.code
-            }
-        },
+    let result = match cli.command {
+        Cmd::Run(a) => run(a),
+        Cmd::Status(a) => status(a),
+        Cmd::Ctl(a) => ctl(a),
+    };
+    let code = match result {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("paio: {}", f.message);
+            f.code
+        }
     };
     ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// The socket of `--socket`, else PAIO_CONTROL, else paiod's default.
+fn paiod_socket(flag: Option<PathBuf>) -> PathBuf {
+    flag.or_else(|| {
+        std::env::var_os("PAIO_CONTROL")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+    .unwrap_or_else(paio::control::default_socket_path)
+}
+
+const CTL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn status(a: StatusArgs) -> Result<i32, Failure> {
+    let socket = paiod_socket(a.socket);
+    let reply =
+        paio_control::ctl::request(&socket, paio_control::ctl::CtlCommand::Status, CTL_TIMEOUT)
+            .map_err(anyhow::Error::from)?;
+    let report = reply.status.context("paiod sent no status")?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        print!("{}", paio_cli::admin::format_status(&report));
+    }
+    Ok(0)
+}
+
+fn ctl(a: CtlArgs) -> Result<i32, Failure> {
+    let commands = paio_cli::admin::set_commands(&a.group, &a.assignments)?;
+    let socket = paiod_socket(a.socket);
+    for c in commands {
+        let what = match &c {
+            paio_control::ctl::CtlCommand::Set { group, key, value } => {
+                format!("{group}: {key}={value}")
+            }
+            paio_control::ctl::CtlCommand::Status => "status".to_string(),
+        };
+        paio_control::ctl::request(&socket, c, CTL_TIMEOUT).map_err(|e| Failure {
+            code: EXIT_USAGE,
+            message: format!("error: {what}: {e}"),
+        })?;
+        println!("paio: set {what}");
+    }
+    Ok(0)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
@@ -203,6 +303,14 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     }
     if let Some(n) = &name {
         cmd.env("PAIO_STAGE_NAME", &n.0);
+    }
+    if let Some(sock) = &a.control {
+        let sock = if sock.as_os_str().is_empty() {
+            paio::control::default_socket_path()
+        } else {
+            absolute(sock)?
+        };
+        cmd.env("PAIO_CONTROL", sock);
     }
 
     // 3. Run.

@@ -2,13 +2,12 @@
 //! stage, the depth guard, classification, fork handling and the statistics
 //! file.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
 use std::path::Path;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
-use paio::context::FileClass;
+use paio::context::{FileClass, ThreadRef};
 use paio::{Context, Policy, RequestContext, RequestType, Stage, StageStats};
 
 use crate::fdtable;
@@ -51,28 +50,12 @@ static NEXT_PUSH_NS: AtomicU64 = AtomicU64::new(0);
 /// Set while one thread writes the statistics file.
 static PUSHING: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// This thread's state: no destructor, constant initialiser, so usable
-    /// before the constructor and during thread exit.
-    static LOCAL: Local = const {
-        Local {
-            depth: Cell::new(0),
-            until_clock: Cell::new(0),
-        }
-    };
-}
-
-struct Local {
-    /// > 0 while this thread is inside the library: calls pass through.
-    depth: Cell<u32>,
-    /// Calls left before this thread looks at the clock for a push.
-    until_clock: Cell<u32>,
-}
-
 /// Calls between two clock reads for the periodic statistics push.
 const CLOCK_EVERY: u32 = 16;
 
 pub(crate) struct Config {
+    /// paiod's socket (`PAIO_CONTROL`), when the stage registers with it.
+    control: Option<std::path::PathBuf>,
     policy_text: String,
     policy_origin: String,
     stage_name: Option<String>,
@@ -114,11 +97,20 @@ pub(crate) fn set_errno(e: c_int) {
 
 /// Held while the library does its own work on this thread: restores errno
 /// and the depth when dropped.
+///
+/// The per-thread state is the stage's own ([`paio::context::with_thread_ref`]:
+/// constant initialiser, no destructor, so usable before the constructor and
+/// during thread exit), with this library's depth and clock countdown in its
+/// [`paio::context::EmbedderCells`]: one thread-local lookup per call for the
+/// guard and the request together.
 pub(crate) struct Guard {
     errno: c_int,
-    /// This thread's `LOCAL`, valid while the thread lives (the guard never
-    /// leaves its thread's stack).
-    local: *const Local,
+    /// This thread's errno slot (`__errno_location()`, constant per thread),
+    /// kept so that restoring errno costs no second call.
+    errno_slot: *mut c_int,
+    /// This thread's state, valid while the thread lives (the guard never
+    /// leaves its thread's stack; `ThreadRef` is neither `Send` nor `Sync`).
+    thread: ThreadRef<'static>,
 }
 
 impl Guard {
@@ -136,17 +128,25 @@ impl Guard {
     /// exit paths).
     #[inline]
     fn enter_always() -> Option<Guard> {
-        let local = LOCAL.with(|l| l as *const Local);
-        // SAFETY: a thread's own thread-local, without destructor, lives as
-        // long as the thread; the reference does not leave this function.
-        let depth = unsafe { &(*local).depth };
+        let thread = paio::context::with_thread_ref(|t| {
+            // SAFETY: the stage's per-thread state has no destructor and
+            // lives as long as its thread (documented by `with_thread_ref`);
+            // the guard holding it never leaves this thread's stack.
+            unsafe { std::mem::transmute::<ThreadRef<'_>, ThreadRef<'static>>(t) }
+        });
+        let depth = &thread.embedder().depth;
         if depth.get() != 0 {
             return None;
         }
         depth.set(1);
+        // SAFETY: __errno_location returns the calling thread's errno slot,
+        // valid for the thread's lifetime.
+        let errno_slot = unsafe { libc::__errno_location() };
         Some(Guard {
-            errno: errno(),
-            local,
+            // SAFETY: as above.
+            errno: unsafe { *errno_slot },
+            errno_slot,
+            thread,
         })
     }
 }
@@ -154,9 +154,9 @@ impl Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: `local` is this thread's LOCAL (see the field).
-        unsafe { (*self.local).depth.set(0) };
-        set_errno(self.errno);
+        self.thread.embedder().depth.set(0);
+        // SAFETY: `errno_slot` is this thread's errno slot (see the field).
+        unsafe { *self.errno_slot = self.errno };
     }
 }
 
@@ -211,8 +211,11 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
             CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
             match cfg.build_stage() {
                 Ok(stage) => {
-                    STAGE.store(Box::into_raw(Box::new(stage)), Ordering::Release);
+                    let stage = Box::into_raw(Box::new(stage));
+                    STAGE.store(stage, Ordering::Release);
                     reset_process();
+                    // SAFETY: just leaked, never freed.
+                    start_control(cfg, unsafe { &*stage });
                     // SAFETY: registering a plain extern "C" fn handler.
                     unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
                     STATE.store(ACTIVE, Ordering::Release);
@@ -289,7 +292,7 @@ unsafe fn read_env(envp: *const *const c_char) -> Vec<(String, String)> {
         }
         // SAFETY: every entry is a NUL-terminated string.
         let bytes = unsafe { CStr::from_ptr(s) }.to_bytes();
-        if bytes.starts_with(b"PAIO_") {
+        if bytes.starts_with(b"PAIO_") || bytes.starts_with(b"XDG_RUNTIME_DIR=") {
             if let Some(eq) = bytes.iter().position(|&b| b == b'=') {
                 out.push((
                     String::from_utf8_lossy(&bytes[..eq]).into_owned(),
@@ -321,9 +324,19 @@ impl Config {
             ),
             None => (DEFAULT_POLICY.to_string(), "<embedded default>".to_string()),
         };
-        // PAIO_CONTROL is reserved for the control plane (issue 4): accepted
-        // and ignored.
-        let _ = env_get(env, "PAIO_CONTROL");
+        // PAIO_CONTROL: paiod's socket; "default" (or "1") for its default path.
+        let control = match env_get(env, "PAIO_CONTROL").filter(|s| !s.is_empty()) {
+            None => None,
+            Some("default" | "1") => Some(paio::control::default_socket_path_from(
+                env_get(env, "XDG_RUNTIME_DIR").map(std::path::PathBuf::from),
+            )),
+            Some(p) if p.starts_with('/') => Some(std::path::PathBuf::from(p)),
+            Some(p) => {
+                return Err(format!(
+                    "PAIO_CONTROL {p:?}: expected an absolute socket path or \"default\""
+                ))
+            }
+        };
         let stage_name = env_get(env, "PAIO_STAGE_NAME")
             .filter(|s| !s.is_empty())
             .map(str::to_string);
@@ -395,6 +408,7 @@ impl Config {
         }
         class_rules.sort_by_key(|r: &(String, u16)| std::cmp::Reverse(r.0.len()));
         Ok(Config {
+            control,
             policy_text,
             policy_origin,
             stage_name,
@@ -453,6 +467,31 @@ fn stage() -> Option<&'static Stage> {
     stage_slow()
 }
 
+/// Starts the thread that registers `stage` with paiod when `PAIO_CONTROL`
+/// is set (once per process: a forked child starts its own with its own
+/// stage). The thread lives as long as the process; its own I/O passes
+/// through the interposer untouched.
+fn start_control(cfg: &Config, stage: &'static Stage) {
+    let Some(socket) = &cfg.control else { return };
+    let mut options = paio::control::ControlOptions::new(socket);
+    options.exe = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.to_str().map(str::to_string));
+    options.on_thread_start = Some(pass_through_forever);
+    options.log = Some(log);
+    match paio::control::ControlClient::start(stage, options) {
+        // The client runs until the process ends.
+        Ok(client) => std::mem::forget(client),
+        Err(e) => log(&format!("cannot start the control thread: {e}")),
+    }
+}
+
+/// Marks the calling thread as inside the library for good: every call it
+/// makes passes through.
+fn pass_through_forever() {
+    paio::context::with_thread_ref(|t| t.embedder().depth.set(1));
+}
+
 #[cold]
 fn stage_slow() -> Option<&'static Stage> {
     let cfg = config()?;
@@ -465,8 +504,12 @@ fn stage_slow() -> Option<&'static Stage> {
         }
     };
     match STAGE.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-        // SAFETY: `fresh` was just leaked and is now published, never freed.
-        Ok(_) => Some(unsafe { &*fresh }),
+        Ok(_) => {
+            // SAFETY: `fresh` was just leaked and is now published, never freed.
+            let stage = unsafe { &*fresh };
+            start_control(cfg, stage);
+            Some(stage)
+        }
         Err(existing) => {
             // SAFETY: `fresh` lost the race and was never shared.
             drop(unsafe { Box::from_raw(fresh) });
@@ -476,28 +519,29 @@ fn stage_slow() -> Option<&'static Stage> {
     }
 }
 
-/// The request's context: the thread's id and request context in one
-/// thread-local read (`Context::new`), then the configured overrides.
+/// The request's context overrides: the configured workflow and default
+/// request context, then the file class of table class `class`.
 #[inline]
-fn context(cfg: &Config, rt: RequestType, size: u64) -> Context {
-    let mut ctx = Context::new(rt, size);
+fn adjust(cfg: &Config, mut ctx: Context, class: u16) -> Context {
     if cfg.workflow_process {
         ctx = ctx.with_workflow(PID.load(Ordering::Relaxed));
     }
     if ctx.request_context == RequestContext::NONE {
         ctx = ctx.with_request_context(cfg.default_context);
     }
-    ctx
+    with_class(cfg, ctx, class)
 }
 
 /// Submits one request (the guard is held). `class` is the fdtable class.
+/// The context is the thread's (`Context::new`, from the guard's thread
+/// state: no further thread-local lookup), then the configured overrides.
 #[inline]
-fn submit(rt: RequestType, size: u64, class: u16) {
+fn submit(g: &Guard, rt: RequestType, size: u64, class: u16) {
     let Some(cfg) = config() else { return };
     let Some(stage) = stage() else { return };
-    let ctx = with_class(cfg, context(cfg, rt, size), class);
-    let _ = stage.enforce(&ctx, None);
-    maybe_push(cfg);
+    let ctx = adjust(cfg, g.thread.context(rt, size), class);
+    let _ = stage.enforce_on_thread(g.thread, &ctx);
+    maybe_push(g, cfg);
 }
 
 /// Attaches the file class of table class `class` (0 = none).
@@ -518,8 +562,8 @@ fn with_class(cfg: &Config, ctx: Context, class: u16) -> Context {
 /// over any window longer than one request the rate is the same.
 #[inline]
 pub(crate) fn after_data(rt: RequestType, fd: c_int, result: i64) {
-    if let Some(_g) = Guard::enter() {
-        submit(rt, result.max(0) as u64, fdtable::get(fd));
+    if let Some(g) = Guard::enter() {
+        submit(&g, rt, result.max(0) as u64, fdtable::get(fd));
     }
 }
 
@@ -527,18 +571,18 @@ pub(crate) fn after_data(rt: RequestType, fd: c_int, result: i64) {
 /// (sendfile, copy_file_range, splice): a read and a write.
 #[inline]
 pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {
-    if let Some(_g) = Guard::enter() {
+    if let Some(g) = Guard::enter() {
         let n = result.max(0) as u64;
-        submit(RequestType::READ, n, fdtable::get(fd_in));
-        submit(RequestType::WRITE, n, fdtable::get(fd_out));
+        submit(&g, RequestType::READ, n, fdtable::get(fd_in));
+        submit(&g, RequestType::WRITE, n, fdtable::get(fd_out));
     }
 }
 
 /// Charges an open/close/metadata call before it runs (size 0).
 #[inline]
 pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
-    if let Some(_g) = Guard::enter() {
-        submit(rt, 0, fdtable::get(fd));
+    if let Some(g) = Guard::enter() {
+        submit(&g, rt, 0, fdtable::get(fd));
     }
 }
 
@@ -549,7 +593,7 @@ pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
 /// `path` is null or NUL-terminated.
 #[inline]
 pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
-    if let Some(_g) = Guard::enter() {
+    if let Some(g) = Guard::enter() {
         let class = match config() {
             Some(cfg) if !cfg.class_rules.is_empty() && !path.is_null() => {
                 // SAFETY: path is NUL-terminated (caller's contract).
@@ -564,7 +608,7 @@ pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
             }
             _ => 0,
         };
-        submit(rt, 0, class);
+        submit(&g, rt, 0, class);
     }
 }
 
@@ -631,12 +675,12 @@ fn coarse_now_ns() -> u64 {
 /// Every [`CLOCK_EVERY`] calls per thread, reads the coarse clock and pushes
 /// the statistics file if the interval has passed (one thread wins the CAS).
 #[inline]
-fn maybe_push(cfg: &Config) {
+fn maybe_push(g: &Guard, cfg: &Config) {
     if cfg.stats_path.is_none() {
         return;
     }
-    let due = LOCAL.with(|l| {
-        let c = &l.until_clock;
+    let due = {
+        let c = &g.thread.embedder().countdown;
         let v = c.get();
         if v == 0 {
             c.set(CLOCK_EVERY - 1);
@@ -645,7 +689,7 @@ fn maybe_push(cfg: &Config) {
             c.set(v - 1);
             false
         }
-    });
+    };
     if !due {
         return;
     }
@@ -744,7 +788,7 @@ pub(crate) fn classifying() -> bool {
 /// [`after_data`] for a stdio call on `stream`; `bytes` < 0 counts 0.
 #[inline]
 pub(crate) fn after_data_stream(rt: RequestType, stream: *mut libc::FILE, bytes: i64) {
-    if let Some(_g) = Guard::enter() {
+    if let Some(g) = Guard::enter() {
         let class = if classifying() && !stream.is_null() {
             // SAFETY: the stream the caller just used; errno is restored by
             // the guard.
@@ -752,6 +796,6 @@ pub(crate) fn after_data_stream(rt: RequestType, stream: *mut libc::FILE, bytes:
         } else {
             0
         };
-        submit(rt, bytes.max(0) as u64, class);
+        submit(&g, rt, bytes.max(0) as u64, class);
     }
 }
