@@ -222,3 +222,65 @@ fn check_routes(stage: &Stage, info: &StageInfo, rules: &[Rule]) {
         }
     }
 }
+
+/// The `protocol` target: the bytes are a stream from a peer. They are fed
+/// to the control protocol's frame decoder in chunks whose sizes the input
+/// chooses (its first byte), every frame is decoded as a message, and the
+/// blocking reader must cut the same frames. A message that decodes must
+/// survive a round trip through a frame.
+pub fn check_protocol(data: &[u8]) {
+    use paio::protocol::{self, FrameDecoder, FrameError};
+    const MAX: usize = 4096;
+    let (chunk, stream) = match data.split_first() {
+        Some((c, rest)) => (usize::from(*c).max(1), rest),
+        None => return,
+    };
+    let mut incremental = Vec::new();
+    let mut d = FrameDecoder::new(MAX);
+    for piece in stream.chunks(chunk) {
+        d.push(piece);
+        loop {
+            match d.next_frame() {
+                Ok(Some(p)) => {
+                    assert!(p.len() <= MAX, "a frame above the limit came through");
+                    incremental.push(Some(p));
+                }
+                Ok(None) => break,
+                Err(FrameError::TooLarge { len, max }) => {
+                    assert!(len > max);
+                    incremental.push(None);
+                }
+                Err(e) => panic!("the incremental decoder failed: {e}"),
+            }
+        }
+    }
+    let mut blocking = Vec::new();
+    let mut r = stream;
+    loop {
+        match protocol::read_frame(&mut r, MAX) {
+            Ok(Some(p)) => blocking.push(Some(p)),
+            Ok(None) => break,
+            Err(FrameError::TooLarge { .. }) => blocking.push(None),
+            Err(FrameError::Truncated { .. }) => break,
+            Err(e) => panic!("the blocking reader failed: {e}"),
+        }
+    }
+    assert_eq!(
+        incremental, blocking,
+        "the two readers cut different frames"
+    );
+    for payload in incremental.into_iter().flatten() {
+        if let Ok(msg) = protocol::decode(&payload) {
+            let frame = protocol::encode(&msg);
+            let back = protocol::decode(&frame[protocol::HEADER_LEN..])
+                .unwrap_or_else(|e| panic!("a decoded message does not decode again: {e}"));
+            // Floats in statistics may lose their last bit through JSON;
+            // compare the JSON forms.
+            assert_eq!(
+                serde_json::to_value(&back).expect("serializes"),
+                serde_json::to_value(&msg).expect("serializes"),
+                "a message changed through a frame"
+            );
+        }
+    }
+}

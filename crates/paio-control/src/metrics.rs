@@ -212,13 +212,14 @@ impl prometheus_client::collector::Collector for Snapshot {
                         "object",
                         &o.name,
                     );
-                    let mut buckets: Vec<(f64, u64)> = o
-                        .counts
-                        .wait_buckets
-                        .iter()
-                        .map(|&(le_ns, n)| (le_ns as f64 / 1e9, n))
-                        .collect();
-                    buckets.push((f64::INFINITY, o.counts.ops));
+                    // The encoder takes per-bucket counts and accumulates them.
+                    let mut buckets = Vec::with_capacity(o.counts.wait_buckets.len() + 1);
+                    let mut below = 0;
+                    for &(le_ns, cumulative) in &o.counts.wait_buckets {
+                        buckets.push((le_ns as f64 / 1e9, cumulative.saturating_sub(below)));
+                        below = below.max(cumulative);
+                    }
+                    buckets.push((f64::INFINITY, o.counts.ops.saturating_sub(below)));
                     let sum = o.counts.wait_total.total_ns as f64 / 1e9;
                     m.encode_family(&labels)?.encode_histogram::<Labels>(
                         sum,

@@ -335,3 +335,66 @@ fn the_python_stage_from_the_protocol_doc_registers_and_is_controlled() {
     py.wait().unwrap();
     wait_for("python to leave", || paiod.status().stages.is_empty());
 }
+
+#[test]
+fn metrics_are_served_in_the_openmetrics_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let paiod = Paiod::start(
+        dir.path(),
+        &format!(
+            "metrics = \"127.0.0.1:{port}\"\n{}",
+            static_config("10MiB/s")
+        ),
+    );
+    let stage = stage("t");
+    let client = client(&stage, &paiod.socket);
+    wait_for("the static rate", || paiod_rate(&stage) == Some(10 * MIB));
+    for _ in 0..10 {
+        stage
+            .enforce(&Context::new(RequestType::READ, 4096), None)
+            .unwrap();
+    }
+    let get = |path: &str| -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let mut body = String::new();
+    wait_for("the counts in the metrics", || {
+        body = get("/metrics");
+        body.contains(r#"paio_object_bytes_total{stage="control-test",pid=""#)
+            && body.contains(r#",channel="read",object="paiod"} 40960"#)
+    });
+    assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
+    assert!(body.contains("paio_stages 1"), "{body}");
+    assert!(
+        body.contains(r#"paio_object_rate{"#) && body.contains(r#"unit="bytes"} 10485760.0"#),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"paio_object_wait_seconds_bucket{"#),
+        "{body}"
+    );
+    assert!(
+        body.lines().any(
+            |l| l.starts_with(r#"paio_object_wait_seconds_bucket{le="+Inf""#)
+                && l.contains(r#"object="paiod""#)
+                && l.ends_with("} 10")
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"paio_group_target_bytes_per_second{group="t"} 10485760.0"#),
+        "{body}"
+    );
+    assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    assert!(get("/nope").starts_with("HTTP/1.0 404"));
+    client.stop();
+}

@@ -67,6 +67,11 @@ fn rule_json_corpus() {
     replay("rule_json", checks::check_rule_json, &[], 12);
 }
 
+#[test]
+fn protocol_corpus() {
+    replay("protocol", checks::check_protocol, &[], 8);
+}
+
 /// The checks reject what they should: a sanity test of the harness itself.
 #[test]
 fn checks_accept_and_reject() {

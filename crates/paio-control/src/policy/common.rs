@@ -430,7 +430,7 @@ pub(crate) mod testutil {
 
     /// The rate configured by rules for `id`, if any.
     pub fn rate_of(out: &[(StageId, Vec<Rule>)], id: StageId) -> Option<u64> {
-        out.iter().find(|(i, _)| *i == id).and_then(|(_, rules)| {
+        out.iter().filter(|(i, _)| *i == id).find_map(|(_, rules)| {
             rules.iter().find_map(|r| match r {
                 Rule::Configure {
                     config: ObjectConfig::Drl(c),

@@ -47,7 +47,8 @@ pub struct StageView {
     /// paiod's id for this registration.
     pub id: StageId,
     /// The stage's identity and configuration as it reported them at
-    /// registration, updated as paiod's rules were acknowledged.
+    /// registration, updated with the channels, objects and configurations
+    /// of the rules paiod has sent it since.
     pub info: StageInfo,
     /// The statistics collected this period (`interval_*` counts and rates
     /// cover the period), `None` until the first collection answers.
@@ -107,8 +108,9 @@ pub trait ControlPolicy: Send {
     /// `create_object` rules for what the stage already has.
     fn setup(&self, stage: &StageView) -> Vec<Rule>;
 
-    /// One control period at `now` (time since paiod started): the rules to
-    /// apply to each stage. Stages not in the result keep their state.
+    /// One control period at `now` (time since paiod started): rule batches
+    /// to apply, in order; each batch is one transaction in its stage, and a
+    /// stage may get several. Stages not in the result keep their state.
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)>;
 
     /// `paio ctl set GROUP KEY=VALUE`: changes one parameter at run time

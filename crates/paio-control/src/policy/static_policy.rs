@@ -159,6 +159,10 @@ impl ControlPolicy for StaticPolicy {
 
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
         self.now = now;
+        // Raw rules and rates go out as separate batches (each batch is one
+        // transaction in the stage), so a raw rule the stage rejects never
+        // holds back a rate.
+        let mut raw: BTreeMap<StageId, Vec<Rule>> = BTreeMap::new();
         let mut out: BTreeMap<StageId, Vec<Rule>> = BTreeMap::new();
         // Raw rules, once per (entry, stage) while the window is open.
         let ids: BTreeSet<StageId> = stages.iter().map(|s| s.id).collect();
@@ -169,7 +173,7 @@ impl ControlPolicy for StaticPolicy {
             }
             for s in stages {
                 if e.selects(&self.settings.group_by, s) && self.sent.insert((i, s.id)) {
-                    out.entry(s.id).or_default().extend(e.rules.iter().cloned());
+                    raw.entry(s.id).or_default().extend(e.rules.iter().cloned());
                 }
             }
         }
@@ -198,7 +202,7 @@ impl ControlPolicy for StaticPolicy {
             out.entry(id).or_default().extend(rules);
         }
         self.last = self.compute_targets(stages);
-        out.into_iter().collect()
+        raw.into_iter().chain(out).collect()
     }
 
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
@@ -341,7 +345,12 @@ mod tests {
         let out = p.period(secs(0), &[gold.clone(), other.clone()]);
         // The open entry wins over the later closed one.
         assert_eq!(rate_of(&out, 1), Some(50_000_000));
-        assert_eq!(out.iter().find(|(i, _)| *i == 1).unwrap().1[0], rule);
+        // The raw rules come first, in a batch of their own.
+        assert_eq!(
+            out.iter().find(|(i, _)| *i == 1).unwrap().1,
+            vec![rule.clone()]
+        );
+        assert_eq!(out.iter().filter(|(i, _)| *i == 1).count(), 2);
         assert!(out.iter().all(|(i, _)| *i != 2));
         // Raw rules are sent once.
         assert!(p.period(secs(1), &[gold.clone()]).is_empty());
