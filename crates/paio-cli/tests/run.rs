@@ -780,3 +780,151 @@ fn real_interposer_enforces_a_read_limit() {
     assert!(took >= Duration::from_millis(400), "{took:?}\n{e}");
     assert!(took < Duration::from_secs(5), "{took:?}\n{e}");
 }
+
+/// paiod, built next to `paio` like the real interposer.
+fn paiod_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = Path::new(PAIO).with_file_name("paiod");
+        let release = bin.parent().and_then(Path::file_name) == Some("release".as_ref());
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "paio-control", "--bin", "paiod"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            build.arg("--release");
+        }
+        assert!(build.status().expect("run cargo build").success());
+        bin
+    })
+}
+
+#[test]
+fn status_and_ctl_say_when_paiod_is_not_there() {
+    let d = scratch("no-paiod");
+    let sock = d.join("none.sock");
+    let o = paio()
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    let e = stderr(&o);
+    assert!(
+        e.contains("cannot reach paiod at") && e.contains("none.sock"),
+        "{e}"
+    );
+    let o = paio()
+        .args(["ctl", "--socket"])
+        .arg(&sock)
+        .args(["set", "job=", "demand=1MiB/s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn a_program_under_paio_run_control_is_governed_by_paiod() {
+    let lib = real_library();
+    let paiod_bin = paiod_binary();
+    let d = scratch("control");
+    let sock = d.join("paiod.sock");
+    let cfg = d.join("paiod.toml");
+    std::fs::write(
+        &cfg,
+        "period = \"50ms\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"dd\"\nrate = \"16MiB/s\"\n",
+    )
+    .unwrap();
+    let mut daemon = Command::new(paiod_bin)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--socket")
+        .arg(&sock)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sock.exists() {
+        assert!(Instant::now() < deadline, "paiod did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let input = d.join("in");
+    std::fs::write(&input, vec![3u8; 24 << 20]).unwrap();
+    let stats = d.join("s.%p.json");
+    let mut run = paio()
+        .env("PAIO_LIB", lib)
+        .args(["run", "--label", "job=dd", "--control"])
+        .arg(&sock)
+        .arg("--stats")
+        .arg(&stats)
+        .args([
+            "--",
+            "dd",
+            &format!("if={}", input.display()),
+            "of=/dev/null",
+            "bs=256k",
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // paio status lists the stage while dd runs, with paiod's object.
+    let mut seen = String::new();
+    while !(seen.contains("job=dd") && seen.contains("object paiod")) {
+        assert!(Instant::now() < deadline, "the stage never showed: {seen}");
+        let o = paio()
+            .args(["status", "--socket"])
+            .arg(&sock)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        seen = stdout(&o);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = paio()
+        .args(["ctl", "--socket"])
+        .arg(&sock)
+        .args(["set", "job=dd", "rate=64MiB/s"])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        stdout(&ok).contains("set dd: rate=64MiB/s"),
+        "{}",
+        stdout(&ok)
+    );
+    let bad = paio()
+        .args(["ctl", "--socket"])
+        .arg(&sock)
+        .args(["set", "job=dd", "speed=1"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("speed"), "{}", stderr(&bad));
+    assert!(run.wait().unwrap().success());
+    daemon.kill().unwrap();
+    daemon.wait().unwrap();
+    // Every byte dd read went through the read channel, and those read after
+    // registration through paiod's DRL.
+    let file = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("s."))
+        .expect("a statistics file");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    let read = v["stats"]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "read")
+        .unwrap();
+    assert_eq!(read["bytes"], 24 << 20);
+    let paiod_obj = read["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["name"] == "paiod")
+        .expect("paiod's object in the stage");
+    assert!(paiod_obj["bytes"].as_u64().unwrap() > 0, "{paiod_obj}");
+}
