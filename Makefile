@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build demo test test-rust test-c lint bench fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python lint bench experiment-bandwidth fuzz header clean
 
 all: build
 
@@ -12,13 +12,23 @@ setup:
 build: setup
 	$(CARGO) build --workspace --release
 
-## Runs the main demo on the embedded default policy (policies/demo.toml).
-demo: setup
-	$(CARGO) run --release -q -p paio --example demo -- $(DEMO_ARGS)
+## The binaries the demo and experiments run: paio, paiod, libpaio_preload.so.
+release-bins: setup
+	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control
+
+## The main demo (under 2 minutes): paiod's max-min fair share with leftover
+## redistribution for four unmodified fio instances sharing a throttled disk
+## (the paper's §9.3, short version; bench/bandwidth/README.md).
+demo: release-bins
+	python3 bench/bandwidth/run.py --short $(DEMO_ARGS)
+
+## A stage in one process on the embedded default policy (policies/demo.toml).
+demo-stage: setup
+	$(CARGO) run --release -q -p paio --example demo
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-c
+test: setup lint test-rust test-c test-python
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -30,12 +40,20 @@ test-rust:
 test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
+test-python:
+	python3 -m pytest -q bench/bandwidth
+
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup
 	$(CARGO) run --release -p paio-bench -- all
 	bash bench/preload/run.sh
 
-## Coverage-guided fuzzing of the policy parser and rule decoder (nightly).
+## The full per-application bandwidth experiment (about 12 minutes): baseline,
+## static and paio; results and plot in bench/results/bandwidth/.
+experiment-bandwidth: release-bins
+	python3 bench/bandwidth/run.py
+
+## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
 fuzz:
 	bash fuzz/run.sh
 

@@ -28,6 +28,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq "${missing[@]}"
 fi
 
+# Python modules: pytest runs the experiment drivers' tests; matplotlib draws
+# the experiments' plots (bench/bandwidth/requirements.txt).
+for mod in pytest matplotlib; do
+  if ! python3 -c "import $mod" 2>/dev/null; then
+    echo "setup: installing the Python module $mod"
+    # pip first (a user or pyenv Python); Debian's own package for the
+    # system Python, whose pip refuses to install (PEP 668).
+    python3 -m pip install -q "$mod" 2>/dev/null \
+      || { [ "$(id -u)" -eq 0 ] && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "python3-$mod"; } \
+      || { echo "setup: cannot install $mod; run: python3 -m pip install $mod (or apt-get install python3-$mod)" >&2; exit 1; }
+  fi
+done
+
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo not found. Install Rust (https://rustup.rs), 1.85 or newer, then re-run." >&2
   exit 1

@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! period = "100ms"                 # control period (default 100ms)
-//! # collect_timeout = "100ms"      # default: the period
+//! # collect_timeout = "2s"         # default: 20 periods, at least 2 s
 //! # socket = "/run/paio/paiod.sock"
 //! # metrics = "127.0.0.1:9464"
 //! [policy]
@@ -25,9 +25,11 @@
 //! valid configuration: a `static` policy without entries, which only
 //! observes.
 //!
-//! `collect_timeout` defaults to the period: a stage that has not answered
-//! a collect request within one period is left without statistics for that
-//! period, so a slow stage can never make the loop fall behind.
+//! `collect_timeout` (default: 20 periods, at least 2 s): a stage that has
+//! not answered a collect request within it is considered hung and dropped
+//! (its connection is closed; when it recovers it registers again). A stage
+//! that answers late simply has no new statistics for the periods it
+//! missed: the loop never waits for a stage.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -50,6 +52,13 @@ pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 
 /// Default control period.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(100);
+
+/// The collect timeout for `period` when none is configured: 20 periods,
+/// at least 2 s (a loaded machine may delay a stage's answer by far more
+/// than one period without the stage being gone).
+pub fn default_collect_timeout(period: Duration) -> Duration {
+    (period * 20).max(Duration::from_secs(2))
+}
 
 /// Why a configuration could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,7 +96,7 @@ impl Default for PaiodConfig {
         Self {
             socket: None,
             period: DEFAULT_PERIOD,
-            collect_timeout: DEFAULT_PERIOD,
+            collect_timeout: default_collect_timeout(DEFAULT_PERIOD),
             metrics: None,
             policy: PolicyConfig::default(),
         }
@@ -320,7 +329,7 @@ impl PaiodConfig {
         };
         let collect_timeout = match &raw.collect_timeout {
             Some(t) => cx.duration(t, "collect_timeout")?,
-            None => period,
+            None => default_collect_timeout(period),
         };
         let policy = match raw.policy {
             Some(p) => policy_config(&cx, p)?,
@@ -575,7 +584,7 @@ mod tests {
         let c = parse("").unwrap();
         assert_eq!(c, PaiodConfig::default());
         assert_eq!(c.period, Duration::from_millis(100));
-        assert_eq!(c.collect_timeout, c.period);
+        assert_eq!(c.collect_timeout, Duration::from_secs(2));
         let mut p = c.policy.build();
         assert_eq!(p.kind(), "static");
         assert!(p.period(Duration::ZERO, &[]).is_empty());
@@ -604,7 +613,7 @@ demand = "200MiB/s"
         )
         .unwrap();
         assert_eq!(c.period, Duration::from_millis(50));
-        assert_eq!(c.collect_timeout, Duration::from_millis(50));
+        assert_eq!(c.collect_timeout, Duration::from_secs(2));
         assert_eq!(c.socket.as_deref(), Some(Path::new("/run/paio/paiod.sock")));
         assert_eq!(c.metrics, Some("127.0.0.1:9464".parse().unwrap()));
         assert_eq!(c.policy.kind, PolicyKind::MaxMin);

@@ -66,6 +66,8 @@ struct StageEntry {
     cred: PeerCred,
     registered_at: Instant,
     tx: mpsc::UnboundedSender<Message>,
+    /// Wakes the stage's connection task to close the connection.
+    kick: Arc<tokio::sync::Notify>,
     /// Last stats as received (cumulative totals), with their arrival time.
     last_raw: Option<(Instant, StageStats)>,
     /// The collect request outstanding, with when it was sent.
@@ -281,10 +283,14 @@ async fn connection(stream: UnixStream, state: Shared, max_frame: usize) {
     let mut decoder = FrameDecoder::new(max_frame);
     let mut buf = vec![0u8; 64 * 1024];
     let mut session = Session::New;
+    let kick = Arc::new(tokio::sync::Notify::new());
     'read: loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            n = r.read(&mut buf) => match n {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = kick.notified() => break,
         };
         decoder.push(&buf[..n]);
         loop {
@@ -302,7 +308,7 @@ async fn connection(stream: UnixStream, state: Shared, max_frame: usize) {
                 }
                 Err(_) => break 'read,
             };
-            if !session.handle(&payload, &state, cred, &frames_tx) {
+            if !session.handle(&payload, &state, cred, &frames_tx, &kick) {
                 break 'read;
             }
         }
@@ -335,6 +341,7 @@ impl Session {
         state: &Shared,
         cred: PeerCred,
         out: &mpsc::UnboundedSender<Vec<u8>>,
+        kick: &Arc<tokio::sync::Notify>,
     ) -> bool {
         let reply = |m: Message| {
             let _ = out.send(protocol::encode(&m));
@@ -346,7 +353,7 @@ impl Session {
                     .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string));
                 if kind.as_deref() == Some("ctl") {
                     *self = Session::Ctl;
-                    return self.handle(payload, state, cred, out);
+                    return self.handle(payload, state, cred, out, kick);
                 }
                 match protocol::decode(payload) {
                     Ok(Message::Hello(hello)) => {
@@ -362,7 +369,7 @@ impl Session {
                             ));
                             return false;
                         }
-                        let id = register(state, *hello, cred, out.clone());
+                        let id = register(state, *hello, cred, out.clone(), kick.clone());
                         *self = Session::Stage { id };
                         true
                     }
@@ -478,6 +485,7 @@ fn register(
     hello: Hello,
     cred: PeerCred,
     out: mpsc::UnboundedSender<Vec<u8>>,
+    kick: Arc<tokio::sync::Notify>,
 ) -> StageId {
     let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
     // Messages for this stage are encoded on their way to the writer.
@@ -520,6 +528,7 @@ fn register(
         cred,
         registered_at: Instant::now(),
         tx,
+        kick,
         last_raw: None,
         outstanding: None,
         proc_prev: None,
@@ -730,8 +739,9 @@ pub fn tick(state: &Shared) {
                 e.cred.pid
             );
             let _ = e.tx.send(Message::Goodbye {
-                reason: Some("no answer to collect".into()),
+                reason: Some(format!("no answer to collect within {timeout:?}")),
             });
+            e.kick.notify_one();
         }
     }
     for e in st.stages.values_mut() {

@@ -398,3 +398,40 @@ fn metrics_are_served_in_the_openmetrics_format() {
     assert!(get("/nope").starts_with("HTTP/1.0 404"));
     client.stop();
 }
+
+#[test]
+fn a_stage_that_stops_answering_is_dropped_after_the_collect_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(
+        dir.path(),
+        "period = \"20ms\"\ncollect_timeout = \"200ms\"\n",
+    );
+    // A stage that registers, then never reads again (a hung process).
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    let info = stage("t").info();
+    protocol::write_message(
+        &mut s,
+        &Message::Hello(Box::new(protocol::Hello {
+            version: protocol::VERSION,
+            ppid: 1,
+            user: "test".into(),
+            exe: None,
+            info,
+        })),
+    )
+    .unwrap();
+    wait_for("registration", || paiod.status().stages.len() == 1);
+    wait_for("the hung stage to be dropped", || {
+        paiod.status().stages.is_empty()
+    });
+    // paiod said why and closed the connection.
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut saw_goodbye = false;
+    while let Ok(Some(p)) = protocol::read_frame(&mut s, protocol::DEFAULT_MAX_FRAME) {
+        if let Ok(Message::Goodbye { reason }) = protocol::decode(&p) {
+            assert!(reason.unwrap().contains("collect"));
+            saw_goodbye = true;
+        }
+    }
+    assert!(saw_goodbye);
+}
