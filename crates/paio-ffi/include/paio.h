@@ -396,6 +396,34 @@ enum paio_status paio_stage_apply(const struct paio_stage *stage, const char *ru
 enum paio_status paio_stage_collect(const struct paio_stage *stage, char **out_json);
 
 /**
+ * Registers the stage with the control plane, paiod, listening at `socket`
+ * (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`
+ * or `/run/paio/paiod.sock` for root). Starts one background thread and
+ * returns at once: the stage keeps working without paiod, connects when
+ * paiod appears, applies the rules paiod sends, answers its statistics
+ * requests, and keeps its rules and reconnects if paiod goes away
+ * (docs/control-plane.md). The connection ends with `paio_stage_free`.
+ *
+ * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if `stage` is NULL,
+ * `socket` is not UTF-8 or relative, or the stage is already connected;
+ * `PAIO_ERR_LIMIT` if the thread cannot be started.
+ *
+ * # Safety
+ * `stage` is NULL or a live stage; `socket` is NULL or a NUL-terminated
+ * string.
+ */
+enum paio_status paio_stage_connect(const struct paio_stage *stage, const char *socket);
+
+/**
+ * 1 if the stage is registered with paiod right now, 0 if not (not
+ * connected yet, paiod away, never asked to connect, or `stage` NULL).
+ *
+ * # Safety
+ * `stage` is NULL or a live stage.
+ */
+int paio_stage_connected(const struct paio_stage *stage);
+
+/**
  * Describes the stage as JSON (the serde form of `paio::StageInfo`): its
  * `name`, `pid`, `host`, `labels`, enabled `classifiers`, `channels` with
  * their objects and object mappings, `channel_rules` and `default_channel`.

@@ -20,7 +20,7 @@
 mod args;
 mod status;
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 use paio::{Context, Stage};
 
@@ -85,7 +85,9 @@ pub const PAIO_FILE_CLASS_NONE: u16 = 0;
 /// are enforced in parallel; rules and collections are serialized inside
 /// the stage and never stall requests).
 pub struct paio_stage {
-    stage: Stage,
+    stage: std::sync::Arc<Stage>,
+    /// The connection to paiod, once `paio_stage_connect` was called.
+    control: std::sync::Mutex<Option<paio::control::ControlClient>>,
 }
 
 /// The classifiers of one request. A plain value: fill it with
@@ -194,12 +196,27 @@ unsafe fn stage_ref<'a>(stage: *const paio_stage) -> Result<&'a Stage, Error> {
     Ok(unsafe { &(*stage).stage })
 }
 
+/// The handle itself, or an error if it is NULL.
+///
+/// # Safety
+/// As [`stage_ref`].
+unsafe fn handle_ref<'a>(stage: *const paio_stage) -> Result<&'a paio_stage, Error> {
+    if stage.is_null() {
+        return Err(Error::invalid("stage is NULL"));
+    }
+    // SAFETY: as in stage_ref; `paio_stage` is Sync (an Arc and a Mutex).
+    Ok(unsafe { &*stage })
+}
+
 /// Returns a new handle for `stage` through `out`.
 ///
 /// # Safety
 /// `out` is non-NULL and valid for writes.
 unsafe fn put_stage(out: *mut *mut paio_stage, stage: Stage) {
-    let handle = Box::into_raw(Box::new(paio_stage { stage }));
+    let handle = Box::into_raw(Box::new(paio_stage {
+        stage: std::sync::Arc::new(stage),
+        control: std::sync::Mutex::new(None),
+    }));
     // SAFETY: forwarded from this function's contract.
     unsafe { put(out, handle) }
 }
@@ -534,6 +551,84 @@ pub unsafe extern "C" fn paio_stage_collect(
         unsafe { put(out, json) };
         Ok(())
     })
+}
+
+/// Registers the stage with the control plane, paiod, listening at `socket`
+/// (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`
+/// or `/run/paio/paiod.sock` for root). Starts one background thread and
+/// returns at once: the stage keeps working without paiod, connects when
+/// paiod appears, applies the rules paiod sends, answers its statistics
+/// requests, and keeps its rules and reconnects if paiod goes away
+/// (docs/control-plane.md). The connection ends with `paio_stage_free`.
+///
+/// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if `stage` is NULL,
+/// `socket` is not UTF-8 or relative, or the stage is already connected;
+/// `PAIO_ERR_LIMIT` if the thread cannot be started.
+///
+/// # Safety
+/// `stage` is NULL or a live stage; `socket` is NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_connect(
+    stage: *const paio_stage,
+    socket: *const c_char,
+) -> paio_status {
+    guard(|| {
+        // SAFETY: `stage` is NULL or live (this function's contract).
+        let handle = unsafe { handle_ref(stage) }?;
+        let path = if socket.is_null() {
+            None
+        } else {
+            // SAFETY: non-NULL and NUL-terminated (this function's contract).
+            Some(unsafe { c_str(socket, "socket") }?).filter(|s| !s.is_empty())
+        };
+        let path = match path {
+            None => paio::control::default_socket_path(),
+            Some(p) if p.starts_with('/') => std::path::PathBuf::from(p),
+            Some(p) => {
+                return Err(Error::invalid(format!(
+                    "socket {p:?}: expected an absolute path, or NULL for paiod's default"
+                )))
+            }
+        };
+        let mut control = handle.control.lock().unwrap_or_else(|e| e.into_inner());
+        if control.is_some() {
+            return Err(Error::invalid(
+                "the stage is already connected to paiod (one connection per stage)",
+            ));
+        }
+        let options = paio::control::ControlOptions::new(path);
+        let client =
+            paio::control::ControlClient::start(std::sync::Arc::clone(&handle.stage), options)
+                .map_err(|e| {
+                    Error::new(
+                        paio_status::PAIO_ERR_LIMIT,
+                        format!("cannot start the control thread: {e}"),
+                    )
+                })?;
+        *control = Some(client);
+        Ok(())
+    })
+}
+
+/// 1 if the stage is registered with paiod right now, 0 if not (not
+/// connected yet, paiod away, never asked to connect, or `stage` NULL).
+///
+/// # Safety
+/// `stage` is NULL or a live stage.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_connected(stage: *const paio_stage) -> c_int {
+    // The closure only reads an atomic flag under a lock; a panic in it
+    // leaves nothing half-done.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `stage` is NULL or live (this function's contract).
+        let Ok(handle) = (unsafe { handle_ref(stage) }) else {
+            return 0;
+        };
+        let control = handle.control.lock().unwrap_or_else(|e| e.into_inner());
+        c_int::from(control.as_ref().is_some_and(|c| c.status().connected))
+    }));
+    r.unwrap_or(0)
 }
 
 /// Describes the stage as JSON (the serde form of `paio::StageInfo`): its

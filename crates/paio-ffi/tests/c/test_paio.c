@@ -6,11 +6,14 @@
  * and once against libpaio.a. Prints "N passed, 0 failed" on success; on the
  * first failed check it prints what failed and aborts.
  */
+#define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
 
 #include <paio.h>
 
 #include <inttypes.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -563,6 +566,79 @@ static void test_rate_limit(void) {
     paio_stage_free(s);
 }
 
+/* A minimal paiod written from docs/protocol.md: accepts one stage, reads
+ * its hello frame, answers welcome, and expects the stage to report itself
+ * connected. */
+static int read_full(int fd, void *buf, size_t n) {
+    size_t off = 0;
+    while (off < n) {
+        ssize_t r = read(fd, (char *)buf + off, n - off);
+        if (r <= 0) return -1;
+        off += (size_t)r;
+    }
+    return 0;
+}
+
+static void test_connect(void) {
+    paio_stage *stage = NULL;
+    CHECK_OK(paio_stage_new("c-connect", &stage));
+    CHECK(paio_stage_connected(stage) == 0);
+    CHECK(paio_stage_connected(NULL) == 0);
+    CHECK(paio_stage_connect(stage, "relative.sock") == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "absolute"));
+    CHECK(paio_stage_connect(NULL, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+
+    char dir[] = "/tmp/paio-c-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[128];
+    snprintf(path, sizeof path, "%s/paiod.sock", dir);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    CHECK(lfd >= 0);
+    struct sockaddr_un addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    CHECK(strlen(path) < sizeof addr.sun_path);
+    memcpy(addr.sun_path, path, strlen(path) + 1);
+    CHECK(bind(lfd, (struct sockaddr *)&addr, sizeof addr) == 0);
+    CHECK(listen(lfd, 1) == 0);
+
+    CHECK_OK(paio_stage_connect(stage, path));
+    CHECK(paio_stage_connect(stage, path) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "already connected"));
+
+    int fd = accept(lfd, NULL, NULL);
+    CHECK(fd >= 0);
+    unsigned char hdr[4];
+    CHECK(read_full(fd, hdr, 4) == 0);
+    size_t len = ((size_t)hdr[0] << 24) | ((size_t)hdr[1] << 16) | ((size_t)hdr[2] << 8) | hdr[3];
+    CHECK(len > 0 && len < (1u << 20));
+    char *hello = malloc(len + 1);
+    CHECK(hello != NULL && read_full(fd, hello, len) == 0);
+    hello[len] = 0;
+    CHECK(contains(hello, "\"type\":\"hello\""));
+    CHECK(contains(hello, "\"name\":\"c-connect\""));
+    free(hello);
+    const char *welcome = "{\"type\":\"welcome\",\"version\":1,\"stage_id\":5,\"period_ms\":100}";
+    unsigned char frame[256];
+    size_t wl = strlen(welcome);
+    frame[0] = 0; frame[1] = 0; frame[2] = (unsigned char)(wl >> 8); frame[3] = (unsigned char)wl;
+    memcpy(frame + 4, welcome, wl);
+    CHECK(write(fd, frame, wl + 4) == (ssize_t)(wl + 4));
+    int connected = 0;
+    for (int i = 0; i < 2000 && !connected; i++) {
+        connected = paio_stage_connected(stage);
+        if (!connected) usleep(5000);
+    }
+    CHECK(connected == 1);
+    /* Freeing the stage ends the session: the fake paiod sees a goodbye. */
+    paio_stage_free(stage);
+    CHECK(read_full(fd, hdr, 4) == 0);
+    close(fd);
+    close(lfd);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     test_static_text();
     test_request_types();
@@ -574,6 +650,7 @@ int main(void) {
     test_enforce_single_thread();
     test_concurrent_enforcement();
     test_rate_limit();
+    test_connect();
     printf("%d passed, 0 failed\n", checks_passed);
     return 0;
 }
