@@ -6,7 +6,7 @@
 //! # socket = "/run/paio/paiod.sock"
 //! # metrics = "127.0.0.1:9464"
 //! [policy]
-//! kind = "max_min"                 # static (default) | max_min | proportional
+//! kind = "max_min"                 # static (default) | max_min | proportional | silk
 //! group_by = "job"                 # label that names a stage's group
 //! channel = "read"                 # the controlled channel
 //! # match = { request_type = "read" }  # mapping when paiod creates the channel
@@ -17,6 +17,16 @@
 //! demand = "150MiB/s"              # max_min: required
 //! # weight = 2                     # proportional (default 1)
 //! # rate / otherwise / start / stop / labels / rules: static
+//! ```
+//!
+//! Kind `silk` (SILK's tail-latency control, [`SilkPolicy`]) takes only its
+//! two rates; the channels and objects it controls are fixed:
+//!
+//! ```toml
+//! [policy]
+//! kind = "silk"
+//! kvs_bandwidth = "200MiB/s"       # KVSB: required
+//! min_bandwidth = "10MiB/s"        # minB (default 10MiB/s), less than KVSB
 //! ```
 //!
 //! Unknown fields are rejected, and so are fields the chosen kind does not
@@ -44,7 +54,8 @@ use toml::Spanned;
 
 use crate::policy::common::check_byte_rate;
 use crate::policy::{
-    ControlPolicy, ControlSettings, MaxMinPolicy, ProportionalPolicy, StaticEntry, StaticPolicy,
+    silk::DEFAULT_MIN_BANDWIDTH, ControlPolicy, ControlSettings, MaxMinPolicy, ProportionalPolicy,
+    SilkPolicy, StaticEntry, StaticPolicy,
 };
 
 /// Largest configuration file accepted.
@@ -113,6 +124,8 @@ pub enum PolicyKind {
     MaxMin,
     /// [`ProportionalPolicy`].
     Proportional,
+    /// [`SilkPolicy`].
+    Silk,
 }
 
 impl PolicyKind {
@@ -122,6 +135,7 @@ impl PolicyKind {
             PolicyKind::Static => "static",
             PolicyKind::MaxMin => "max_min",
             PolicyKind::Proportional => "proportional",
+            PolicyKind::Silk => "silk",
         }
     }
 }
@@ -135,6 +149,10 @@ pub struct PolicyConfig {
     pub settings: ControlSettings,
     /// `MaxB` in bytes/s (max_min, proportional).
     pub max_bandwidth: Option<f64>,
+    /// `KVSB` in bytes/s (silk).
+    pub kvs_bandwidth: Option<f64>,
+    /// `minB` in bytes/s (silk; `None`: [`DEFAULT_MIN_BANDWIDTH`]).
+    pub min_bandwidth: Option<f64>,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
 }
@@ -163,7 +181,9 @@ pub struct GroupConfig {
 }
 
 impl PolicyConfig {
-    /// The policy this configuration describes.
+    /// The policy this configuration describes. Panics for a `silk`
+    /// configuration without `0 < min_bandwidth < kvs_bandwidth`, which
+    /// [`PaiodConfig::parse`] never returns.
     pub fn build(&self) -> Box<dyn ControlPolicy> {
         let settings = self.settings.clone();
         let max_b = self.max_bandwidth.unwrap_or(0.0);
@@ -197,6 +217,13 @@ impl PolicyConfig {
                     .iter()
                     .map(|g| (g.name.clone(), g.weight.unwrap_or(1.0))),
             )),
+            PolicyKind::Silk => Box::new(
+                SilkPolicy::new(
+                    self.kvs_bandwidth.unwrap_or(0.0),
+                    self.min_bandwidth.unwrap_or(DEFAULT_MIN_BANDWIDTH),
+                )
+                .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
+            ),
         }
     }
 }
@@ -218,9 +245,11 @@ struct RawPolicy {
     group_by: Option<Spanned<String>>,
     channel: Option<Spanned<String>>,
     #[serde(rename = "match")]
-    pattern: Option<Pattern>,
+    pattern: Option<Spanned<Pattern>>,
     max_bandwidth: Option<Spanned<Rate>>,
     calibrate: Option<Spanned<bool>>,
+    kvs_bandwidth: Option<Spanned<Rate>>,
+    min_bandwidth: Option<Spanned<Rate>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
 }
@@ -373,19 +402,38 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
             "static" => PolicyKind::Static,
             "max_min" => PolicyKind::MaxMin,
             "proportional" => PolicyKind::Proportional,
+            "silk" => PolicyKind::Silk,
             other => {
                 return Err(cx.err(
                     Some(k.span()),
                     "policy.kind",
-                    format!("unknown kind {other:?} (expected static, max_min or proportional)"),
+                    format!(
+                        "unknown kind {other:?} (expected static, max_min, proportional or silk)"
+                    ),
                 ))
             }
         },
     };
     let kname = kind.name();
+    if kind == PolicyKind::Silk {
+        return silk_config(cx, &p);
+    }
+    for (f, v) in [
+        ("kvs_bandwidth", &p.kvs_bandwidth),
+        ("min_bandwidth", &p.min_bandwidth),
+    ] {
+        if let Some(v) = v {
+            return Err(cx.err(
+                Some(v.span()),
+                &format!("policy.{f}"),
+                format!("not used by kind {kname} (only by silk)"),
+            ));
+        }
+    }
     let group_by = p.group_by.as_ref().map_or("job", |g| g.get_ref().as_str());
     let channel = p.channel.as_ref().map_or("read", |c| c.get_ref().as_str());
-    let settings = ControlSettings::new(group_by, channel, p.pattern, false).map_err(|e| {
+    let pattern = p.pattern.as_ref().map(|m| *m.get_ref());
+    let settings = ControlSettings::new(group_by, channel, pattern, false).map_err(|e| {
         let (span, field) = match (&p.group_by, &p.channel) {
             (Some(g), _) if g.get_ref().is_empty() => (Some(g.span()), "policy.group_by"),
             (_, Some(c)) => (Some(c.span()), "policy.channel"),
@@ -508,6 +556,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
                     out.weight = Some(v);
                 }
             }
+            PolicyKind::Silk => unreachable!("silk is configured by silk_config"),
             PolicyKind::Static => {
                 if let Some(r) = &g.rate {
                     out.rate = Some(cx.rate(r, &format!("{at}.rate"))?);
@@ -557,7 +606,69 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         kind,
         settings,
         max_bandwidth,
+        kvs_bandwidth: None,
+        min_bandwidth: None,
         groups,
+    })
+}
+
+/// The `[policy]` table of kind `silk`: `kvs_bandwidth` (required) and
+/// `min_bandwidth` (default 10 MiB/s, less than `kvs_bandwidth`); the fields
+/// of the other kinds are rejected.
+fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
+    let unused = |field: &str, span: Range<usize>| {
+        cx.err(
+            Some(span),
+            &format!("policy.{field}"),
+            "not used by kind silk (its channels and objects are fixed)",
+        )
+    };
+    let others = [
+        ("group_by", p.group_by.as_ref().map(|x| x.span())),
+        ("channel", p.channel.as_ref().map(|x| x.span())),
+        ("match", p.pattern.as_ref().map(|x| x.span())),
+        ("max_bandwidth", p.max_bandwidth.as_ref().map(|x| x.span())),
+        ("calibrate", p.calibrate.as_ref().map(|x| x.span())),
+    ];
+    if let Some((f, Some(s))) = others.iter().find(|(_, s)| s.is_some()).cloned() {
+        return Err(unused(f, s));
+    }
+    if let Some(g) = p.group.first() {
+        return Err(cx.err(
+            Some(g.span()),
+            "policy.group[0]",
+            "not used by kind silk (it controls every stage with its layout)",
+        ));
+    }
+    let kvs = match &p.kvs_bandwidth {
+        Some(k) => cx.rate(k, "policy.kvs_bandwidth")?,
+        None => {
+            return Err(cx.err(
+                p.kind.as_ref().map(|k| k.span()),
+                "policy.kvs_bandwidth",
+                "kind silk needs kvs_bandwidth (KVSB, the store's I/O budget)",
+            ))
+        }
+    };
+    let min = match &p.min_bandwidth {
+        Some(m) => cx.rate(m, "policy.min_bandwidth")?,
+        None => DEFAULT_MIN_BANDWIDTH,
+    };
+    if let Err(e) = crate::policy::silk::check_bandwidths(kvs, min) {
+        let (span, field) = match (&p.min_bandwidth, &p.kvs_bandwidth) {
+            (Some(m), _) => (m.span(), "policy.min_bandwidth"),
+            (None, Some(k)) => (k.span(), "policy.kvs_bandwidth"),
+            (None, None) => unreachable!("kvs_bandwidth is required"),
+        };
+        return Err(cx.err(Some(span), field, e.message));
+    }
+    Ok(PolicyConfig {
+        kind: PolicyKind::Silk,
+        settings: ControlSettings::default(),
+        max_bandwidth: None,
+        kvs_bandwidth: Some(kvs),
+        min_bandwidth: Some(min),
+        groups: Vec::new(),
     })
 }
 
@@ -763,6 +874,107 @@ rules = [{ rule = "create_channel", name = "x" }]
 
         let e = err("[policy\n");
         assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn silk_config() {
+        let c = parse(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nmin_bandwidth = \"5MiB/s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.kind, PolicyKind::Silk);
+        assert_eq!(c.policy.kvs_bandwidth, Some(200.0 * MIB));
+        assert_eq!(c.policy.min_bandwidth, Some(5.0 * MIB));
+        let mut p = c.policy.build();
+        assert_eq!(p.kind(), "silk");
+        assert!(p.targets().is_empty());
+        p.set("*", "min_bandwidth", "20MiB/s").unwrap();
+        // minB defaults to 10 MiB/s.
+        let c = parse("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"100MB/s\"\n").unwrap();
+        assert_eq!(c.policy.min_bandwidth, Some(10.0 * MIB));
+        assert_eq!(c.policy.build().kind(), "silk");
+    }
+
+    #[test]
+    fn silk_config_errors() {
+        // Missing kvs_bandwidth: points at the kind.
+        let e = err("[policy]\nkind = \"silk\"\nmin_bandwidth = \"5MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "policy.kvs_bandwidth"),
+            "{e}"
+        );
+        assert!(e.message.contains("needs kvs_bandwidth"), "{e}");
+        // minB ≥ KVSB.
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"100MiB/s\"\nmin_bandwidth = \"100MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.min_bandwidth"),
+            "{e}"
+        );
+        assert!(e.message.contains("less than kvs_bandwidth"), "{e}");
+        // KVSB not above the default minB.
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"8MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (3, "policy.kvs_bandwidth"),
+            "{e}"
+        );
+        assert!(
+            e.message.contains("(10.0 MiB/s)") && e.message.contains("(8.0 MiB/s)"),
+            "{e}"
+        );
+        // Bad rates.
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"100 iops\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (3, "policy.kvs_bandwidth"),
+            "{e}"
+        );
+        let e = err(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nmin_bandwidth = \"0B/s\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.min_bandwidth"),
+            "{e}"
+        );
+        // Unknown field.
+        let e =
+            err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nminimum = \"1MiB/s\"\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("minimum"), "{e}");
+        // Fields of other kinds.
+        let e = err(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nmax_bandwidth = \"1GiB/s\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.max_bandwidth"),
+            "{e}"
+        );
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nchannel = \"read\"\n");
+        assert_eq!((e.line, e.field.as_str()), (4, "policy.channel"), "{e}");
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nmatch = { request_context = \"flush\" }\n");
+        assert_eq!((e.line, e.field.as_str()), (4, "policy.match"), "{e}");
+        let e = err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\n");
+        assert_eq!((e.line, e.field.as_str()), (4, "policy.group[0]"), "{e}");
+        // Silk's fields in other kinds.
+        let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nkvs_bandwidth = \"1GiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.kvs_bandwidth"),
+            "{e}"
+        );
+        let e = err("[policy]\nmin_bandwidth = \"1MiB/s\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "policy.min_bandwidth"),
+            "{e}"
+        );
+        // The unknown-kind message lists silk.
+        let e = err("[policy]\nkind = \"fastest\"\n");
+        assert!(e.message.contains("silk"), "{e}");
     }
 
     #[test]

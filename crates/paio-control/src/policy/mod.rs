@@ -13,12 +13,14 @@ pub mod calibrate;
 pub mod common;
 pub mod max_min;
 pub mod proportional;
+pub mod silk;
 pub mod static_policy;
 
 pub use calibrate::Calibrator;
 pub use common::{split_by_demand, ControlSettings, StageDemand};
 pub use max_min::{max_min_fair, MaxMinPolicy};
 pub use proportional::{proportional_share, ProportionalPolicy};
+pub use silk::{silk_allocate, SilkPolicy};
 pub use static_policy::{StaticEntry, StaticPolicy};
 
 use std::collections::BTreeMap;
@@ -99,7 +101,7 @@ impl PolicyError {
 
 /// A control algorithm.
 pub trait ControlPolicy: Send {
-    /// The policy's kind (`static`, `max_min`, `proportional`).
+    /// The policy's kind (`static`, `max_min`, `proportional`, `silk`).
     fn kind(&self) -> &'static str;
 
     /// Housekeeping and differentiation rules that prepare a stage that just

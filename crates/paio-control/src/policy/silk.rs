@@ -1,0 +1,1080 @@
+//! SILK's tail-latency control for LSM key-value stores (Algorithm 1 of the
+//! paper, §8.1; kind `silk`).
+//!
+//! # The stage layout (contract with the RocksDB plugin)
+//!
+//! The policy controls stages laid out as follows (names are fixed, not
+//! configurable; they are the constants of this module):
+//!
+//! | channel | objects | request contexts | figure |
+//! |---|---|---|---|
+//! | `foreground` | `default` (noop) | `foreground`: user threads' reads and writes | `Fg`: the channel's bytes/s |
+//! | `flush` | `limit` (DRL, default object) | `flush` | `Fl`: the channel's bytes/s |
+//! | `compaction` | `l0` (DRL, high priority), `ln` (DRL, default object) | `compaction_l0` → `l0` (L0→L0 and L0→Lbase compactions), `compaction_ln` → `ln` (higher levels) | `L0`, `LN`: the objects' bytes/s |
+//! | `unthrottled` | `default` (noop) | WAL, MANIFEST, CURRENT, OPTIONS: never limited | ignored |
+//! | `other` (default channel) | `default` (noop) | everything else | ignored |
+//!
+//! Only stages whose configuration (as paiod knows it) has both a `flush`
+//! and a `compaction` channel are controlled; the policy neither reads nor
+//! limits `unthrottled` and `other`.
+//!
+//! # Setup
+//!
+//! [`ControlPolicy::setup`] gives every registering stage what the policy
+//! needs of that layout, creating only what is missing: the
+//! `request_context` classifier (a `set_classifiers` keeping the enabled
+//! ones, only when it is not enabled: patterns may only name enabled
+//! classifiers), the `foreground`, `flush` and `compaction` channels, the
+//! DRL objects `limit`, `l0` and `ln` at `{minB, minB, KVSB}`, `limit` and
+//! `ln` as default objects, the object mapping `compaction_l0 → l0` and the
+//! channel mappings of the four request contexts. Mapping rules
+//! (`map_channel`, `map_object`, `set_default_object`) are idempotent in the
+//! stage (an identical pattern is replaced, not duplicated), and are only
+//! emitted when the stage's configuration lacks them. The `unthrottled` and
+//! `other` channels and the default channel are left alone: the policy does
+//! not use them and their classification (by file) belongs to the plugin. So
+//! on a stage with only the interposer's default layout, requests carrying
+//! the four contexts are routed (a request-context pattern beats a
+//! request-type one) and everything else keeps going where it went.
+//!
+//! # Each period (Algorithm 1)
+//!
+//! For each controlled stage, from the period's statistics (`bytes_per_sec`,
+//! which paiod rewrites as rates over its own interval):
+//!
+//! 1. `leftB = max(KVSB − Fg, minB)`;
+//! 2. with `Fl > 0` meaning "flushes are active" and `L0 > 0` "high-priority
+//!    compactions are active":
+//!    - both: `{B_Fl, B_L0, B_LN} = {leftB/2, leftB/2, minB}`;
+//!    - flushes only: `{leftB, minB, minB}`;
+//!    - L0 only: `{minB, leftB, minB}`;
+//!    - neither: `{minB, minB, leftB}`;
+//! 3. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`
+//!    and `compaction/ln`, only for rates that moved by more than
+//!    [`DEADBAND`](super::common::DEADBAND) since the last one sent to that
+//!    object, and never below [`RATE_FLOOR`](super::common::RATE_FLOOR).
+//!
+//! Choices:
+//!
+//! - **Activity.** A class is active when its bytes/s in the period are
+//!   positive *or* requests waited in its DRL during the period
+//!   (`wait.waited_ops > 0`): a throttled class still moves bytes, but one
+//!   held back for a whole period may move none, and must not be mistaken
+//!   for an idle one (which would hand its bandwidth away and keep it
+//!   starved). A request still waiting when the period ends is only counted
+//!   when its wait completes. A stage without statistics yet is all idle.
+//! - **Each high-priority class gets at least `minB`.** When `leftB < 2·minB`
+//!   (the foreground takes nearly all of `KVSB`) the both-active branch
+//!   gives `max(leftB/2, minB)` to flushes and to L0 compactions, following
+//!   the paper's "flushes and L0→L1 compactions … are provisioned with
+//!   minimum I/O bandwidth (minB)". Everywhere else the allocation is
+//!   exactly the algorithm's. So every rate is at least `minB` and
+//!   `B_Fl + B_L0 + B_LN ≤ leftB + 2·minB` (the algorithm over-commits `KVSB`
+//!   by up to `2·minB` to keep every background flow moving).
+//! - **Missing objects.** A `configure` is only sent for objects the stage
+//!   has (a batch is one transaction: one unknown object would void it).
+//!
+//! # Figures (`paio status`, metrics)
+//!
+//! One [`GroupTarget`] per stage, named by the stage's `instance` label or
+//! else `name:pid` (stages sharing an `instance` are summed):
+//! `demand` = KVSB, the store's budget; `target` = `Fg + B_Fl + B_L0 + B_LN`,
+//! what the policy lets the store use this period (the foreground is not
+//! limited, so its measured rate counts as granted); `achieved` =
+//! `Fg + Fl + L0 + LN`, what the four classes used.
+//!
+//! # Run-time changes
+//!
+//! `paio ctl set '*' kvs_bandwidth=200MiB/s` and `min_bandwidth=10MiB/s`;
+//! `minB < KVSB` must keep holding.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use paio::stats::Counts;
+use paio::{Classifier, Pattern, RequestContext, Rule, StageInfo};
+
+use super::common::{self, DEADBAND};
+use super::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
+
+/// Channel of user threads' reads and writes (measured, not limited).
+pub const FOREGROUND: &str = "foreground";
+/// Channel of memtable flushes.
+pub const FLUSH: &str = "flush";
+/// The DRL object of [`FLUSH`] (its default object).
+pub const FLUSH_OBJECT: &str = "limit";
+/// Channel of compactions.
+pub const COMPACTION: &str = "compaction";
+/// The high-priority DRL object of [`COMPACTION`] (L0 compactions).
+pub const L0_OBJECT: &str = "l0";
+/// The low-priority DRL object of [`COMPACTION`] (its default object).
+pub const LN_OBJECT: &str = "ln";
+/// Request context of foreground requests.
+pub const CTX_FOREGROUND: &str = "foreground";
+/// Request context of flushes.
+pub const CTX_FLUSH: &str = "flush";
+/// Request context of L0→L0 and L0→Lbase compactions.
+pub const CTX_L0: &str = "compaction_l0";
+/// Request context of higher-level compactions.
+pub const CTX_LN: &str = "compaction_ln";
+/// Label that names a stage's figures, when present.
+pub const INSTANCE_LABEL: &str = "instance";
+/// `minB` when not configured: 10 MiB/s, as in the paper.
+pub const DEFAULT_MIN_BANDWIDTH: f64 = 10.0 * 1024.0 * 1024.0;
+
+/// Which branch of Algorithm 1 applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Branch {
+    /// Flushes and L0 compactions active: they share `leftB`.
+    FlushAndL0,
+    /// Only flushes active: they get `leftB`.
+    Flush,
+    /// Only L0 compactions active: they get `leftB`.
+    L0,
+    /// Neither: higher-level compactions get `leftB`.
+    Neither,
+}
+
+/// One period's allocation, bytes/s (before flooring and rounding).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Allocation {
+    /// `leftB = max(KVSB − Fg, minB)`.
+    pub left: f64,
+    /// `B_Fl`.
+    pub flush: f64,
+    /// `B_L0`.
+    pub l0: f64,
+    /// `B_LN`.
+    pub ln: f64,
+    /// The branch taken.
+    pub branch: Branch,
+}
+
+impl Allocation {
+    /// `B_Fl + B_L0 + B_LN`.
+    pub fn total(&self) -> f64 {
+        self.flush + self.l0 + self.ln
+    }
+}
+
+/// Algorithm 1: the allocation for a foreground rate `fg` and the activity
+/// of flushes and L0 compactions. A negative or non-finite `fg` counts as 0;
+/// both-active shares are raised to `min_b` (see the module doc).
+pub fn silk_allocate(
+    kvs_b: f64,
+    min_b: f64,
+    fg: f64,
+    flush_active: bool,
+    l0_active: bool,
+) -> Allocation {
+    let kvs_b = common::finite(kvs_b);
+    let min_b = common::finite(min_b);
+    let left = (kvs_b - common::finite(fg)).max(min_b);
+    let (flush, l0, ln, branch) = match (flush_active, l0_active) {
+        (true, true) => {
+            let half = (left / 2.0).max(min_b);
+            (half, half, min_b, Branch::FlushAndL0)
+        }
+        (true, false) => (left, min_b, min_b, Branch::Flush),
+        (false, true) => (min_b, left, min_b, Branch::L0),
+        (false, false) => (min_b, min_b, left, Branch::Neither),
+    };
+    Allocation {
+        left,
+        flush,
+        l0,
+        ln,
+        branch,
+    }
+}
+
+/// A controlled stage's figures for one period, bytes/s.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Usage {
+    /// `Fg`: the `foreground` channel.
+    pub fg: f64,
+    /// `Fl`: the `flush` channel.
+    pub fl: f64,
+    /// `L0`: the `compaction/l0` object.
+    pub l0: f64,
+    /// `LN`: the `compaction/ln` object.
+    pub ln: f64,
+    /// Flushes moved bytes or waited in their DRL this period.
+    pub flush_active: bool,
+    /// L0 compactions moved bytes or waited in their DRL this period.
+    pub l0_active: bool,
+}
+
+impl Usage {
+    /// The stage's figures, `None` when it lacks the `flush` or
+    /// `compaction` channel (it is not controlled). Without statistics,
+    /// everything is 0 and idle.
+    pub fn of(view: &StageView) -> Option<Usage> {
+        if !has_channel(&view.info, FLUSH) || !has_channel(&view.info, COMPACTION) {
+            return None;
+        }
+        let Some(stats) = &view.stats else {
+            return Some(Usage::default());
+        };
+        let channel = |name: &str| stats.channels.iter().find(|c| c.name == name);
+        let object = |ch: &str, obj: &str| {
+            channel(ch)?
+                .objects
+                .iter()
+                .find(|o| o.name == obj)
+                .map(|o| &o.counts)
+        };
+        let fg = channel(FOREGROUND).map(|c| &c.counts);
+        let fl = channel(FLUSH).map(|c| &c.counts);
+        let l0 = object(COMPACTION, L0_OBJECT);
+        let ln = object(COMPACTION, LN_OBJECT);
+        Some(Usage {
+            fg: rate(fg),
+            fl: rate(fl),
+            l0: rate(l0),
+            ln: rate(ln),
+            flush_active: active(fl),
+            l0_active: active(l0),
+        })
+    }
+
+    /// `Fg + Fl + L0 + LN`.
+    pub fn total(&self) -> f64 {
+        self.fg + self.fl + self.l0 + self.ln
+    }
+}
+
+fn rate(c: Option<&Counts>) -> f64 {
+    c.map_or(0.0, |c| common::finite(c.bytes_per_sec))
+}
+
+fn active(c: Option<&Counts>) -> bool {
+    c.is_some_and(|c| common::finite(c.bytes_per_sec) > 0.0 || c.wait.waited_ops > 0)
+}
+
+fn has_channel(info: &StageInfo, name: &str) -> bool {
+    info.channels.iter().any(|c| c.name == name)
+}
+
+fn has_object(info: &StageInfo, channel: &str, object: &str) -> bool {
+    info.channels
+        .iter()
+        .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object))
+}
+
+/// The pattern `{ request_context = name }`.
+fn context_pattern(name: &str) -> Pattern {
+    Pattern {
+        request_context: Some(
+            RequestContext::named(name).expect("a fixed request context name can be interned"),
+        ),
+        ..Pattern::ANY
+    }
+}
+
+/// `r` bytes/s for messages: in MiB/s from 1 MiB/s up, else in B/s.
+fn fmt_rate(r: f64) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    if r >= MIB {
+        format!("{:.1} MiB/s", r / MIB)
+    } else {
+        format!("{} B/s", r.round())
+    }
+}
+
+/// The `silk` policy.
+#[derive(Debug, Clone)]
+pub struct SilkPolicy {
+    kvs_b: f64,
+    min_b: f64,
+    /// Rate last sent to each (stage, channel, object).
+    last: BTreeMap<(StageId, &'static str, &'static str), u64>,
+    targets: Vec<GroupTarget>,
+}
+
+/// Checks `0 < min_b < kvs_b`.
+pub fn check_bandwidths(kvs_b: f64, min_b: f64) -> Result<(), PolicyError> {
+    if !(kvs_b.is_finite() && kvs_b > 0.0) {
+        return Err(PolicyError::new(format!(
+            "kvs_bandwidth must be a positive byte rate, got {kvs_b}"
+        )));
+    }
+    if !(min_b.is_finite() && min_b > 0.0) {
+        return Err(PolicyError::new(format!(
+            "min_bandwidth must be a positive byte rate, got {min_b}"
+        )));
+    }
+    if min_b >= kvs_b {
+        return Err(PolicyError::new(format!(
+            "min_bandwidth ({}) must be less than kvs_bandwidth ({})",
+            fmt_rate(min_b),
+            fmt_rate(kvs_b)
+        )));
+    }
+    Ok(())
+}
+
+impl SilkPolicy {
+    /// A policy with `KVSB = kvs_bandwidth` and `minB = min_bandwidth`
+    /// (bytes/s); requires `0 < minB < KVSB`.
+    pub fn new(kvs_bandwidth: f64, min_bandwidth: f64) -> Result<Self, PolicyError> {
+        check_bandwidths(kvs_bandwidth, min_bandwidth)?;
+        Ok(Self {
+            kvs_b: kvs_bandwidth,
+            min_b: min_bandwidth,
+            last: BTreeMap::new(),
+            targets: Vec::new(),
+        })
+    }
+
+    /// `KVSB`, bytes/s.
+    pub fn kvs_bandwidth(&self) -> f64 {
+        self.kvs_b
+    }
+
+    /// `minB`, bytes/s.
+    pub fn min_bandwidth(&self) -> f64 {
+        self.min_b
+    }
+
+    /// The name of a stage's figures.
+    fn group(view: &StageView) -> String {
+        match view.label(INSTANCE_LABEL) {
+            Some(i) => i.to_string(),
+            None => format!("{}:{}", view.info.identity.name, view.info.identity.pid),
+        }
+    }
+}
+
+impl ControlPolicy for SilkPolicy {
+    fn kind(&self) -> &'static str {
+        "silk"
+    }
+
+    fn setup(&self, stage: &StageView) -> Vec<Rule> {
+        let info = &stage.info;
+        let mut rules = Vec::new();
+        if !info.classifiers.contains(&Classifier::RequestContext) {
+            let mut all = info.classifiers.clone();
+            all.push(Classifier::RequestContext);
+            rules.push(Rule::SetClassifiers { classifiers: all });
+        }
+        for ch in [FOREGROUND, FLUSH, COMPACTION] {
+            if !has_channel(info, ch) {
+                rules.push(Rule::CreateChannel { name: ch.into() });
+            }
+        }
+        for (ch, obj, rate) in [
+            (FLUSH, FLUSH_OBJECT, self.min_b),
+            (COMPACTION, L0_OBJECT, self.min_b),
+            (COMPACTION, LN_OBJECT, self.kvs_b),
+        ] {
+            if !has_object(info, ch, obj) {
+                rules.push(Rule::CreateObject {
+                    channel: ch.into(),
+                    name: obj.into(),
+                    config: common::drl(rate),
+                });
+            }
+        }
+        let channel = |name: &str| info.channels.iter().find(|c| c.name == name);
+        for (ch, obj) in [(FLUSH, FLUSH_OBJECT), (COMPACTION, LN_OBJECT)] {
+            if channel(ch).is_none_or(|c| c.default_object != obj) {
+                rules.push(Rule::SetDefaultObject {
+                    channel: ch.into(),
+                    object: obj.into(),
+                });
+            }
+        }
+        let l0 = context_pattern(CTX_L0);
+        if channel(COMPACTION).is_none_or(|c| !c.object_rules.contains(&(l0, L0_OBJECT.into()))) {
+            rules.push(Rule::MapObject {
+                channel: COMPACTION.into(),
+                pattern: l0,
+                object: L0_OBJECT.into(),
+            });
+        }
+        for (ctx, ch) in [
+            (CTX_FOREGROUND, FOREGROUND),
+            (CTX_FLUSH, FLUSH),
+            (CTX_L0, COMPACTION),
+            (CTX_LN, COMPACTION),
+        ] {
+            let pattern = context_pattern(ctx);
+            if !info.channel_rules.contains(&(pattern, ch.into())) {
+                rules.push(Rule::MapChannel {
+                    pattern,
+                    channel: ch.into(),
+                });
+            }
+        }
+        rules
+    }
+
+    fn period(&mut self, _now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
+        let mut out = Vec::new();
+        let mut next = BTreeMap::new();
+        let mut groups: BTreeMap<String, GroupTarget> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for view in stages {
+            let Some(usage) = Usage::of(view) else {
+                continue;
+            };
+            if !seen.insert(view.id) {
+                continue;
+            }
+            let alloc = silk_allocate(
+                self.kvs_b,
+                self.min_b,
+                usage.fg,
+                usage.flush_active,
+                usage.l0_active,
+            );
+            let mut rules = Vec::new();
+            for (ch, obj, rate) in [
+                (FLUSH, FLUSH_OBJECT, alloc.flush),
+                (COMPACTION, L0_OBJECT, alloc.l0),
+                (COMPACTION, LN_OBJECT, alloc.ln),
+            ] {
+                if !has_object(&view.info, ch, obj) {
+                    continue;
+                }
+                let key = (view.id, ch, obj);
+                let r = common::to_rate(rate);
+                match self.last.get(&key) {
+                    Some(&old) if (r as f64 - old as f64).abs() <= DEADBAND * old as f64 => {
+                        next.insert(key, old);
+                    }
+                    _ => {
+                        next.insert(key, r);
+                        rules.push(Rule::Configure {
+                            channel: ch.into(),
+                            object: obj.into(),
+                            config: common::drl(r as f64),
+                        });
+                    }
+                }
+            }
+            if !rules.is_empty() {
+                out.push((view.id, rules));
+            }
+            let g = groups
+                .entry(Self::group(view))
+                .or_insert_with_key(|name| GroupTarget {
+                    group: name.clone(),
+                    demand_bytes_per_sec: 0.0,
+                    target_bytes_per_sec: 0.0,
+                    achieved_bytes_per_sec: 0.0,
+                    stages: 0,
+                });
+            g.demand_bytes_per_sec += self.kvs_b;
+            g.target_bytes_per_sec += usage.fg + alloc.total();
+            g.achieved_bytes_per_sec += usage.total();
+            g.stages += 1;
+        }
+        self.last = next;
+        self.targets = groups.into_values().collect();
+        out
+    }
+
+    fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
+        let (kvs, min) = match key {
+            "kvs_bandwidth" | "min_bandwidth" => {
+                if group != "*" {
+                    return Err(PolicyError::new(format!(
+                        "{key} applies to every stage: use group `*`, not {group:?}"
+                    )));
+                }
+                let v = common::parse_byte_rate(value)
+                    .map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
+                if key == "kvs_bandwidth" {
+                    (v, self.min_b)
+                } else {
+                    (self.kvs_b, v)
+                }
+            }
+            other => {
+                return Err(PolicyError::new(format!(
+                    "unknown key {other:?} for policy silk (known: kvs_bandwidth, min_bandwidth)"
+                )))
+            }
+        };
+        check_bandwidths(kvs, min)?;
+        self.kvs_b = kvs;
+        self.min_b = min;
+        Ok(())
+    }
+
+    fn targets(&self) -> Vec<GroupTarget> {
+        self.targets.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::common::{to_rate, RATE_FLOOR};
+    use super::*;
+    use paio::{ObjectConfig, Stage, StageStats};
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+    const KVSB: f64 = 200.0 * MIB;
+    const MINB: f64 = 10.0 * MIB;
+
+    /// The plugin's layout, as a stage policy.
+    const LAYOUT: &str = r#"
+[stage]
+name = "rocksdb"
+classifiers = ["request_context"]
+default_channel = "other"
+
+[stage.labels]
+instance = "db1"
+
+[[channel]]
+name = "foreground"
+match = { request_context = "foreground" }
+
+[[channel]]
+name = "flush"
+match = { request_context = "flush" }
+default_object = "limit"
+
+[[channel.object]]
+name = "limit"
+kind = "drl"
+rate = "10MiB/s"
+
+[[channel]]
+name = "compaction"
+match = [{ request_context = "compaction_l0" }, { request_context = "compaction_ln" }]
+default_object = "ln"
+
+[[channel.object]]
+name = "l0"
+kind = "drl"
+rate = "10MiB/s"
+match = { request_context = "compaction_l0" }
+
+[[channel.object]]
+name = "ln"
+kind = "drl"
+rate = "200MiB/s"
+
+[[channel]]
+name = "unthrottled"
+
+[[channel]]
+name = "other"
+"#;
+
+    /// The interposer's default layout.
+    const PRELOAD: &str = r#"
+[stage]
+name = "preload"
+default_channel = "metadata"
+
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+
+[[channel]]
+name = "metadata"
+"#;
+
+    /// The layout's info and a zero collection of it, built once.
+    fn base() -> &'static (StageInfo, StageStats) {
+        static BASE: OnceLock<(StageInfo, StageStats)> = OnceLock::new();
+        BASE.get_or_init(|| {
+            let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+            (stage.info(), stage.collect())
+        })
+    }
+
+    fn policy() -> SilkPolicy {
+        SilkPolicy::new(KVSB, MINB).unwrap()
+    }
+
+    /// Per-class figures of one period: bytes/s and waited operations.
+    #[derive(Debug, Clone, Copy, Default)]
+    struct Figures {
+        fg: f64,
+        fl: f64,
+        l0: f64,
+        ln: f64,
+        fl_waited: u64,
+        l0_waited: u64,
+    }
+
+    fn fig(fg: f64, fl: f64, l0: f64, ln: f64) -> Figures {
+        Figures {
+            fg,
+            fl,
+            l0,
+            ln,
+            ..Default::default()
+        }
+    }
+
+    fn set_counts(c: &mut Counts, bps: f64, waited: u64) {
+        c.bytes_per_sec = bps;
+        c.interval_bytes = (bps / 10.0) as u64;
+        c.wait.waited_ops = waited;
+    }
+
+    /// A view of stage `id` with the layout and these figures.
+    fn view(id: StageId, f: Figures) -> StageView {
+        let (info, stats) = base();
+        let mut stats = stats.clone();
+        for ch in &mut stats.channels {
+            match ch.name.as_str() {
+                FOREGROUND => set_counts(&mut ch.counts, f.fg, 0),
+                FLUSH => {
+                    set_counts(&mut ch.counts, f.fl, f.fl_waited);
+                    for o in &mut ch.objects {
+                        if o.name == FLUSH_OBJECT {
+                            set_counts(&mut o.counts, f.fl, f.fl_waited);
+                        }
+                    }
+                }
+                COMPACTION => {
+                    set_counts(&mut ch.counts, f.l0 + f.ln, f.l0_waited);
+                    for o in &mut ch.objects {
+                        match o.name.as_str() {
+                            L0_OBJECT => set_counts(&mut o.counts, f.l0, f.l0_waited),
+                            LN_OBJECT => set_counts(&mut o.counts, f.ln, 0),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        StageView {
+            id,
+            info: info.clone(),
+            stats: Some(stats),
+            proc_io: None,
+        }
+    }
+
+    /// The rate configured for `channel/object` of stage `id`, if sent.
+    fn sent(out: &[(StageId, Vec<Rule>)], id: StageId, channel: &str, object: &str) -> Option<u64> {
+        out.iter()
+            .filter(|(i, _)| *i == id)
+            .flat_map(|(_, rules)| rules)
+            .find_map(|r| match r {
+                Rule::Configure {
+                    channel: c,
+                    object: o,
+                    config: ObjectConfig::Drl(d),
+                } if c == channel && o == object => Some(d.rate.per_second),
+                _ => None,
+            })
+    }
+
+    /// `[B_Fl, B_L0, B_LN]` sent to stage `id` (all three must be sent).
+    fn rates(out: &[(StageId, Vec<Rule>)], id: StageId) -> [u64; 3] {
+        [
+            sent(out, id, FLUSH, FLUSH_OBJECT).expect("flush rate"),
+            sent(out, id, COMPACTION, L0_OBJECT).expect("l0 rate"),
+            sent(out, id, COMPACTION, LN_OBJECT).expect("ln rate"),
+        ]
+    }
+
+    fn run(f: Figures) -> [u64; 3] {
+        let mut p = policy();
+        rates(&p.period(Duration::ZERO, &[view(1, f)]), 1)
+    }
+
+    fn r(x: f64) -> u64 {
+        to_rate(x)
+    }
+
+    #[test]
+    fn every_branch_of_algorithm_1() {
+        // Fg = 60 → leftB = 140.
+        let left = KVSB - 60.0 * MIB;
+        // Fl > 0 ∧ L0 > 0: the high-priority classes share leftB.
+        assert_eq!(
+            run(fig(60.0 * MIB, 5.0 * MIB, 5.0 * MIB, 1.0)),
+            [r(left / 2.0), r(left / 2.0), r(MINB)]
+        );
+        // Fl > 0 ∧ L0 = 0.
+        assert_eq!(
+            run(fig(60.0 * MIB, 5.0 * MIB, 0.0, 3.0 * MIB)),
+            [r(left), r(MINB), r(MINB)]
+        );
+        // Fl = 0 ∧ L0 > 0.
+        assert_eq!(
+            run(fig(60.0 * MIB, 0.0, 1.0, 3.0 * MIB)),
+            [r(MINB), r(left), r(MINB)]
+        );
+        // Neither: the low-priority compactions get leftB.
+        assert_eq!(
+            run(fig(60.0 * MIB, 0.0, 0.0, 3.0 * MIB)),
+            [r(MINB), r(MINB), r(left)]
+        );
+        // Fg ≥ KVSB: leftB = minB.
+        assert_eq!(
+            run(fig(500.0 * MIB, 0.0, 0.0, 0.0)),
+            [r(MINB), r(MINB), r(MINB)]
+        );
+        // Both active with leftB < 2·minB: each high-priority class keeps minB.
+        assert_eq!(
+            run(fig(KVSB - 15.0 * MIB, 1.0, 1.0, 0.0)),
+            [r(MINB), r(MINB), r(MINB)]
+        );
+        // No statistics yet: all idle, the initial rates.
+        let mut p = policy();
+        let v = StageView {
+            stats: None,
+            ..view(1, Figures::default())
+        };
+        assert_eq!(
+            rates(&p.period(Duration::ZERO, &[v]), 1),
+            [r(MINB), r(MINB), r(KVSB)]
+        );
+    }
+
+    #[test]
+    fn a_class_blocked_in_its_drl_counts_as_active() {
+        // No bytes, but requests waited: still active.
+        let f = Figures {
+            fl_waited: 3,
+            ..fig(0.0, 0.0, 0.0, 0.0)
+        };
+        assert_eq!(run(f), [r(KVSB), r(MINB), r(MINB)]);
+        let f = Figures {
+            l0_waited: 1,
+            ..fig(0.0, 0.0, 0.0, 0.0)
+        };
+        assert_eq!(run(f), [r(MINB), r(KVSB), r(MINB)]);
+        let f = Figures {
+            fl_waited: 1,
+            l0_waited: 1,
+            ..fig(0.0, 0.0, 0.0, 0.0)
+        };
+        assert_eq!(run(f), [r(KVSB / 2.0), r(KVSB / 2.0), r(MINB)]);
+        // NaN and negative rates are idle.
+        assert_eq!(
+            run(fig(f64::NAN, f64::NAN, -1.0, 0.0)),
+            [r(MINB), r(MINB), r(KVSB)]
+        );
+    }
+
+    #[test]
+    fn tiny_min_bandwidth_is_raised_to_the_floor() {
+        let mut p = SilkPolicy::new(KVSB, 1000.0).unwrap();
+        let out = p.period(Duration::ZERO, &[view(1, fig(KVSB * 2.0, 1.0, 1.0, 1.0))]);
+        assert_eq!(rates(&out, 1), [RATE_FLOOR as u64; 3]);
+    }
+
+    #[test]
+    fn unchanged_rates_are_not_resent() {
+        let mut p = policy();
+        let f = fig(60.0 * MIB, 5.0 * MIB, 0.0, 3.0 * MIB);
+        let out = p.period(Duration::ZERO, &[view(1, f)]);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1.len(), 3);
+        // Same figures, and Fg within the deadband: nothing.
+        assert!(p.period(Duration::ZERO, &[view(1, f)]).is_empty());
+        let f2 = Figures {
+            fg: 60.0 * MIB + 1000.0,
+            ..f
+        };
+        assert!(p.period(Duration::ZERO, &[view(1, f2)]).is_empty());
+        // Flushes stop: only flush/limit (leftB → minB) and ln (minB → leftB)
+        // change; l0 stays at minB and is not sent.
+        let out = p.period(Duration::ZERO, &[view(1, fig(60.0 * MIB, 0.0, 0.0, 1.0))]);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].1.len(), 2, "{out:?}");
+        assert_eq!(sent(&out, 1, FLUSH, FLUSH_OBJECT), Some(r(MINB)));
+        assert_eq!(sent(&out, 1, COMPACTION, L0_OBJECT), None);
+        assert_eq!(
+            sent(&out, 1, COMPACTION, LN_OBJECT),
+            Some(r(KVSB - 60.0 * MIB))
+        );
+        // A stage that left is forgotten: back, it gets all three again.
+        assert!(p.period(Duration::ZERO, &[]).is_empty());
+        let out = p.period(Duration::ZERO, &[view(1, fig(60.0 * MIB, 0.0, 0.0, 1.0))]);
+        assert_eq!(out[0].1.len(), 3);
+        // Stages are tracked separately.
+        let out = p.period(
+            Duration::ZERO,
+            &[
+                view(1, fig(60.0 * MIB, 0.0, 0.0, 1.0)),
+                view(2, fig(60.0 * MIB, 0.0, 0.0, 1.0)),
+            ],
+        );
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 2);
+    }
+
+    #[test]
+    fn stages_without_the_layout_are_ignored_and_missing_objects_skipped() {
+        let mut p = policy();
+        let preload = Stage::from_policy_str(PRELOAD, "<p>").unwrap();
+        let other = StageView {
+            id: 7,
+            info: preload.info(),
+            stats: Some(preload.collect()),
+            proc_io: None,
+        };
+        assert!(p.period(Duration::ZERO, &[other]).is_empty());
+        assert!(p.targets().is_empty());
+        // A layout whose compaction channel lacks `l0`: l0 is not configured.
+        let mut v = view(3, fig(0.0, 0.0, 0.0, 0.0));
+        let c = v.info.channels.iter_mut().find(|c| c.name == COMPACTION);
+        c.unwrap().objects.retain(|o| o.name != L0_OBJECT);
+        let out = p.period(Duration::ZERO, &[v]);
+        assert_eq!(out[0].1.len(), 2, "{out:?}");
+        assert_eq!(sent(&out, 3, COMPACTION, L0_OBJECT), None);
+    }
+
+    #[test]
+    fn targets_per_stage() {
+        let mut p = policy();
+        let f = fig(60.0 * MIB, 5.0 * MIB, 0.0, 3.0 * MIB);
+        let mut anonymous = view(2, f);
+        anonymous.info.identity.labels.clear();
+        p.period(Duration::ZERO, &[view(1, f), anonymous]);
+        let t = p.targets();
+        assert_eq!(t.len(), 2, "{t:?}");
+        assert_eq!(t[0].group, "db1");
+        assert_eq!(t[1].group, format!("rocksdb:{}", std::process::id()));
+        for g in &t {
+            assert_eq!(g.stages, 1);
+            assert_eq!(g.demand_bytes_per_sec, KVSB);
+            // Fg + leftB + 2·minB = KVSB + 2·minB in the flush-only branch.
+            assert!((g.target_bytes_per_sec - (KVSB + 2.0 * MINB)).abs() < 1.0);
+            assert!((g.achieved_bytes_per_sec - 68.0 * MIB).abs() < 1.0);
+        }
+        // Two stages sharing an instance are summed.
+        p.period(Duration::ZERO, &[view(1, f), view(2, f)]);
+        let t = p.targets();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].stages, 2);
+        assert_eq!(t[0].demand_bytes_per_sec, 2.0 * KVSB);
+    }
+
+    #[test]
+    fn set_changes_bandwidths_and_checks_them() {
+        let mut p = policy();
+        p.set("*", "kvs_bandwidth", "100MiB/s").unwrap();
+        p.set("*", "min_bandwidth", "20MiB/s").unwrap();
+        assert_eq!(p.kvs_bandwidth(), 100.0 * MIB);
+        assert_eq!(p.min_bandwidth(), 20.0 * MIB);
+        assert_eq!(
+            run_with(&mut p, fig(30.0 * MIB, 1.0, 0.0, 0.0)),
+            [r(70.0 * MIB), r(20.0 * MIB), r(20.0 * MIB)]
+        );
+        let e = p.set("*", "min_bandwidth", "100MiB/s").unwrap_err();
+        assert!(e.message.contains("less than kvs_bandwidth"), "{e}");
+        let e = p.set("*", "kvs_bandwidth", "20MiB/s").unwrap_err();
+        assert!(e.message.contains("less than kvs_bandwidth"), "{e}");
+        // Failed sets change nothing.
+        assert_eq!(p.kvs_bandwidth(), 100.0 * MIB);
+        assert_eq!(p.min_bandwidth(), 20.0 * MIB);
+        let e = p.set("db1", "kvs_bandwidth", "1GiB/s").unwrap_err();
+        assert!(e.message.contains("group `*`"), "{e}");
+        let e = p.set("*", "demand", "1GiB/s").unwrap_err();
+        assert!(e.message.contains("unknown key"), "{e}");
+        let e = p.set("*", "kvs_bandwidth", "0B/s").unwrap_err();
+        assert!(e.message.contains("greater than 0"), "{e}");
+        assert!(p.set("*", "kvs_bandwidth", "100 iops").is_err());
+        assert!(p.set("*", "min_bandwidth", "fast").is_err());
+        assert!(SilkPolicy::new(10.0, 10.0).is_err());
+        assert!(SilkPolicy::new(f64::NAN, 1.0).is_err());
+        assert!(SilkPolicy::new(10.0, 0.0).is_err());
+    }
+
+    fn run_with(p: &mut SilkPolicy, f: Figures) -> [u64; 3] {
+        rates(&p.period(Duration::ZERO, &[view(1, f)]), 1)
+    }
+
+    #[test]
+    fn setup_on_the_full_layout_is_empty() {
+        let p = policy();
+        assert!(p.setup(&view(1, Figures::default())).is_empty());
+    }
+
+    #[test]
+    fn setup_builds_the_layout_on_a_preload_stage() {
+        let p = policy();
+        let stage = Stage::from_policy_str(
+            &PRELOAD.replace("[stage]\n", "[stage]\nclassifiers = [\"request_type\"]\n"),
+            "<p>",
+        )
+        .unwrap();
+        let v = |stage: &Stage| StageView {
+            id: 1,
+            info: stage.info(),
+            stats: None,
+            proc_io: None,
+        };
+        let rules = p.setup(&v(&stage));
+        assert!(
+            matches!(&rules[0], Rule::SetClassifiers { classifiers }
+                if classifiers == &[Classifier::RequestType, Classifier::RequestContext]),
+            "{rules:?}"
+        );
+        stage.apply_all(&rules).unwrap();
+        let info = stage.info();
+        // Initial rates {minB, minB, KVSB}.
+        let drl_rate = |ch: &str, obj: &str| {
+            let c = info.channels.iter().find(|c| c.name == ch).unwrap();
+            match &c.objects.iter().find(|o| o.name == obj).unwrap().config {
+                Some(ObjectConfig::Drl(d)) => d.rate.per_second,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(drl_rate(FLUSH, FLUSH_OBJECT), r(MINB));
+        assert_eq!(drl_rate(COMPACTION, L0_OBJECT), r(MINB));
+        assert_eq!(drl_rate(COMPACTION, LN_OBJECT), r(KVSB));
+        // Routing by request context; the rest as before.
+        let route = |ctx: &str, rt: paio::RequestType| {
+            let c = paio::Context::explicit(1, rt, RequestContext::named(ctx).unwrap(), 10);
+            stage.route(&c)
+        };
+        let w = paio::RequestType::WRITE;
+        let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(route(CTX_FOREGROUND, w), pair(FOREGROUND, "default"));
+        assert_eq!(route(CTX_FLUSH, w), pair(FLUSH, FLUSH_OBJECT));
+        assert_eq!(route(CTX_L0, w), pair(COMPACTION, L0_OBJECT));
+        assert_eq!(route(CTX_LN, w), pair(COMPACTION, LN_OBJECT));
+        assert_eq!(route("none", w), pair("write", "default"));
+        // Complete now: nothing more to set up, and the policy controls it.
+        assert!(p.setup(&v(&stage)).is_empty());
+        let mut q = policy();
+        let out = q.period(Duration::ZERO, &[v(&stage)]);
+        stage.apply_all(&out[0].1).unwrap();
+        // Re-sending the mapping rules (as after a paiod restart) is harmless.
+        let mappings: Vec<Rule> = rules
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r,
+                    Rule::MapChannel { .. }
+                        | Rule::MapObject { .. }
+                        | Rule::SetDefaultObject { .. }
+                        | Rule::SetClassifiers { .. }
+                )
+            })
+            .cloned()
+            .collect();
+        assert_eq!(mappings.len(), 8, "{mappings:?}");
+        stage.apply_all(&mappings).unwrap();
+        assert_eq!(stage.info(), info);
+        // paiod filters the creations of what exists: the rest applies.
+        let again = crate::server::missing(rules.clone(), &v(&stage));
+        assert_eq!(again.len(), 8);
+        stage.apply_all(&again).unwrap();
+    }
+
+    #[test]
+    fn setup_fixes_a_partial_layout() {
+        let p = policy();
+        let stage = Stage::from_policy_str(
+            "[stage]\nname = \"kv\"\n[[channel]]\nname = \"flush\"\nmatch = { request_context = \"flush\" }\n",
+            "<p>",
+        )
+        .unwrap();
+        let v = StageView {
+            id: 1,
+            info: stage.info(),
+            stats: None,
+            proc_io: None,
+        };
+        let rules = p.setup(&v);
+        assert!(!rules
+            .iter()
+            .any(|r| matches!(r, Rule::SetClassifiers { .. })));
+        assert!(!rules
+            .iter()
+            .any(|r| matches!(r, Rule::CreateChannel { name } if name == FLUSH)));
+        assert!(!rules
+            .iter()
+            .any(|r| matches!(r, Rule::MapChannel { channel, .. } if channel == FLUSH)));
+        stage.apply_all(&rules).unwrap();
+        assert!(p
+            .setup(&StageView {
+                info: stage.info(),
+                ..v
+            })
+            .is_empty());
+    }
+
+    fn rate_strategy() -> impl Strategy<Value = f64> {
+        prop_oneof![Just(0.0), 1.0..1e10f64]
+    }
+
+    proptest! {
+        #[test]
+        fn allocation_follows_algorithm_1(
+            fg in rate_strategy(),
+            fl in rate_strategy(),
+            l0 in rate_strategy(),
+            ln in rate_strategy(),
+            kvs in 1e6..1e11f64,
+            min_frac in 1e-4..0.999f64,
+        ) {
+            let min = kvs * min_frac;
+            let a = silk_allocate(kvs, min, fg, fl > 0.0, l0 > 0.0);
+            let left = (kvs - fg).max(min);
+            let eps = 1e-9 * kvs;
+            prop_assert!((a.left - left).abs() <= eps);
+            prop_assert!(a.left >= min);
+            prop_assert!(a.flush >= min && a.l0 >= min && a.ln >= min);
+            prop_assert!(a.total() <= left + 2.0 * min + eps);
+            match (fl > 0.0, l0 > 0.0) {
+                (true, true) => {
+                    prop_assert_eq!(a.branch, Branch::FlushAndL0);
+                    prop_assert_eq!(a.flush, a.l0);
+                    prop_assert_eq!(a.flush, (left / 2.0).max(min));
+                    prop_assert_eq!(a.ln, min);
+                    if left >= 2.0 * min {
+                        prop_assert!((a.total() - (left + min)).abs() <= eps);
+                    } else {
+                        prop_assert!((a.total() - 3.0 * min).abs() <= eps);
+                    }
+                }
+                (true, false) => {
+                    prop_assert_eq!(a.branch, Branch::Flush);
+                    prop_assert_eq!((a.flush, a.l0, a.ln), (left, min, min));
+                    prop_assert!((a.total() - (left + 2.0 * min)).abs() <= eps);
+                }
+                (false, true) => {
+                    prop_assert_eq!(a.branch, Branch::L0);
+                    prop_assert_eq!((a.flush, a.l0, a.ln), (min, left, min));
+                    prop_assert!((a.total() - (left + 2.0 * min)).abs() <= eps);
+                }
+                (false, false) => {
+                    prop_assert_eq!(a.branch, Branch::Neither);
+                    prop_assert_eq!((a.flush, a.l0, a.ln), (min, min, left));
+                    prop_assert!((a.total() - (left + 2.0 * min)).abs() <= eps);
+                }
+            }
+            // Through the policy: the rules carry these rates, floored and
+            // rounded, never below the floor nor below minB.
+            let mut p = SilkPolicy::new(kvs, min).unwrap();
+            let out = p.period(Duration::ZERO, &[view(1, fig(fg, fl, l0, ln))]);
+            let got = rates(&out, 1);
+            prop_assert_eq!(got, [to_rate(a.flush), to_rate(a.l0), to_rate(a.ln)]);
+            for x in got {
+                prop_assert!(x >= RATE_FLOOR as u64);
+                prop_assert!(x as f64 >= min.floor());
+            }
+            let sum: u64 = got.iter().sum();
+            let floored = left.max(RATE_FLOOR) + 2.0 * min.max(RATE_FLOOR);
+            prop_assert!(sum as f64 <= floored + 3.0);
+            // The same figures again: nothing re-sent.
+            prop_assert!(p.period(Duration::ZERO, &[view(1, fig(fg, fl, l0, ln))]).is_empty());
+        }
+    }
+}
