@@ -285,6 +285,13 @@ impl FrameDecoder {
     pub fn pending(&self) -> usize {
         self.buf.len() + self.skip
     }
+
+    /// Whether the decoder is still discarding the payload of an oversized
+    /// frame it already reported (at end of stream: that frame was cut
+    /// short).
+    pub fn skipping(&self) -> bool {
+        self.skip > 0
+    }
 }
 
 /// Reads one whole frame's payload from a blocking reader. `Ok(None)` at a
