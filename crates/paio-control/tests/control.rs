@@ -435,3 +435,23 @@ fn a_stage_that_stops_answering_is_dropped_after_the_collect_timeout() {
     }
     assert!(saw_goodbye);
 }
+
+#[test]
+fn a_stage_started_before_paiod_runs_its_own_policy_then_registers() {
+    let dir = tempfile::tempdir().unwrap();
+    let stage = stage("t");
+    let client = client(&stage, &dir.path().join("paiod.sock"));
+    // No paiod: requests flow through the stage's own policy.
+    for _ in 0..100 {
+        stage
+            .enforce(&Context::new(RequestType::READ, 4096), None)
+            .unwrap();
+    }
+    assert!(!client.status().connected);
+    assert_eq!(paiod_rate(&stage), None);
+    let paiod = Paiod::start(dir.path(), &static_config("100MiB/s"));
+    wait_for("registration", || client.status().connected);
+    wait_for("the static rate", || paiod_rate(&stage) == Some(100 * MIB));
+    assert_eq!(paiod.status().stages.len(), 1);
+    client.stop();
+}
