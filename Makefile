@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python lint bench experiment-bandwidth fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb lint bench experiment-bandwidth fuzz header clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-c test-python
+test: setup lint test-rust test-c test-python test-rocksdb
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -42,6 +42,11 @@ test-c:
 
 test-python:
 	python3 -m pytest -q bench/bandwidth
+
+## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
+## runs ctest (integrations/rocksdb, docs/rocksdb.md).
+test-rocksdb:
+	bash integrations/rocksdb/build.sh
 
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # Debian packages the build and tests use. Add to this list, never install by hand.
-PACKAGES=(build-essential pkg-config fio python3 tar coreutils valgrind)
+PACKAGES=(build-essential pkg-config fio python3 tar coreutils valgrind cmake librocksdb-dev rocksdb-tools libgtest-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

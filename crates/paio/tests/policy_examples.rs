@@ -26,6 +26,8 @@ fn example_files() -> Vec<PathBuf> {
         .map(|e| e.expect("readable entry").path())
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
+    // The RocksDB plugin's stage policy is an example too.
+    v.push(root().join("integrations/rocksdb/paio-rocksdb.toml"));
     v.sort();
     v
 }
@@ -85,11 +87,15 @@ fn example_policies_route_as_their_comments_say() {
     use RequestType as T;
     let load = |name: &str| Stage::from_policy_file(&root().join("policies").join(name)).unwrap();
 
-    let silk = load("rocksdb-silk.toml");
-    for c in ["flush", "compaction_l0", "compaction_ln"] {
-        assert_eq!(route(&silk, 1, T::WRITE, c), to(c, "drl"));
-    }
-    assert_eq!(route(&silk, 1, T::READ, "none"), to("foreground", "cap"));
+    // The RocksDB plugin's layout, which paiod's SILK policy relies on.
+    let silk =
+        Stage::from_policy_file(&root().join("integrations/rocksdb/paio-rocksdb.toml")).unwrap();
+    assert_eq!(route(&silk, 1, T::WRITE, "flush"), to("flush", "limit"));
+    assert_eq!(route(&silk, 1, T::WRITE, "compaction_l0"), to("compaction", "l0"));
+    assert_eq!(route(&silk, 1, T::READ, "compaction_ln"), to("compaction", "ln"));
+    assert_eq!(route(&silk, 1, T::READ, "foreground"), to("foreground", "default"));
+    assert_eq!(route(&silk, 1, T::WRITE, "unthrottled"), to("unthrottled", "default"));
+    assert_eq!(route(&silk, 1, T::READ, "none"), to("other", "default"));
 
     let tenants = load("per-workflow.toml");
     assert_eq!(route(&tenants, 1, T::READ, "none"), to("tenant-1", "reads"));

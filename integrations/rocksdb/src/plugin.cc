@@ -1,0 +1,575 @@
+// The paio RocksDB plugin: a FileSystemWrapper that sends every data request
+// through a paio stage, and an EventListener that tags the job threads.
+// SPDX-License-Identifier: Apache-2.0
+#include <pthread.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "internal.h"
+#include "paio/rocksdb.h"
+
+namespace paio_rocksdb {
+namespace internal {
+
+using rocksdb::DataVerificationInfo;
+using rocksdb::FileOptions;
+using rocksdb::FSRandomAccessFile;
+using rocksdb::FSRandomRWFile;
+using rocksdb::FSReadRequest;
+using rocksdb::FSSequentialFile;
+using rocksdb::FSWritableFile;
+using rocksdb::IODebugContext;
+using rocksdb::IOOptions;
+using rocksdb::IOStatus;
+using rocksdb::Slice;
+using Pri = rocksdb::Env::IOPriority;
+
+namespace {
+
+uint16_t Intern(const char* name) {
+  uint16_t id = PAIO_CONTEXT_NONE;
+  if (paio_request_context(name, &id) != PAIO_OK) {
+    std::fprintf(stderr, "paio-rocksdb: cannot intern request context %s: %s\n",
+                 name, paio_last_error());
+    std::abort();
+  }
+  return id;
+}
+
+bool StartsWith(const std::string& s, const char* p) {
+  return s.compare(0, std::strlen(p), p) == 0;
+}
+bool EndsWith(const std::string& s, const char* p) {
+  size_t n = std::strlen(p);
+  return s.size() >= n && s.compare(s.size() - n, n, p) == 0;
+}
+
+// 0: not a RocksDB background thread; else the context of its pool.
+uint16_t ThreadNameClass() {
+  thread_local int cached = -1;
+  if (cached < 0) {
+    char name[32] = {0};
+    cached = 0;
+    if (pthread_getname_np(pthread_self(), name, sizeof name) == 0) {
+      std::string n(name);
+      if (n == "rocksdb:high") {
+        cached = Ids().flush;
+      } else if (StartsWith(n, "rocksdb:low") ||
+                 StartsWith(n, "rocksdb:bottom")) {
+        cached = Ids().compaction_ln;
+      }
+    }
+  }
+  return static_cast<uint16_t>(cached);
+}
+
+// The sub-compaction callbacks save the thread's tag here and restore it.
+thread_local std::vector<uint16_t> saved_contexts;
+
+}  // namespace
+
+const Contexts& Ids() {
+  static const Contexts ids{Intern("foreground"), Intern("flush"),
+                            Intern("compaction_l0"), Intern("compaction_ln"),
+                            Intern("unthrottled")};
+  return ids;
+}
+
+FileKind KindOf(const std::string& fname) {
+  size_t slash = fname.find_last_of('/');
+  std::string base = slash == std::string::npos ? fname : fname.substr(slash + 1);
+  // WAL (NNNNNN.log), MANIFEST-NNNNNN, CURRENT, OPTIONS-NNNNNN, their
+  // NNNNNN.dbtmp temporaries, IDENTITY, LOCK, the info log LOG / LOG.old.*.
+  if (EndsWith(base, ".log") || EndsWith(base, ".dbtmp") ||
+      StartsWith(base, "MANIFEST") || base == "CURRENT" ||
+      StartsWith(base, "OPTIONS") || base == "IDENTITY" || base == "LOCK" ||
+      StartsWith(base, "LOG")) {
+    return FileKind::kUnthrottled;
+  }
+  return FileKind::kData;
+}
+
+uint16_t Classify(FileKind kind, Pri write_priority) {
+  const Contexts& ids = Ids();
+  if (kind == FileKind::kUnthrottled) return ids.unthrottled;
+  uint16_t tag = PAIO_CONTEXT_NONE;
+  paio_get_request_context(&tag);
+  if (tag != PAIO_CONTEXT_NONE) return tag;  // listener or application
+  if (uint16_t t = ThreadNameClass()) return t;
+  switch (write_priority) {
+    case Pri::IO_HIGH:  // flush (e.g. the recovery flush inside DB::Open)
+      return ids.flush;
+    case Pri::IO_LOW:
+    case Pri::IO_MID:
+      return ids.compaction_ln;
+    default:
+      return ids.foreground;
+  }
+}
+
+namespace {
+
+IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
+  paio_context ctx;
+  if (paio_context_new(type, size, &ctx) != PAIO_OK) {
+    core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+    return IOStatus::OK();
+  }
+  ctx.request_context = context;
+  paio_status st = paio_stage_enforce(core->stage, &ctx, nullptr, 0, nullptr);
+  if (st == PAIO_OK) return IOStatus::OK();
+  core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+  if (st == PAIO_ERR_ENFORCE) {
+    return IOStatus::IOError("paio: request refused", paio_last_error());
+  }
+  return IOStatus::OK();  // fail open on internal errors
+}
+
+class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  WritableFile(std::unique_ptr<FSWritableFile>&& t, std::shared_ptr<Core> core,
+               FileKind kind)
+      : FSWritableFileOwnerWrapper(std::move(t)),
+        core_(std::move(core)),
+        kind_(kind) {}
+
+  IOStatus Append(const Slice& data, const IOOptions& o,
+                  IODebugContext* dbg) override {
+    IOStatus s = Charge(data.size());
+    return s.ok() ? target()->Append(data, o, dbg) : s;
+  }
+  IOStatus Append(const Slice& data, const IOOptions& o,
+                  const DataVerificationInfo& v, IODebugContext* dbg) override {
+    IOStatus s = Charge(data.size());
+    return s.ok() ? target()->Append(data, o, v, dbg) : s;
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
+                            IODebugContext* dbg) override {
+    IOStatus s = Charge(data.size());
+    return s.ok() ? target()->PositionedAppend(data, off, o, dbg) : s;
+  }
+  IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
+                            const DataVerificationInfo& v,
+                            IODebugContext* dbg) override {
+    IOStatus s = Charge(data.size());
+    return s.ok() ? target()->PositionedAppend(data, off, o, v, dbg) : s;
+  }
+  // RocksDB sets the priority on the outermost wrapper only: keep it here
+  // (FSWritableFile's own field, read by Charge) and pass it down too.
+  void SetIOPriority(Pri pri) override {
+    FSWritableFile::SetIOPriority(pri);
+    target()->SetIOPriority(pri);
+  }
+
+ private:
+  IOStatus Charge(size_t n) {
+    return Enforce(core_.get(), PAIO_REQ_WRITE, Classify(kind_, GetIOPriority()),
+                   n);
+  }
+  std::shared_ptr<Core> core_;
+  FileKind kind_;
+};
+
+class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
+ public:
+  RandomAccessFile(std::unique_ptr<FSRandomAccessFile>&& t,
+                   std::shared_ptr<Core> core, FileKind kind)
+      : FSRandomAccessFileOwnerWrapper(std::move(t)),
+        core_(std::move(core)),
+        kind_(kind) {}
+
+  IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r,
+                char* scratch, IODebugContext* dbg) const override {
+    IOStatus s = Charge(n);
+    return s.ok() ? target()->Read(off, n, o, r, scratch, dbg) : s;
+  }
+  IOStatus MultiRead(FSReadRequest* reqs, size_t num, const IOOptions& o,
+                     IODebugContext* dbg) override {
+    uint64_t n = 0;
+    for (size_t i = 0; i < num; ++i) n += reqs[i].len;
+    IOStatus s = Charge(n);
+    return s.ok() ? target()->MultiRead(reqs, num, o, dbg) : s;
+  }
+  IOStatus Prefetch(uint64_t off, size_t n, const IOOptions& o,
+                    IODebugContext* dbg) override {
+    IOStatus s = Charge(n);
+    return s.ok() ? target()->Prefetch(off, n, o, dbg) : s;
+  }
+  IOStatus ReadAsync(FSReadRequest& req, const IOOptions& o,
+                     std::function<void(const FSReadRequest&, void*)> cb,
+                     void* cb_arg, void** io_handle,
+                     rocksdb::IOHandleDeleter* del_fn,
+                     IODebugContext* dbg) override {
+    IOStatus s = Charge(req.len);
+    return s.ok() ? target()->ReadAsync(req, o, cb, cb_arg, io_handle, del_fn,
+                                        dbg)
+                  : s;
+  }
+
+ private:
+  // Reads are classified by the calling thread only (table-cache handles
+  // are shared between jobs): no per-file priority.
+  IOStatus Charge(uint64_t n) const {
+    return Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL),
+                   n);
+  }
+  std::shared_ptr<Core> core_;
+  FileKind kind_;
+};
+
+class SequentialFile : public rocksdb::FSSequentialFileOwnerWrapper {
+ public:
+  SequentialFile(std::unique_ptr<FSSequentialFile>&& t,
+                 std::shared_ptr<Core> core, FileKind kind)
+      : FSSequentialFileOwnerWrapper(std::move(t)),
+        core_(std::move(core)),
+        kind_(kind) {}
+  IOStatus Read(size_t n, const IOOptions& o, Slice* r, char* scratch,
+                IODebugContext* dbg) override {
+    IOStatus s = Charge(n);
+    return s.ok() ? target()->Read(n, o, r, scratch, dbg) : s;
+  }
+  IOStatus PositionedRead(uint64_t off, size_t n, const IOOptions& o, Slice* r,
+                          char* scratch, IODebugContext* dbg) override {
+    IOStatus s = Charge(n);
+    return s.ok() ? target()->PositionedRead(off, n, o, r, scratch, dbg) : s;
+  }
+
+ private:
+  IOStatus Charge(uint64_t n) {
+    return Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL),
+                   n);
+  }
+  std::shared_ptr<Core> core_;
+  FileKind kind_;
+};
+
+class RandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
+ public:
+  RandomRWFile(std::unique_ptr<FSRandomRWFile>&& t, std::shared_ptr<Core> core,
+               FileKind kind)
+      : FSRandomRWFileOwnerWrapper(std::move(t)),
+        core_(std::move(core)),
+        kind_(kind) {}
+  IOStatus Write(uint64_t off, const Slice& data, const IOOptions& o,
+                 IODebugContext* dbg) override {
+    IOStatus s = Enforce(core_.get(), PAIO_REQ_WRITE,
+                         Classify(kind_, Pri::IO_TOTAL), data.size());
+    return s.ok() ? target()->Write(off, data, o, dbg) : s;
+  }
+  IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r,
+                char* scratch, IODebugContext* dbg) const override {
+    IOStatus s =
+        Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL), n);
+    return s.ok() ? target()->Read(off, n, o, r, scratch, dbg) : s;
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  FileKind kind_;
+};
+
+}  // namespace
+
+PaioFileSystem::PaioFileSystem(const std::shared_ptr<rocksdb::FileSystem>& base,
+                               std::shared_ptr<Core> core)
+    : FileSystemWrapper(base), core_(std::move(core)) {}
+
+IOStatus PaioFileSystem::NewSequentialFile(
+    const std::string& f, const FileOptions& o,
+    std::unique_ptr<FSSequentialFile>* r, IODebugContext* dbg) {
+  std::unique_ptr<FSSequentialFile> file;
+  IOStatus s = target()->NewSequentialFile(f, o, &file, dbg);
+  if (s.ok()) r->reset(new SequentialFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+IOStatus PaioFileSystem::NewRandomAccessFile(
+    const std::string& f, const FileOptions& o,
+    std::unique_ptr<FSRandomAccessFile>* r, IODebugContext* dbg) {
+  std::unique_ptr<FSRandomAccessFile> file;
+  IOStatus s = target()->NewRandomAccessFile(f, o, &file, dbg);
+  if (s.ok()) r->reset(new RandomAccessFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+IOStatus PaioFileSystem::NewWritableFile(const std::string& f,
+                                         const FileOptions& o,
+                                         std::unique_ptr<FSWritableFile>* r,
+                                         IODebugContext* dbg) {
+  std::unique_ptr<FSWritableFile> file;
+  IOStatus s = target()->NewWritableFile(f, o, &file, dbg);
+  if (s.ok()) r->reset(new WritableFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+IOStatus PaioFileSystem::ReopenWritableFile(const std::string& f,
+                                            const FileOptions& o,
+                                            std::unique_ptr<FSWritableFile>* r,
+                                            IODebugContext* dbg) {
+  std::unique_ptr<FSWritableFile> file;
+  IOStatus s = target()->ReopenWritableFile(f, o, &file, dbg);
+  if (s.ok()) r->reset(new WritableFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+IOStatus PaioFileSystem::ReuseWritableFile(const std::string& f,
+                                           const std::string& old_f,
+                                           const FileOptions& o,
+                                           std::unique_ptr<FSWritableFile>* r,
+                                           IODebugContext* dbg) {
+  std::unique_ptr<FSWritableFile> file;
+  IOStatus s = target()->ReuseWritableFile(f, old_f, o, &file, dbg);
+  if (s.ok()) r->reset(new WritableFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+IOStatus PaioFileSystem::NewRandomRWFile(const std::string& f,
+                                         const FileOptions& o,
+                                         std::unique_ptr<FSRandomRWFile>* r,
+                                         IODebugContext* dbg) {
+  std::unique_ptr<FSRandomRWFile> file;
+  IOStatus s = target()->NewRandomRWFile(f, o, &file, dbg);
+  if (s.ok()) r->reset(new RandomRWFile(std::move(file), core_, KindOf(f)));
+  return s;
+}
+
+// ---- listener: tags the thread that runs the job (and does its I/O) ----
+
+void PaioListener::OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) {
+  paio_set_request_context(Ids().flush);
+}
+void PaioListener::OnFlushCompleted(rocksdb::DB*,
+                                    const rocksdb::FlushJobInfo&) {
+  paio_clear_request_context();
+}
+static uint16_t CompactionContext(int base_input_level) {
+  // L0->L0, L0->L1 and L0->Lbase (dynamic level bytes) all start at L0.
+  return base_input_level == 0 ? Ids().compaction_l0 : Ids().compaction_ln;
+}
+void PaioListener::OnCompactionBegin(rocksdb::DB*,
+                                     const rocksdb::CompactionJobInfo& ci) {
+  paio_set_request_context(CompactionContext(ci.base_input_level));
+}
+void PaioListener::OnCompactionCompleted(rocksdb::DB*,
+                                         const rocksdb::CompactionJobInfo&) {
+  paio_clear_request_context();
+}
+void PaioListener::OnSubcompactionBegin(
+    const rocksdb::SubcompactionJobInfo& si) {
+  uint16_t cur = PAIO_CONTEXT_NONE;
+  paio_get_request_context(&cur);
+  saved_contexts.push_back(cur);
+  paio_set_request_context(CompactionContext(si.base_input_level));
+}
+void PaioListener::OnSubcompactionCompleted(
+    const rocksdb::SubcompactionJobInfo&) {
+  uint16_t prev = PAIO_CONTEXT_NONE;
+  if (!saved_contexts.empty()) {
+    prev = saved_contexts.back();
+    saved_contexts.pop_back();
+  }
+  paio_set_request_context(prev);
+}
+void PaioListener::OnBackgroundError(rocksdb::BackgroundErrorReason,
+                                     rocksdb::Status*) {
+  // A failed job gets no *Completed callback.
+  saved_contexts.clear();
+  paio_clear_request_context();
+}
+
+}  // namespace internal
+
+// ---- Plugin ----
+
+#include "embedded_policy.inc"
+
+const char* EmbeddedPolicy() { return kEmbeddedPolicy; }
+
+struct Plugin::Impl {
+  std::shared_ptr<internal::Core> core;
+  std::shared_ptr<rocksdb::FileSystem> fs;  // over FileSystem::Default()
+  std::shared_ptr<rocksdb::FileSystem> last_fs;
+  std::shared_ptr<rocksdb::EventListener> listener;
+  std::vector<std::unique_ptr<rocksdb::Env>> envs;
+  std::mutex mu;
+};
+
+namespace {
+
+std::string TomlString(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// JSON strings escape like TOML basic strings for what we emit.
+std::string JsonString(const std::string& s) { return TomlString(s); }
+
+std::string PolicyText(const PluginOptions& o) {
+  std::string text = kEmbeddedPolicy;
+  const std::string name_line = "\nname = \"rocksdb\"\n";
+  size_t at = text.find(name_line);
+  if (at != std::string::npos) {
+    text.replace(at, name_line.size(),
+                 "\nname = " + TomlString(o.stage_name) + "\n");
+  }
+  if (!o.labels.empty()) {
+    std::string labels = "[stage.labels]\n";
+    for (const auto& kv : o.labels) {
+      labels += TomlString(kv.first) + " = " + TomlString(kv.second) + "\n";
+    }
+    labels += "\n";
+    size_t ch = text.find("\n[[channel]]");
+    text.insert(ch == std::string::npos ? text.size() : ch + 1, labels);
+  }
+  return text;
+}
+
+std::string LastError(const char* what) {
+  return std::string(what) + ": " + paio_last_error();
+}
+
+}  // namespace
+
+Plugin::Plugin() : impl_(new Impl) {}
+Plugin::~Plugin() = default;
+
+std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
+                                       std::string* error) {
+  std::string scratch;
+  if (error == nullptr) error = &scratch;
+  internal::Ids();
+  paio_stage* stage = nullptr;
+  paio_status st;
+  if (options.policy_file.empty()) {
+    std::string text = PolicyText(options);
+    st = paio_stage_from_policy(text.c_str(), "paio-rocksdb.toml", &stage);
+  } else {
+    st = paio_stage_from_policy_file(options.policy_file.c_str(), &stage);
+  }
+  if (st != PAIO_OK) {
+    *error = LastError("paio-rocksdb: cannot create the stage");
+    return nullptr;
+  }
+  auto core = std::make_shared<internal::Core>();
+  core->stage = stage;
+
+  static const std::map<std::string, std::pair<const char*, const char*>>
+      kRateTargets = {{"flush", {"flush", "limit"}},
+                      {"compaction_l0", {"compaction", "l0"}},
+                      {"compaction_ln", {"compaction", "ln"}}};
+  for (const auto& kv : options.rates) {
+    auto t = kRateTargets.find(kv.first);
+    if (t == kRateTargets.end()) {
+      *error = "paio-rocksdb: unknown rate key \"" + kv.first +
+               "\" (expected flush, compaction_l0 or compaction_ln)";
+      return nullptr;
+    }
+    std::string rule = std::string("{\"rule\":\"configure\",\"channel\":\"") +
+                       t->second.first + "\",\"object\":\"" +
+                       t->second.second +
+                       "\",\"config\":{\"kind\":\"drl\",\"rate\":" +
+                       JsonString(kv.second) + "}}";
+    if (paio_stage_apply(stage, rule.c_str()) != PAIO_OK) {
+      *error = LastError(("paio-rocksdb: rate " + kv.first).c_str());
+      return nullptr;
+    }
+  }
+  if (!options.control_socket.empty()) {
+    const char* socket = options.control_socket == "default"
+                             ? nullptr
+                             : options.control_socket.c_str();
+    if (paio_stage_connect(stage, socket) != PAIO_OK) {
+      *error = LastError("paio-rocksdb: cannot connect to paiod");
+      return nullptr;
+    }
+  }
+  std::unique_ptr<Plugin> p(new Plugin());
+  p->impl_->core = core;
+  p->impl_->fs = std::make_shared<internal::PaioFileSystem>(
+      rocksdb::FileSystem::Default(), core);
+  p->impl_->last_fs = p->impl_->fs;
+  p->impl_->listener = std::make_shared<internal::PaioListener>();
+  return p;
+}
+
+std::shared_ptr<rocksdb::FileSystem> Plugin::WrapFileSystem(
+    const std::shared_ptr<rocksdb::FileSystem>& base) {
+  return std::make_shared<internal::PaioFileSystem>(base, impl_->core);
+}
+
+void Plugin::Install(rocksdb::Options* options) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::shared_ptr<rocksdb::FileSystem> fs = impl_->fs;
+  if (options->env != nullptr && options->env != rocksdb::Env::Default()) {
+    const auto& base = options->env->GetFileSystem();
+    if (base && base != rocksdb::FileSystem::Default()) {
+      fs = WrapFileSystem(base);
+    }
+  }
+  impl_->last_fs = fs;
+  impl_->envs.push_back(rocksdb::NewCompositeEnv(fs));
+  options->env = impl_->envs.back().get();
+  options->listeners.push_back(impl_->listener);
+}
+
+std::shared_ptr<rocksdb::FileSystem> Plugin::file_system() const {
+  return impl_->last_fs;
+}
+std::shared_ptr<rocksdb::EventListener> Plugin::listener() const {
+  return impl_->listener;
+}
+paio_stage* Plugin::stage() const { return impl_->core->stage; }
+
+std::string Plugin::CollectJson() const {
+  char* json = nullptr;
+  if (paio_stage_collect(impl_->core->stage, &json) != PAIO_OK) return "";
+  std::string out(json);
+  paio_string_free(json);
+  return out;
+}
+
+bool Plugin::Connected() const {
+  return paio_stage_connected(impl_->core->stage) != 0;
+}
+
+uint64_t Plugin::EnforceErrors() const {
+  return impl_->core->enforce_errors.load(std::memory_order_relaxed);
+}
+
+void SetForeground() { paio_set_request_context(internal::Ids().foreground); }
+
+std::string ClassifyForTest(const std::string& fname,
+                            rocksdb::Env::IOPriority priority) {
+  uint16_t id = internal::Classify(internal::KindOf(fname), priority);
+  const auto& ids = internal::Ids();
+  if (id == ids.foreground) return "foreground";
+  if (id == ids.flush) return "flush";
+  if (id == ids.compaction_l0) return "compaction_l0";
+  if (id == ids.compaction_ln) return "compaction_ln";
+  if (id == ids.unthrottled) return "unthrottled";
+  return "context#" + std::to_string(id);
+}
+
+}  // namespace paio_rocksdb

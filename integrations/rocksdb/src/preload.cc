@@ -1,0 +1,110 @@
+// libpaio_rocksdb_preload.so: registers a "paio" FileSystem (and a "paio"
+// EventListener) in RocksDB's object registry from a static initializer, so
+// an unmodified program that resolves file systems by URI can use paio:
+//
+//   LD_PRELOAD=libpaio_rocksdb_preload.so db_bench --fs_uri=paio ...
+//
+// Configured by environment variables (docs/rocksdb.md):
+//   PAIO_ROCKSDB_POLICY      policy file (default: the embedded layout)
+//   PAIO_ROCKSDB_SOCKET      paiod socket ("default" for paiod's default)
+//   PAIO_ROCKSDB_STAGE_NAME  stage name (default "rocksdb")
+//   PAIO_ROCKSDB_RATES       e.g. "flush=50MiB/s,compaction_ln=10MiB/s"
+//   PAIO_ROCKSDB_STATS       write the stage's statistics (JSON) to this file
+//                            at exit ("-": stderr)
+// SPDX-License-Identifier: Apache-2.0
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include <rocksdb/utilities/object_registry.h>
+
+#include "internal.h"
+#include "paio/rocksdb.h"
+
+namespace {
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The process-wide plugin, created on first use and never freed (RocksDB
+// objects may use it until the very end of the process).
+paio_rocksdb::Plugin* GlobalPlugin(std::string* error) {
+  static std::once_flag once;
+  static paio_rocksdb::Plugin* plugin = nullptr;
+  static std::string create_error;
+  std::call_once(once, [] {
+    paio_rocksdb::PluginOptions o;
+    o.policy_file = Getenv("PAIO_ROCKSDB_POLICY");
+    o.control_socket = Getenv("PAIO_ROCKSDB_SOCKET");
+    std::string name = Getenv("PAIO_ROCKSDB_STAGE_NAME");
+    if (!name.empty()) o.stage_name = name;
+    o.labels["application"] = "db_bench";
+    std::stringstream rates(Getenv("PAIO_ROCKSDB_RATES"));
+    std::string item;
+    while (std::getline(rates, item, ',')) {
+      size_t eq = item.find('=');
+      if (eq != std::string::npos) o.rates[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    plugin = paio_rocksdb::Plugin::Create(o, &create_error).release();
+    if (plugin == nullptr) {
+      std::fprintf(stderr, "paio-rocksdb preload: %s\n", create_error.c_str());
+    } else {
+      std::fprintf(stderr, "paio-rocksdb preload: stage \"%s\" ready\n",
+                   o.stage_name.c_str());
+    }
+  });
+  if (plugin == nullptr && error != nullptr) *error = create_error;
+  return plugin;
+}
+
+struct StatsAtExit {
+  ~StatsAtExit() {
+    std::string path = Getenv("PAIO_ROCKSDB_STATS");
+    paio_rocksdb::Plugin* p = used ? GlobalPlugin(nullptr) : nullptr;
+    if (path.empty() || p == nullptr) return;
+    std::string json = p->CollectJson();
+    if (path == "-") {
+      std::fprintf(stderr, "%s\n", json.c_str());
+    } else if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fprintf(f, "%s\n", json.c_str());
+      std::fclose(f);
+    }
+  }
+  bool used = false;
+} stats_at_exit;
+
+const bool registered = [] {
+  auto lib = rocksdb::ObjectLibrary::Default();
+  lib->AddFactory<rocksdb::FileSystem>(
+      "paio",
+      [](const std::string&, std::unique_ptr<rocksdb::FileSystem>* guard,
+         std::string* errmsg) -> rocksdb::FileSystem* {
+        paio_rocksdb::Plugin* p = GlobalPlugin(errmsg);
+        if (p == nullptr) return nullptr;
+        stats_at_exit.used = true;
+        // A fresh wrapper over the default file system, sharing the stage.
+        auto fs = p->WrapFileSystem(rocksdb::FileSystem::Default());
+        // The registry wants ownership through `guard`: wrap the shared
+        // pointer in a forwarding FileSystemWrapper.
+        struct Holder : rocksdb::FileSystemWrapper {
+          explicit Holder(std::shared_ptr<rocksdb::FileSystem> t)
+              : FileSystemWrapper(std::move(t)) {}
+          const char* Name() const override { return "paio"; }
+        };
+        guard->reset(new Holder(fs));
+        return guard->get();
+      });
+  lib->AddFactory<rocksdb::EventListener>(
+      "paio",
+      [](const std::string&, std::unique_ptr<rocksdb::EventListener>* guard,
+         std::string*) -> rocksdb::EventListener* {
+        guard->reset(new paio_rocksdb::internal::PaioListener());
+        return guard->get();
+      });
+  return true;
+}();
+
+}  // namespace
