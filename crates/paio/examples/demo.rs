@@ -1,4 +1,4 @@
-//! `make demo`: a stage with a rate-limited channel and a pass-through
+//! `make demo-stage`: a stage with a rate-limited channel and a pass-through
 //! channel, driven by real threads doing real file I/O, with per-channel
 //! statistics printed every second.
 //!
