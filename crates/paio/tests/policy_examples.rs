@@ -91,10 +91,22 @@ fn example_policies_route_as_their_comments_say() {
     let silk =
         Stage::from_policy_file(&root().join("integrations/rocksdb/paio-rocksdb.toml")).unwrap();
     assert_eq!(route(&silk, 1, T::WRITE, "flush"), to("flush", "limit"));
-    assert_eq!(route(&silk, 1, T::WRITE, "compaction_l0"), to("compaction", "l0"));
-    assert_eq!(route(&silk, 1, T::READ, "compaction_ln"), to("compaction", "ln"));
-    assert_eq!(route(&silk, 1, T::READ, "foreground"), to("foreground", "default"));
-    assert_eq!(route(&silk, 1, T::WRITE, "unthrottled"), to("unthrottled", "default"));
+    assert_eq!(
+        route(&silk, 1, T::WRITE, "compaction_l0"),
+        to("compaction", "l0")
+    );
+    assert_eq!(
+        route(&silk, 1, T::READ, "compaction_ln"),
+        to("compaction", "ln")
+    );
+    assert_eq!(
+        route(&silk, 1, T::READ, "foreground"),
+        to("foreground", "default")
+    );
+    assert_eq!(
+        route(&silk, 1, T::WRITE, "unthrottled"),
+        to("unthrottled", "default")
+    );
     assert_eq!(route(&silk, 1, T::READ, "none"), to("other", "default"));
 
     let tenants = load("per-workflow.toml");
