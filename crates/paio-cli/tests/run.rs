@@ -127,6 +127,32 @@ fn built() -> &'static Built {
     })
 }
 
+/// [`paio`] started through python3, which first resets SIGINT and SIGQUIT
+/// to their default actions, then execs `paio` (same pid) with the
+/// arguments added to the returned command. Tests that expect a command to
+/// die of SIGINT need it: run from a non-interactive shell's background job
+/// (`make test &`), the test process has them ignored (POSIX), which paio
+/// rightly passes on to the command.
+fn paio_with_default_sigint() -> Command {
+    let mut c = Command::new("python3");
+    c.args([
+        "-c",
+        "import os, signal, sys\n\
+         signal.signal(signal.SIGINT, signal.SIG_DFL)\n\
+         signal.signal(signal.SIGQUIT, signal.SIG_DFL)\n\
+         os.execv(sys.argv[1], sys.argv[1:])",
+        PAIO,
+    ]);
+    let template = paio();
+    for (k, v) in template.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
 /// `paio` with the stand-in as PAIO_LIB and no inherited PAIO_* variables.
 fn paio() -> Command {
     let mut c = Command::new(PAIO);
@@ -239,7 +265,10 @@ fn signals_sent_to_paio_are_forwarded_and_paio_waits() {
 fn a_signal_to_the_process_group_kills_the_command_too() {
     // `kill -INT -PGID`, as from a supervisor: the command gets the signal
     // directly and forwarded; paio survives until it has ended.
-    let mut c = paio();
+    // SIGINT must have its default action in the command (see
+    // paio_with_default_sigint); python3 execs paio in place, so paio stays
+    // the group leader.
+    let mut c = paio_with_default_sigint();
     c.args(["run", "--", "sh", "-c", "echo ready; exec sleep 30"])
         .stdout(Stdio::piped());
     {
