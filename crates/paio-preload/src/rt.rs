@@ -54,6 +54,9 @@ static PUSHING: AtomicBool = AtomicBool::new(false);
 const CLOCK_EVERY: u32 = 16;
 
 pub(crate) struct Config {
+    /// Whether requests need [`adjust`]: a process workflow, a process-wide
+    /// request context or file classes are configured.
+    adjusts: bool,
     /// paiod's socket (`PAIO_CONTROL`), when the stage registers with it.
     control: Option<std::path::PathBuf>,
     policy_text: String,
@@ -134,14 +137,20 @@ impl Guard {
             // the guard holding it never leaves this thread's stack.
             unsafe { std::mem::transmute::<ThreadRef<'_>, ThreadRef<'static>>(t) }
         });
-        let depth = &thread.embedder().depth;
-        if depth.get() != 0 {
+        let cells = thread.embedder();
+        if cells.depth.get() != 0 {
             return None;
         }
-        depth.set(1);
-        // SAFETY: __errno_location returns the calling thread's errno slot,
-        // valid for the thread's lifetime.
-        let errno_slot = unsafe { libc::__errno_location() };
+        cells.depth.set(1);
+        // The thread's errno address, looked up once per thread (a forked
+        // child's thread keeps its address: the address space is copied).
+        let mut errno_slot = cells.word.get() as *mut c_int;
+        if errno_slot.is_null() {
+            // SAFETY: __errno_location returns the calling thread's errno
+            // slot, valid for the thread's lifetime.
+            errno_slot = unsafe { libc::__errno_location() };
+            cells.word.set(errno_slot as usize);
+        }
         Some(Guard {
             // SAFETY: as above.
             errno: unsafe { *errno_slot },
@@ -408,6 +417,9 @@ impl Config {
         }
         class_rules.sort_by_key(|r: &(String, u16)| std::cmp::Reverse(r.0.len()));
         Ok(Config {
+            adjusts: workflow_process
+                || default_context != RequestContext::NONE
+                || !class_rules.is_empty(),
             control,
             policy_text,
             policy_origin,
@@ -523,6 +535,9 @@ fn stage_slow() -> Option<&'static Stage> {
 /// request context, then the file class of table class `class`.
 #[inline]
 fn adjust(cfg: &Config, mut ctx: Context, class: u16) -> Context {
+    if !cfg.adjusts {
+        return ctx;
+    }
     if cfg.workflow_process {
         ctx = ctx.with_workflow(PID.load(Ordering::Relaxed));
     }

@@ -403,6 +403,7 @@ thread_local! {
             embedder: EmbedderCells {
                 depth: Cell::new(0),
                 countdown: Cell::new(0),
+                word: Cell::new(0),
             },
             slot: Cell::new(crate::stats::UNASSIGNED),
             tables: crate::stage::TableCache::new(),
@@ -429,6 +430,9 @@ pub struct EmbedderCells {
     /// Free for the embedder (the interposer: calls left before it looks at
     /// the clock).
     pub countdown: Cell<u32>,
+    /// Free for the embedder (the interposer: the address of the thread's
+    /// `errno`, looked up once).
+    pub word: Cell<usize>,
 }
 
 /// The calling thread's per-thread state (from [`with_thread_ref`]): its
