@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb lint bench experiment-bandwidth fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat taillat-driver lint bench experiment-bandwidth experiment-taillat fuzz header clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-c test-python test-rocksdb
+test: setup lint test-rust test-c test-python test-rocksdb test-taillat
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -41,12 +41,22 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth
+	python3 -m pytest -q bench/bandwidth bench/taillat
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
 test-rocksdb:
 	bash integrations/rocksdb/build.sh
+
+## The tail-latency workload driver (bench/taillat), linked with the plugin.
+taillat-driver: release-bins test-rocksdb
+	cmake -S bench/taillat -B bench/taillat/build -DCMAKE_BUILD_TYPE=Release
+	cmake --build bench/taillat/build -j2
+
+## A 30-second smoke run of the tail-latency experiment: checks the pipeline
+## (RocksDB + plugin + paiod's SILK policy, CSV, plots), not the numbers.
+test-taillat: taillat-driver
+	python3 bench/taillat/run.py --short
 
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup
@@ -57,6 +67,12 @@ bench: setup
 ## static and paio; results and plot in bench/results/bandwidth/.
 experiment-bandwidth: release-bins
 	python3 bench/bandwidth/run.py
+
+## The tail-latency experiment (paper §9.2, about 41 minutes): baseline RocksDB,
+## its auto-tuned rate limiter, and paio with paiod's SILK policy, for three
+## workloads; results and plots in bench/results/taillat/.
+experiment-taillat: taillat-driver
+	python3 bench/taillat/run.py
 
 ## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
 fuzz:

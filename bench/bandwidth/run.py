@@ -31,7 +31,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import expt  # noqa: E402  (bench/expt.py: shared by the experiment drivers)
+from expt import BlkioCgroup, block_device_of, commit_info, machine_info  # noqa: E402
+
+REPO = expt.REPO
 MIB = 1 << 20
 
 # The paper's numbers (MiB/s) and epochs; the order is the start order.
@@ -47,11 +51,8 @@ MET_TOLERANCE = 0.95  # "met" = at least 95 % of the guarantee in that second
 ALL_SETUPS = ("baseline", "static", "paio")
 FULL_DATASET_MIB = 1536
 SHORT_DATASET_MIB = 512
-CGROUP_ROOT = Path("/sys/fs/cgroup/blkio")
 
-
-class DriverError(Exception):
-    """A failure with a message meant for the user."""
+DriverError = expt.ExperimentError
 
 
 # ---------------------------------------------------------------- pure parts
@@ -262,119 +263,6 @@ def plot(path, rows, runs, maxb):
 # ------------------------------------------------------------------- machine
 
 
-def sh(cmd):
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def block_device_of(path):
-    """(major, minor, name) of the whole disk holding `path`."""
-    dev = os.stat(path).st_dev
-    maj, mnr = os.major(dev), os.minor(dev)
-    if maj == 0:
-        raise DriverError(f"{path} is not on a block device (device {maj}:{mnr}); "
-                          "use --data-dir on a disk-backed file system")
-    sysdir = Path(f"/sys/dev/block/{maj}:{mnr}").resolve()
-    if (sysdir / "partition").exists():  # throttle the whole disk
-        sysdir = sysdir.parent
-        maj, mnr = (int(x) for x in (sysdir / "dev").read_text().split(":"))
-    return maj, mnr, sysdir.name
-
-
-def machine_info(data_dir):
-    cpu = ""
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        maj, mnr, name = block_device_of(data_dir)
-        size, rota, *model = (sh(["lsblk", "-dno", "SIZE,ROTA,MODEL", f"/dev/{name}"])
-                              .split() + ["?", "?"])
-        disk = (f"/dev/{name} ({maj}:{mnr}), size {size}, rotational {rota}"
-                + (f", model {' '.join(model[:-2])}" if model[:-2] else ""))
-    except (DriverError, OSError) as e:
-        disk = f"unknown ({e})"
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "disk": disk}
-
-
-def commit_info():
-    c = sh(["git", "-C", str(REPO), "rev-parse", "HEAD"])
-    dirty = sh(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
-    return c + (" (working tree modified)" if dirty else "")
-
-
-# -------------------------------------------------------------------- cgroup
-
-
-class BlkioCgroup:
-    """One cgroup-v1 blkio cgroup with a read bps throttle on one disk."""
-
-    def __init__(self, name, device, bps, required):
-        self.path = None
-        self.device = device
-        self.bps = bps
-        self.note = ""
-        target = CGROUP_ROOT / name
-        try:
-            if not (CGROUP_ROOT / "blkio.throttle.read_bps_device").exists():
-                raise OSError(f"{CGROUP_ROOT} has no blkio.throttle.read_bps_device "
-                              "(no cgroup v1 blkio hierarchy mounted?)")
-            target.mkdir()
-            self.path = target
-            (target / "blkio.throttle.read_bps_device").write_text(f"{device} {bps}\n")
-        except OSError as e:
-            self.cleanup()
-            msg = (f"cannot set up the blkio throttle {target} ({device} {bps} B/s): {e}. "
-                   "The experiment needs root and a cgroup v1 blkio hierarchy at "
-                   f"{CGROUP_ROOT}.")
-            if required:
-                raise DriverError(msg)
-            self.note = msg + " Running WITHOUT the shared throttle (demo only)."
-            print(f"WARNING: {self.note}", flush=True)
-
-    @property
-    def procs_file(self):
-        return str(self.path / "cgroup.procs") if self.path else None
-
-    def read_bytes(self):
-        """Bytes read on the device by the cgroup so far (throttle accounting)."""
-        if not self.path:
-            return None
-        try:
-            for line in (self.path / "blkio.throttle.io_service_bytes").read_text().splitlines():
-                p = line.split()
-                if len(p) == 3 and p[0] == self.device and p[1] == "Read":
-                    return int(p[2])
-        except OSError:
-            pass
-        return 0
-
-    def cleanup(self):
-        if not self.path:
-            return
-        try:
-            for _ in range(50):
-                pids = (self.path / "cgroup.procs").read_text().split()
-                if not pids:
-                    break
-                for pid in pids:  # move leftovers to the root cgroup
-                    try:
-                        (CGROUP_ROOT / "cgroup.procs").write_text(pid + "\n")
-                    except OSError:
-                        pass
-                time.sleep(0.1)
-            self.path.rmdir()
-        except OSError as e:
-            print(f"WARNING: could not remove {self.path}: {e}", file=sys.stderr)
-        self.path = None
-
-
 # ------------------------------------------------------------------- dataset
 
 
@@ -553,7 +441,7 @@ def run_setup(ctx, setup):
 
     print(f"\n=== setup {setup}: MaxB {ctx.maxb:g} MiB/s, starts at "
           + ", ".join(f"{i.name}@{i.start_s:g}s" for i in ctx.instances), flush=True)
-    cg_before = ctx.cgroup.read_bytes()
+    cg_before = ctx.cgroup.io_bytes()[0]
     pending = list(ctx.instances)
     running, done = [], []
     t0 = time.monotonic()
@@ -605,7 +493,7 @@ def run_setup(ctx, setup):
             stop(paiod)
         if sock_dir:
             shutil.rmtree(sock_dir, ignore_errors=True)
-    cg_after = ctx.cgroup.read_bytes()
+    cg_after = ctx.cgroup.io_bytes()[0]
 
     rows, runs = [], {}
     for p in sorted(done, key=lambda p: p.inst.name):
@@ -724,11 +612,10 @@ def main(argv=None):
     maj, mnr, disk = block_device_of(data_dir)
     out.mkdir(parents=True, exist_ok=True)
 
-    info = machine_info(data_dir)
     header = [
         f"command: {shlex.join([sys.executable] + sys.argv)}",
         f"date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
-        f"machine: cpu {info['cpu']}, {info['cores']} cores, kernel {info['kernel']}, disk {info['disk']}",
+        f"machine: {machine_info(data_dir)}",
         f"commit: {commit_info()}",
         f"binaries: {bin_dir}",
         f"scale factor: {args.factor:g} (MaxB {maxb:g} MiB/s; guarantees "
@@ -794,17 +681,5 @@ def main(argv=None):
     return 0
 
 
-def _sigterm(signum, frame):
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        sys.exit(main())
-    except DriverError as e:
-        print(f"run.py: error: {e}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("run.py: interrupted; children stopped, cgroup removed", file=sys.stderr)
-        sys.exit(130)
+    expt.run_main(main)

@@ -1,0 +1,179 @@
+"""Helpers shared by the experiment drivers (bench/bandwidth/run.py,
+bench/taillat/run.py): the machine facts recorded in result headers, the
+cgroup-v1 blkio cgroup that stands for a shared device, and the entry point
+that turns errors and signals into exit codes.  Stdlib only.
+"""
+
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CGROUP_ROOT = Path("/sys/fs/cgroup/blkio")
+
+
+class ExperimentError(Exception):
+    """A failure with a message meant for the user (exit status 1)."""
+
+
+def sh(argv):
+    """stdout of `argv` (a list), stripped; "" if it cannot run."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def block_device_of(path):
+    """(major, minor, name) of the whole disk holding `path` (for a
+    partition, its disk: blkio throttles whole devices)."""
+    dev = os.stat(path).st_dev
+    maj, mnr = os.major(dev), os.minor(dev)
+    if maj == 0:
+        raise ExperimentError(f"{path} is not on a block device (device {maj}:{mnr}); "
+                              "put the data directory on a disk-backed file system")
+    sysdir = Path(f"/sys/dev/block/{maj}:{mnr}").resolve()
+    if (sysdir / "partition").exists():
+        sysdir = sysdir.parent
+        maj, mnr = (int(x) for x in (sysdir / "dev").read_text().split(":"))
+    return maj, mnr, sysdir.name
+
+
+def machine_info(data_dir):
+    """One line: CPU model, cores, RAM, kernel, and the data disk."""
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / (1 << 20):.0f}"
+                break
+    except (OSError, ValueError):
+        pass
+    try:
+        maj, mnr, name = block_device_of(data_dir)
+        size, rota = (sh(["lsblk", "-dno", "SIZE,ROTA", f"/dev/{name}"]).split() + ["?", "?"])[:2]
+        disk = f"/dev/{name} ({maj}:{mnr}), size {size}, rotational {rota}"
+    except (ExperimentError, OSError) as e:
+        disk = f"unknown ({e})"
+    return (f"cpu {cpu}, {os.cpu_count()} cores, {mem} GiB RAM, "
+            f"kernel {platform.release()}, disk {disk}")
+
+
+def commit_info():
+    """HEAD's commit, and whether tracked files differ from it."""
+    head = sh(["git", "-C", str(REPO), "rev-parse", "HEAD"]) or "?"
+    dirty = sh(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"])
+    return head + (" (working tree modified)" if dirty else "")
+
+
+class BlkioCgroup:
+    """A cgroup-v1 blkio cgroup throttled on one disk: `read_bps` and, when
+    given, `write_bps` bytes per second for every process in it together.
+
+    With `required` false, a throttle that cannot be set up (not root, no
+    v1 blkio hierarchy) leaves `path` None and explains in `note`; with it
+    true, that raises ExperimentError.  `cleanup` moves leftover processes
+    to the root cgroup and removes the directory."""
+
+    def __init__(self, name, device, read_bps, write_bps=None, required=True):
+        self.path = None
+        self.device = device
+        self.note = ""
+        target = CGROUP_ROOT / name
+        try:
+            if not (CGROUP_ROOT / "blkio.throttle.read_bps_device").exists():
+                raise OSError(f"{CGROUP_ROOT} has no blkio.throttle.read_bps_device "
+                              "(no cgroup v1 blkio hierarchy mounted?)")
+            target.mkdir(exist_ok=True)
+            self.path = target
+            (target / "blkio.throttle.read_bps_device").write_text(f"{device} {read_bps}\n")
+            if write_bps is not None:
+                (target / "blkio.throttle.write_bps_device").write_text(f"{device} {write_bps}\n")
+        except OSError as e:
+            self.cleanup()
+            msg = (f"cannot set up the blkio throttle {target} ({device} {read_bps} B/s): {e}. "
+                   "The experiment needs root and a cgroup v1 blkio hierarchy at "
+                   f"{CGROUP_ROOT}.")
+            if required:
+                raise ExperimentError(msg) from e
+            self.note = msg + " Running WITHOUT the shared throttle (demo only)."
+            print(f"WARNING: {self.note}", flush=True)
+
+    @property
+    def procs_file(self):
+        """The file a process writes its pid to in order to join, or None."""
+        return str(self.path / "cgroup.procs") if self.path else None
+
+    def io_bytes(self):
+        """(read, write) bytes the throttle accounted on the device so far;
+        (None, None) without a cgroup."""
+        if not self.path:
+            return None, None
+        rd = wr = 0
+        try:
+            for line in (self.path / "blkio.throttle.io_service_bytes").read_text().splitlines():
+                parts = line.split()
+                if len(parts) == 3 and parts[0] == self.device:
+                    if parts[1] == "Read":
+                        rd = int(parts[2])
+                    elif parts[1] == "Write":
+                        wr = int(parts[2])
+        except (OSError, ValueError):
+            pass
+        return rd, wr
+
+    def cleanup(self):
+        if not self.path:
+            return
+        for _ in range(50):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                pids = []
+            for pid in pids:  # leftovers go back to the root cgroup
+                try:
+                    (CGROUP_ROOT / "cgroup.procs").write_text(pid + "\n")
+                except OSError:
+                    pass
+            try:
+                self.path.rmdir()
+                self.path = None
+                return
+            except OSError:
+                time.sleep(0.1)
+        print(f"WARNING: could not remove {self.path}", file=sys.stderr)
+        self.path = None
+
+
+def _sigterm(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_main(main, on_interrupt=None):
+    """Runs `main()` and exits: its status; 1 after an ExperimentError
+    (its message on stderr); 130 after SIGINT or SIGTERM, once
+    `on_interrupt()` stopped what was running (the drivers' finally blocks
+    remove their cgroups)."""
+    signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        sys.exit(main())
+    except ExperimentError as e:
+        print(f"run.py: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        if on_interrupt:
+            on_interrupt()
+        print("run.py: interrupted; children stopped, cgroup removed", file=sys.stderr)
+        sys.exit(130)

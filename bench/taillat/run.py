@@ -1,0 +1,713 @@
+#!/usr/bin/env python3
+"""Tail-latency control in a key-value store (PAIO paper §9.2, Fig. 5-7), scaled down.
+
+RocksDB 7.8.3 under bursty closed-loop clients (taillat_driver, C++), three
+setups x three workloads, every driver process in one cgroup-v1 blkio cgroup
+throttled to 200 MiB/s read and 200 MiB/s write (direct I/O, so the throttle
+sees every byte):
+
+  baseline   plain RocksDB
+  autotuned  RocksDB's auto-tuned rate limiter (200 MiB/s, kWritesOnly)
+  paio       the paio RocksDB plugin + paiod's SILK policy
+
+Builds nothing: it needs bench/taillat/build/taillat_driver (and, for paio,
+target/release/paiod).  Writes a CSV, one plot per workload, a table and a
+header to the output directory.  See bench/taillat/README.md.
+Stdlib + matplotlib only.  Must run as root (cgroup writes).
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import expt  # noqa: E402  (bench/expt.py: shared by the experiment drivers)
+from expt import BlkioCgroup, block_device_of, commit_info, machine_info, sh  # noqa: E402
+
+REPO = expt.REPO
+MIB = 1 << 20
+ALL_SETUPS = ("baseline", "autotuned", "paio")
+ALL_WORKLOADS = ("mixture", "readheavy", "writeheavy")
+READ_RATIO = {"mixture": 0.5, "readheavy": 0.9, "writeheavy": 0.1}
+LABEL = {"baseline": "RocksDB", "autotuned": "Auto-tuned", "paio": "PAIO",
+         "mixture": "Mixture (50:50)", "readheavy": "Read-heavy (90:10)",
+         "writeheavy": "Write-heavy (10:90)"}
+DRIVER = REPO / "bench/taillat/build/taillat_driver"
+BUILD_CMD = ("cmake -S bench/taillat -B bench/taillat/build -DCMAKE_BUILD_TYPE=Release && "
+             "cmake --build bench/taillat/build -j2")
+PAIOD_BUILD_CMD = "cargo build --release -p paio-control"
+CSV_FIELDS = ("time_s", "setup", "workload", "kops", "p99_us", "p50_us")
+# Goal from the issue: paio's peak p99 >= 4x below baseline's and below the
+# auto-tuned limiter's, at >= 95 % of the baseline's mean throughput.
+GOAL_P99_FACTOR = 4.0
+GOAL_THROUGHPUT = 0.95
+
+
+RunError = expt.ExperimentError
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+@dataclass
+class Scale:
+    """Size and time scale of one run (see README: 'Scaling')."""
+    num: int                 # preloaded key-value pairs
+    write_buffer_mib: int    # memtable size (paper 128 MiB)
+    level_base_mib: int      # max_bytes_for_level_base
+    target_file_mib: int     # target_file_size_base
+    block_cache_mib: int     # block cache (the memory cap)
+    valley_kops: float
+    peak_kops: float
+    initial_valley_s: float  # paper 300 s
+    peak_s: float            # paper 100 s
+    valley_s: float          # paper 10 s
+    duration_s: float        # paper: 1200 s shown
+    kvs_mib: float = 200.0   # device bandwidth (blkio throttle, autotuned cap, SILK KVSB)
+    min_mib: float = 10.0    # SILK minB
+
+
+FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
+                   block_cache_mib=64, valley_kops=5, peak_kops=20, initial_valley_s=75,
+                   peak_s=25, valley_s=2.5, duration_s=240)
+SHORT_SCALE = Scale(num=200_000, write_buffer_mib=4, level_base_mib=16, target_file_mib=2,
+                    block_cache_mib=8, valley_kops=5, peak_kops=20, initial_valley_s=1.5,
+                    peak_s=3, valley_s=1, duration_s=6)
+
+
+def target_kops(scale, t):
+    """The theoretical client load (kops/s) at t seconds (like the driver's schedule)."""
+    if t < scale.initial_valley_s:
+        return scale.valley_kops
+    u = math.fmod(t - scale.initial_valley_s, scale.peak_s + scale.valley_s)
+    return scale.peak_kops if u < scale.peak_s else scale.valley_kops
+
+
+def parse_driver_csv(text, setup, workload):
+    """The driver's per-second CSV -> rows of CSV_FIELDS (plus the extra columns)."""
+    rows = []
+    reader = csv.DictReader(text.splitlines())
+    missing = {"time_s", "kops", "p99_us", "p50_us"} - set(reader.fieldnames or ())
+    if missing:
+        raise ValueError(f"driver CSV lacks columns {sorted(missing)}")
+    for rec in reader:
+        row = {k: float(v) for k, v in rec.items() if k is not None and v not in (None, "")}
+        row["time_s"] = int(row["time_s"])
+        row["setup"] = setup
+        row["workload"] = workload
+        rows.append(row)
+    return rows
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def stddev(xs):
+    """Population standard deviation."""
+    if not xs:
+        return float("nan")
+    m = mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / len(xs))
+
+
+def mean_abs_dev(xs):
+    """The paper's 'variability' (mean absolute deviation from the mean)."""
+    if not xs:
+        return float("nan")
+    m = mean(xs)
+    return sum(abs(x - m) for x in xs) / len(xs)
+
+
+def phase_of(scale, time_s):
+    """'initial' (initial valley), 'peak' or 'valley' for the CSV row of second time_s.
+
+    Row t covers (t-1, t]; its phase is the one at its middle.
+    """
+    mid = time_s - 0.5
+    if mid < scale.initial_valley_s:
+        return "initial"
+    return "peak" if target_kops(scale, mid) == scale.peak_kops else "valley"
+
+
+def summarize(rows, scale=None):
+    """Per (workload, setup): seconds, mean kops, p99 range/max/mean, variability.
+
+    rows: dicts with setup, workload, kops, p99_us.  Latencies in the result
+    are in ms.  Seconds with no completed request (kops 0) count for the
+    throughput but not for the latency statistics.  With a scale, also the
+    max p99 per phase (initial valley, peaks, later valleys).
+    """
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["setup"]), []).append(r)
+    out = []
+    for (workload, setup), rs in groups.items():
+        kops = [float(r["kops"]) for r in rs]
+        p99 = [float(r["p99_us"]) / 1000.0 for r in rs if float(r["kops"]) > 0]
+        out.append({
+            "workload": workload, "setup": setup, "seconds": len(rs),
+            "mean_kops": mean(kops),
+            "p99_min_ms": min(p99) if p99 else float("nan"),
+            "p99_max_ms": max(p99) if p99 else float("nan"),
+            "p99_mean_ms": mean(p99),
+            "p99_std_ms": stddev(p99),
+            "p99_mad_ms": mean_abs_dev(p99),
+        })
+        if scale is not None:
+            for ph in ("initial", "peak", "valley"):
+                xs = [float(r["p99_us"]) / 1000.0 for r in rs
+                      if float(r["kops"]) > 0 and phase_of(scale, int(r["time_s"])) == ph]
+                out[-1][f"p99_max_{ph}_ms"] = max(xs) if xs else float("nan")
+    order = {s: i for i, s in enumerate(ALL_SETUPS)}
+    worder = {w: i for i, w in enumerate(ALL_WORKLOADS)}
+    out.sort(key=lambda s: (worder.get(s["workload"], 99), order.get(s["setup"], 99)))
+    return out
+
+
+def goal_verdict(summary, factor=GOAL_P99_FACTOR, min_tput=GOAL_THROUGHPUT):
+    """Per workload with a paio row: the issue's goal, checked.
+
+    Returns {workload: {"p99_vs_baseline": x, "p99_4x": bool|None,
+    "below_autotuned": bool|None, "tput_ratio": x, "tput_ok": bool|None,
+    "met": bool|None}} (None: the setup needed for that check was not run).
+    """
+    by = {(s["workload"], s["setup"]): s for s in summary}
+    out = {}
+    for workload in sorted({s["workload"] for s in summary}):
+        paio = by.get((workload, "paio"))
+        if not paio:
+            continue
+        base = by.get((workload, "baseline"))
+        auto = by.get((workload, "autotuned"))
+        v = {"p99_vs_baseline": None, "p99_4x": None, "below_autotuned": None,
+             "tput_ratio": None, "tput_ok": None}
+        if base:
+            v["p99_vs_baseline"] = base["p99_max_ms"] / paio["p99_max_ms"] if paio["p99_max_ms"] else None
+            v["p99_4x"] = paio["p99_max_ms"] * factor <= base["p99_max_ms"]
+            v["tput_ratio"] = paio["mean_kops"] / base["mean_kops"] if base["mean_kops"] else None
+            v["tput_ok"] = v["tput_ratio"] is not None and v["tput_ratio"] >= min_tput
+        if auto:
+            v["below_autotuned"] = paio["p99_max_ms"] < auto["p99_max_ms"]
+        checks = [v["p99_4x"], v["below_autotuned"], v["tput_ok"]]
+        v["met"] = None if None in checks else all(checks)
+        out[workload] = v
+    return out
+
+
+def _f(x, fmt):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def format_table(summary, verdict=None):
+    lines = [
+        "| workload | setup | seconds | mean kops/s | p99 range ms | max p99 ms | mean p99 ms | "
+        "p99 stddev ms | p99 MAD ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summary:
+        lines.append(
+            f"| {s['workload']} | {s['setup']} | {s['seconds']} | {_f(s['mean_kops'], '.2f')} | "
+            f"{_f(s['p99_min_ms'], '.2f')}–{_f(s['p99_max_ms'], '.2f')} | {_f(s['p99_max_ms'], '.2f')} | "
+            f"{_f(s['p99_mean_ms'], '.2f')} | {_f(s['p99_std_ms'], '.2f')} | {_f(s['p99_mad_ms'], '.2f')} |")
+    if summary and "p99_max_peak_ms" in summary[0]:
+        lines += ["", "Max p99 (ms) per phase:", "",
+                  "| workload | setup | initial valley | peaks | later valleys |", "|---|---|---:|---:|---:|"]
+        for s in summary:
+            lines.append(f"| {s['workload']} | {s['setup']} | {_f(s['p99_max_initial_ms'], '.2f')} | "
+                         f"{_f(s['p99_max_peak_ms'], '.2f')} | {_f(s['p99_max_valley_ms'], '.2f')} |")
+    if verdict:
+        lines += ["", f"Goal: paio's max p99 >= {GOAL_P99_FACTOR:g}x below baseline's and below auto-tuned's, "
+                  f"at >= {GOAL_THROUGHPUT:.0%} of baseline's mean throughput.", "",
+                  "| workload | baseline max p99 / paio max p99 | >= 4x | below auto-tuned | "
+                  "paio / baseline throughput | >= 95 % | goal met |",
+                  "|---|---:|---|---|---:|---|---|"]
+        yn = {True: "yes", False: "no", None: "-"}
+        for w, v in verdict.items():
+            lines.append(
+                f"| {w} | {_f(v['p99_vs_baseline'], '.2f')}x | {yn[v['p99_4x']]} | {yn[v['below_autotuned']]} | "
+                f"{_f(None if v['tput_ratio'] is None else 100 * v['tput_ratio'], '.1f')} % | "
+                f"{yn[v['tput_ok']]} | {yn[v['met']]} |")
+    return "\n".join(lines) + "\n"
+
+
+def paiod_config(scale):
+    return (f'period = "100ms"\n[policy]\nkind = "silk"\n'
+            f'kvs_bandwidth = "{scale.kvs_mib:g}MiB/s"\nmin_bandwidth = "{scale.min_mib:g}MiB/s"\n')
+
+
+def driver_args(scale, setup, workload):
+    return [
+        "--num", str(scale.num), "--setup", setup, "--workload", workload,
+        "--valley-kops", f"{scale.valley_kops:g}", "--peak-kops", f"{scale.peak_kops:g}",
+        "--initial-valley-s", f"{scale.initial_valley_s:g}", "--peak-s", f"{scale.peak_s:g}",
+        "--valley-s", f"{scale.valley_s:g}", "--duration-s", f"{scale.duration_s:g}",
+        "--kvs-mib", f"{scale.kvs_mib:g}", "--write-buffer-mib", str(scale.write_buffer_mib),
+        "--level-base-mib", str(scale.level_base_mib), "--target-file-mib", str(scale.target_file_mib),
+        "--block-cache-mib", str(scale.block_cache_mib),
+    ]
+
+
+def golden_name(scale):
+    """The preloaded DB depends on these options only."""
+    return (f"golden-n{scale.num}-wb{scale.write_buffer_mib}-lb{scale.level_base_mib}"
+            f"-tf{scale.target_file_mib}-random")
+
+
+def check_csv(path):
+    """Smoke checks of the combined CSV: header, types, non-zero throughput."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if tuple(header or ()) != CSV_FIELDS:
+            raise ValueError(f"{path}: header {header} != {list(CSV_FIELDS)}")
+        n = 0
+        kops = {}
+        for i, rec in enumerate(reader, 2):
+            if len(rec) != len(CSV_FIELDS):
+                raise ValueError(f"{path}:{i}: {len(rec)} fields")
+            int(rec[0]), float(rec[3]), float(rec[4]), float(rec[5])
+            kops.setdefault((rec[2], rec[1]), []).append(float(rec[3]))
+            n += 1
+    if not n:
+        raise ValueError(f"{path}: no rows")
+    for key, ks in kops.items():
+        if sum(ks) <= 0:
+            raise ValueError(f"{path}: zero throughput for {key}")
+    return n
+
+
+# ------------------------------------------------------------- CSV and plots
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({"time_s": r["time_s"], "setup": r["setup"], "workload": r["workload"],
+                        "kops": f"{float(r['kops']):.3f}", "p99_us": f"{float(r['p99_us']):.1f}",
+                        "p50_us": f"{float(r['p50_us']):.1f}"})
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return [{"time_s": int(r["time_s"]), "setup": r["setup"], "workload": r["workload"],
+                 "kops": float(r["kops"]), "p99_us": float(r["p99_us"]), "p50_us": float(r["p50_us"])}
+                for r in csv.DictReader(f)]
+
+
+def require_matplotlib():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError as e:
+        raise RunError(f"matplotlib is needed for the plots ({e}): "
+                       "python3 -m pip install matplotlib, or pass --no-plot") from e
+
+
+def quantile(xs, q):
+    """Nearest-rank quantile (q in [0, 1]) of a non-empty list."""
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, math.ceil(q * len(s)) - 1))
+    return s[k]
+
+
+def plot_workload(path, rows, workload, scale, lat_max_ms=None):
+    """Fig. 5-7 style: per setup, throughput (top) and p99 latency (bottom) over time."""
+    plt = require_matplotlib()
+    setups = [s for s in ALL_SETUPS if any(r["setup"] == s for r in rows)]
+    fig, axes = plt.subplots(2 * len(setups), 1, figsize=(9, 2.1 * 2 * len(setups)), sharex=True)
+    if len(setups) == 1:
+        axes = list(axes)
+    kmax = max([r["kops"] for r in rows] + [scale.peak_kops]) * 1.15
+    lmax = lat_max_ms or (max(r["p99_us"] for r in rows) / 1000.0 * 1.1 or 1.0)
+    ts = [i / 10.0 for i in range(int(scale.duration_s * 10) + 1)]
+    for i, setup in enumerate(setups):
+        rs = sorted((r for r in rows if r["setup"] == setup), key=lambda r: r["time_s"])
+        t = [r["time_s"] for r in rs]
+        ax_t, ax_l = axes[2 * i], axes[2 * i + 1]
+        ax_t.plot(ts, [target_kops(scale, x) for x in ts], "r--", lw=0.8, label="client load")
+        ax_t.plot(t, [r["kops"] for r in rs], color="tab:blue", lw=1.0, label=LABEL[setup],
+                  drawstyle="steps-pre")
+        m = mean([r["kops"] for r in rs])
+        ax_t.axhline(m, color="tab:blue", ls=":", lw=0.8, label=f"mean {m:.2f}")
+        ax_t.set_ylim(0, kmax)
+        ax_t.set_ylabel("Throughput\n(kops/s)")
+        ax_t.legend(loc="upper right", fontsize=7, ncol=3)
+        ax_t.set_title(f"{LABEL[setup]}", fontsize=9, loc="left")
+        ax_l.plot(t, [r["p99_us"] / 1000.0 for r in rs], color="tab:orange", lw=1.0, label="p99",
+                  drawstyle="steps-pre")
+        ax_l.plot(t, [r["p50_us"] / 1000.0 for r in rs], color="tab:gray", lw=0.6, label="p50",
+                  drawstyle="steps-pre")
+        ax_l.set_ylim(0, lmax)
+        ax_l.set_ylabel("Latency\n(ms)")
+        ax_l.legend(loc="upper right", fontsize=7, ncol=2)
+    axes[-1].set_xlabel("Time (s)")
+    fig.suptitle(f"{LABEL.get(workload, workload)}: throughput and 99th percentile latency "
+                 f"({scale.kvs_mib:g} MiB/s device)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ------------------------------------------------------------------ machine
+
+
+class IoSampler(threading.Thread):
+    """Samples the cgroup's accounted bytes once a second -> [(t, read MiB/s, write MiB/s)]."""
+
+    def __init__(self, cgroup):
+        super().__init__(daemon=True)
+        self.cgroup = cgroup
+        self.samples = []
+        self.stop_ev = threading.Event()
+        self.t0 = None
+
+    def run(self):
+        self.t0 = time.monotonic()
+        prev = self.cgroup.io_bytes()
+        n = 1
+        while not self.stop_ev.wait(max(0.0, self.t0 + n - time.monotonic())):
+            cur = self.cgroup.io_bytes()
+            self.samples.append((n, (cur[0] - prev[0]) / MIB, (cur[1] - prev[1]) / MIB))
+            prev = cur
+            n += 1
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join(timeout=2)
+
+
+# -------------------------------------------------------------------- runner
+
+_children = []  # live Popen objects, stopped on errors/signals
+
+
+def stop(p, timeout=10.0):
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        p.terminate()
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            p.kill()
+        p.wait()
+
+
+def copy_db(src, dst):
+    """A private copy of the preloaded DB: SST files (immutable) hard-linked, the rest copied."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.suffix == ".sst":
+            os.link(f, dst / f.name)
+        elif f.is_file():
+            shutil.copy2(f, dst / f.name)
+
+
+def ensure_golden(args, scale, data_dir):
+    golden = data_dir / golden_name(scale)
+    done = golden / "PRELOAD_DONE"
+    if done.exists():
+        return golden
+    if golden.exists():
+        shutil.rmtree(golden)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"preloading {scale.num} key-value pairs into {golden} (once, no throttle) ...", flush=True)
+    t = time.monotonic()
+    cmd = [str(args.driver), "preload", "--db", str(golden), "--quiet"] + driver_args(scale, "baseline", "mixture")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RunError(f"preload failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    (golden / "preload.log").write_text(r.stderr)
+    done.write_text(json.dumps(asdict(scale)) + "\n")
+    print(f"preloaded in {time.monotonic() - t:.0f} s\n{r.stderr.strip()}", flush=True)
+    return golden
+
+
+def start_paiod(args, scale, setup_dir, sock_dir):
+    cfg = setup_dir / "paiod.toml"
+    cfg.write_text(paiod_config(scale))
+    sock = Path(sock_dir) / "paiod.sock"
+    log = open(setup_dir / "paiod.log", "w")
+    cmd = [str(args.paiod), "--config", str(cfg), "--socket", str(sock)]
+    (setup_dir / "paiod.cmd").write_text(shlex.join(cmd) + "\n")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    _children.append(p)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            log.close()
+            text = (setup_dir / "paiod.log").read_text()
+            first = text.strip().splitlines()[0] if text.strip() else ""
+            return None, None, f"paiod exited ({p.returncode}): {first}"
+        if sock.exists():
+            time.sleep(0.3)
+            if p.poll() is None:
+                return p, sock, None
+        time.sleep(0.05)
+    stop(p)
+    return None, None, "paiod did not create its socket within 5 s"
+
+
+def run_setup(args, scale, cgroup, golden, out, workload, setup, notes):
+    setup_dir = out / workload / setup
+    setup_dir.mkdir(parents=True, exist_ok=True)
+    db = args.data_dir / f"run-{setup}-{workload}"
+    copy_db(golden, db)
+    paiod = None
+    sock_dir = tempfile.mkdtemp(prefix="paio-taillat-")
+    extra = ["--db", str(db), "--out", str(setup_dir / "driver.csv")]
+    try:
+        if setup == "paio":
+            extra += ["--paio-stats", str(setup_dir / "paio-stats.json")]
+            if args.paio_control != "none":
+                paiod, sock, err = start_paiod(args, scale, setup_dir, sock_dir)
+                if err:
+                    if args.paio_control == "paiod":
+                        raise RunError(f"{err} (see {setup_dir / 'paiod.log'}); the SILK policy needs "
+                                       f"a paiod with `kind = \"silk\"`: {PAIOD_BUILD_CMD}. "
+                                       "--paio-control none runs the plugin without a control plane.")
+                    msg = (f"{workload}/paio: {err} -- ran the paio setup WITHOUT paiod "
+                           "(plugin installed, no control: pass-through DRLs)")
+                    print(f"NOTE: {msg}", flush=True)
+                    notes.append(msg)
+                else:
+                    extra += ["--paio-socket", str(sock)]
+            else:
+                notes.append(f"{workload}/paio: run without paiod (--paio-control none)")
+        cmd = [str(args.driver), "run"] + driver_args(scale, setup, workload) + extra
+        wrapped = ["sh", "-c", f'echo $$ > {shlex.quote(cgroup.procs_file)} && exec "$0" "$@"'] + cmd
+        (setup_dir / "driver.cmd").write_text(shlex.join(wrapped) + "\n")
+        print(f"[{workload}/{setup}] {scale.duration_s:g} s ...", flush=True)
+        sampler = IoSampler(cgroup)
+        load0 = list(os.getloadavg())
+        log = open(setup_dir / "driver.log", "w")
+        t0 = time.monotonic()
+        p = subprocess.Popen(wrapped, stdout=log, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+        _children.append(p)
+        sampler.start()
+        n = 0
+        for line in p.stderr:
+            log.write(line)
+            n += 1
+            if args.verbose or not line.startswith("[") or n % args.progress_every == 0:
+                print("  " + line.rstrip(), flush=True)
+            if paiod is not None and paiod.poll() is not None:
+                stop(p)
+                raise RunError(f"paiod died during {workload}/paio (see {setup_dir / 'paiod.log'})")
+            if time.monotonic() - t0 > scale.duration_s + args.timeout_slack_s:
+                stop(p)
+                raise RunError(f"{workload}/{setup}: driver exceeded {scale.duration_s + args.timeout_slack_s:.0f} s")
+        rc = p.wait()
+        sampler.stop()
+        log.close()
+        if rc != 0:
+            raise RunError(f"{workload}/{setup}: driver failed ({rc}), see {setup_dir / 'driver.log'}")
+        with open(setup_dir / "blkio.csv", "w") as f:
+            f.write("time_s,read_mibs,write_mibs\n")
+            for t, r, w in sampler.samples:
+                f.write(f"{t},{r:.1f},{w:.1f}\n")
+        peak_r = max((r for _, r, _ in sampler.samples), default=0)
+        peak_w = max((w for _, _, w in sampler.samples), default=0)
+        return parse_driver_csv((setup_dir / "driver.csv").read_text(), setup, workload), {
+            "wall_s": round(time.monotonic() - t0, 1), "blkio_peak_read_mibs": round(peak_r, 1),
+            "blkio_peak_write_mibs": round(peak_w, 1),
+            "blkio_mean_read_mibs": round(mean([r for _, r, _ in sampler.samples]), 1),
+            "blkio_mean_write_mibs": round(mean([w for _, _, w in sampler.samples]), 1),
+            "paiod": paiod is not None, "loadavg_at_start": load0,
+            "loadavg_at_end": list(os.getloadavg())}
+    finally:
+        if paiod is not None:
+            stop(paiod)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        if not args.keep_db:
+            shutil.rmtree(db, ignore_errors=True)
+
+
+def report(out, rows, scale, workloads, no_plot, notes=()):
+    write_csv(out / "taillat.csv", rows)
+    summary = summarize(rows, scale)
+    verdict = goal_verdict(summary)
+    table = format_table(summary, verdict)
+    if notes:
+        table += "\n" + "\n".join(f"NOTE: {n}" for n in notes) + "\n"
+    (out / "table.md").write_text(table)
+    (out / "summary.json").write_text(json.dumps({"summary": summary, "verdict": verdict}, indent=1) + "\n")
+    if not no_plot:
+        for w in workloads:
+            wr = [r for r in rows if r["workload"] == w]
+            if wr:
+                plot_workload(out / f"{w}.png", wr, w, scale)
+                # Same plot with the latency axis cut at 1.5x the 95th percentile
+                # of the per-second p99s: the shape below the largest spikes.
+                cut = 1.5 * quantile([r["p99_us"] / 1000.0 for r in wr], 0.95)
+                plot_workload(out / f"{w}-zoom.png", wr, w, scale, lat_max_ms=cut)
+    return table
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--short", action="store_true",
+                    help="smoke test: mixture, all setups, ~6 s each, 200k keys (< 30 s)")
+    ap.add_argument("--workloads", help=f"comma-separated, of {','.join(ALL_WORKLOADS)}")
+    ap.add_argument("--setups", help=f"comma-separated, of {','.join(ALL_SETUPS)}")
+    ap.add_argument("--out", type=Path, help="output dir (default bench/results/taillat, "
+                                             "short: target/taillat-short)")
+    ap.add_argument("--data-dir", type=Path, default=REPO / "target/taillat-data")
+    ap.add_argument("--driver", type=Path, default=DRIVER)
+    ap.add_argument("--paiod", type=Path, default=REPO / "target/release/paiod")
+    ap.add_argument("--paio-control", choices=("paiod", "auto", "none"),
+                    help="paio setup: paiod (required; default in full mode), auto (paiod if it starts "
+                         "with the SILK policy, else the plugin without control; default with --short), "
+                         "none (plugin without control)")
+    ap.add_argument("--num", type=int, help="preloaded pairs (override)")
+    ap.add_argument("--duration-s", type=float, help="per setup (override)")
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override a scale field (e.g. initial_valley_s=10); see Scale in run.py")
+    ap.add_argument("--keep-db", action="store_true", help="keep each run's DB copy")
+    ap.add_argument("--report-only", action="store_true", help="redo table/plots from <out>/taillat.csv")
+    ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--verbose", action="store_true", help="print every per-second driver line")
+    ap.add_argument("--progress-every", type=int, default=10, help="print every n-th driver line")
+    ap.add_argument("--timeout-slack-s", type=float, default=180)
+    a = ap.parse_args(argv)
+    a.workloads = a.workloads.split(",") if a.workloads else (["mixture"] if a.short else list(ALL_WORKLOADS))
+    a.setups = a.setups.split(",") if a.setups else list(ALL_SETUPS)
+    for w in a.workloads:
+        if w not in ALL_WORKLOADS:
+            ap.error(f"unknown workload {w}")
+    for s in a.setups:
+        if s not in ALL_SETUPS:
+            ap.error(f"unknown setup {s}")
+    if a.out is None:
+        a.out = REPO / ("target/taillat-short" if a.short else "bench/results/taillat")
+    if a.paio_control is None:
+        a.paio_control = "auto" if a.short else "paiod"
+    return a
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    scale = SHORT_SCALE if args.short else FULL_SCALE
+    if args.num:
+        scale.num = args.num
+    if args.duration_s:
+        scale.duration_s = args.duration_s
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        if k not in Scale.__dataclass_fields__:
+            raise RunError(f"--set {kv}: no scale field {k}")
+        setattr(scale, k, type(getattr(scale, k))(float(v)) if isinstance(getattr(scale, k), int) else float(v))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        rows = read_csv(out / "taillat.csv")
+        print(report(out, rows, scale, args.workloads, args.no_plot), end="")
+        return 0
+
+    if not args.driver.exists():
+        raise RunError(f"{args.driver} is missing; build it first:\n  {BUILD_CMD}")
+    if "paio" in args.setups:
+        status = args.driver.parent / "paio_status.txt"
+        if status.exists() and status.read_text().strip() != "yes":
+            raise RunError(f"{args.driver} was built without the paio plugin; build "
+                           "integrations/rocksdb (bash integrations/rocksdb/build.sh) and rebuild:\n"
+                           f"  {BUILD_CMD}\nor leave out the paio setup: --setups baseline,autotuned")
+        if args.paio_control != "none" and not args.paiod.exists():
+            if args.paio_control == "paiod":
+                raise RunError(f"{args.paiod} is missing: {PAIOD_BUILD_CMD}")
+    if not args.no_plot:
+        require_matplotlib()
+    if os.geteuid() != 0:
+        raise RunError("must run as root (cgroup v1 blkio writes)")
+
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    maj, mnr, disk = block_device_of(args.data_dir)
+    fstype = sh(["findmnt", "-no", "FSTYPE", "-T", str(args.data_dir)])
+    if fstype in ("tmpfs", "ramfs"):
+        raise RunError(f"{args.data_dir} is on {fstype}: direct I/O and the blkio throttle need a disk")
+    bps = int(scale.kvs_mib * MIB)
+    header = [
+        f"command: {shlex.join([sys.executable] + sys.argv)}",
+        f"date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
+        f"machine: {machine_info(args.data_dir)}",
+        f"commit: {commit_info()}",
+        f"driver: {args.driver} (paio plugin: "
+        f"{(args.driver.parent / 'paio_status.txt').read_text().strip() if (args.driver.parent / 'paio_status.txt').exists() else '?'})",
+        f"scale: {json.dumps(asdict(scale))}",
+        f"throttle: blkio read_bps_device and write_bps_device {maj}:{mnr} {bps} on /dev/{disk} "
+        f"({fstype}), data dir {args.data_dir}",
+        f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
+        f"paio control: {args.paio_control}",
+    ]
+    (out / "header.txt").write_text("\n".join(header) + "\n")
+    print("\n".join(header), flush=True)
+
+    golden = ensure_golden(args, scale, args.data_dir)
+    plog = golden / "preload.log"
+    summary_line = next((ln for ln in (plog.read_text().splitlines() if plog.exists() else [])
+                         if ln.startswith("preload:")), "preload: ?")
+    with open(out / "header.txt", "a") as f:
+        f.write(f"preloaded DB (shared by all setups, SSTs hard-linked): {golden}; {summary_line}\n")
+    cgroup = BlkioCgroup(f"paio-taillat-{os.getpid()}", f"{maj}:{mnr}", bps, write_bps=bps)
+    rows, runs, notes = [], {}, []
+    try:
+        for w in args.workloads:
+            for s in args.setups:
+                r, info = run_setup(args, scale, cgroup, golden, out, w, s, notes)
+                rows += r
+                runs[f"{w}/{s}"] = info
+                print(f"[{w}/{s}] done: mean {mean([x['kops'] for x in r]):.2f} kops/s, max p99 "
+                      f"{max([x['p99_us'] for x in r], default=0) / 1000:.2f} ms; blkio mean/peak read "
+                      f"{info['blkio_mean_read_mibs']}/{info['blkio_peak_read_mibs']}, write "
+                      f"{info['blkio_mean_write_mibs']}/{info['blkio_peak_write_mibs']} MiB/s", flush=True)
+                # Partial results survive an interruption of a long run.
+                report(out, rows, scale, args.workloads, True, notes)
+    finally:
+        for p in _children:
+            stop(p)
+        cgroup.cleanup()
+    (out / "runs.json").write_text(json.dumps(runs, indent=1) + "\n")
+    if notes:
+        with open(out / "header.txt", "a") as f:
+            f.write("".join(f"NOTE: {n}\n" for n in notes))
+    table = report(out, rows, scale, args.workloads, args.no_plot, notes)
+    print(table, end="")
+    n = check_csv(out / "taillat.csv")
+    print(f"results in {out} ({n} CSV rows)")
+    return 0
+
+
+def _stop_children():
+    for p in _children:
+        stop(p)
+
+
+if __name__ == "__main__":
+    expt.run_main(main, on_interrupt=_stop_children)
