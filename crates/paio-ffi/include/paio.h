@@ -284,6 +284,34 @@ enum paio_status paio_stage_from_policy(const char *policy,
                                         struct paio_stage **out);
 
 /**
+ * Creates a stage from a policy given as TOML text, as
+ * `paio_stage_from_policy`, with the stage's name and labels given by the
+ * caller: `name` replaces the policy's `[stage] name` (NULL keeps it, or
+ * `"paio"` if it has none); `n_labels` labels `label_keys[i] =
+ * label_values[i]` are added to the policy's `[stage.labels]`, replacing
+ * labels of the same key. For applications that ship one policy and run
+ * several instances (the control plane groups stages by their labels).
+ *
+ * Returns `PAIO_OK` and the new stage in `*out`, or an error with `*out` set
+ * to NULL: `PAIO_ERR_POLICY` if the policy is invalid;
+ * `PAIO_ERR_INVALID_ARGUMENT` if `policy` or `out` is NULL, a label array is
+ * NULL while `n_labels` > 0, a string is NULL or not UTF-8, or a name or key
+ * is empty.
+ *
+ * # Safety
+ * `policy`, `origin` and `name` are NULL or NUL-terminated strings;
+ * `label_keys` and `label_values` are NULL or point to `n_labels`
+ * NUL-terminated strings each; `out` is NULL or valid for writing a pointer.
+ */
+enum paio_status paio_stage_from_policy_as(const char *policy,
+                                           const char *origin,
+                                           const char *name,
+                                           const char *const *label_keys,
+                                           const char *const *label_values,
+                                           size_t n_labels,
+                                           struct paio_stage **out);
+
+/**
  * Creates a stage from the policy file at `path` (any bytes the operating
  * system accepts as a path; at most 1 MiB of TOML).
  *

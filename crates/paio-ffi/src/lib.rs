@@ -297,6 +297,81 @@ pub unsafe extern "C" fn paio_stage_from_policy(
     })
 }
 
+/// Creates a stage from a policy given as TOML text, as
+/// `paio_stage_from_policy`, with the stage's name and labels given by the
+/// caller: `name` replaces the policy's `[stage] name` (NULL keeps it, or
+/// `"paio"` if it has none); `n_labels` labels `label_keys[i] =
+/// label_values[i]` are added to the policy's `[stage.labels]`, replacing
+/// labels of the same key. For applications that ship one policy and run
+/// several instances (the control plane groups stages by their labels).
+///
+/// Returns `PAIO_OK` and the new stage in `*out`, or an error with `*out` set
+/// to NULL: `PAIO_ERR_POLICY` if the policy is invalid;
+/// `PAIO_ERR_INVALID_ARGUMENT` if `policy` or `out` is NULL, a label array is
+/// NULL while `n_labels` > 0, a string is NULL or not UTF-8, or a name or key
+/// is empty.
+///
+/// # Safety
+/// `policy`, `origin` and `name` are NULL or NUL-terminated strings;
+/// `label_keys` and `label_values` are NULL or point to `n_labels`
+/// NUL-terminated strings each; `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_from_policy_as(
+    policy: *const c_char,
+    origin: *const c_char,
+    name: *const c_char,
+    label_keys: *const *const c_char,
+    label_values: *const *const c_char,
+    n_labels: usize,
+    out: *mut *mut paio_stage,
+) -> paio_status {
+    guard(|| {
+        // SAFETY: `out` is NULL or writable (this function's contract).
+        let out = unsafe { stage_out(out) }?;
+        // SAFETY: `policy` is NULL or NUL-terminated (this function's contract).
+        let text = unsafe { c_str(policy, "policy") }?;
+        let origin = if origin.is_null() {
+            "<string>"
+        } else {
+            // SAFETY: non-NULL and NUL-terminated (this function's contract).
+            unsafe { c_str(origin, "origin") }?
+        };
+        let mut parsed = paio::Policy::parse(text, origin)?;
+        if !name.is_null() {
+            // SAFETY: non-NULL and NUL-terminated (this function's contract).
+            let name = unsafe { c_str(name, "name") }?;
+            if name.is_empty() {
+                return Err(Error::invalid(
+                    "name is empty; pass NULL to keep the policy's",
+                ));
+            }
+            parsed.name = Some(name.to_string());
+        }
+        if n_labels > 0 && (label_keys.is_null() || label_values.is_null()) {
+            return Err(Error::invalid(format!(
+                "n_labels is {n_labels} but label_keys or label_values is NULL"
+            )));
+        }
+        for i in 0..n_labels {
+            // SAFETY: both arrays hold `n_labels` pointers (this function's
+            // contract) and were checked non-NULL above.
+            let (k, v) = unsafe { (*label_keys.add(i), *label_values.add(i)) };
+            // SAFETY: each entry is NULL or NUL-terminated (the contract).
+            let k = unsafe { c_str(k, "label key") }?;
+            // SAFETY: as above.
+            let v = unsafe { c_str(v, "label value") }?;
+            if k.is_empty() {
+                return Err(Error::invalid(format!("label {i}: the key is empty")));
+            }
+            parsed.labels.insert(k.to_string(), v.to_string());
+        }
+        let stage = parsed.new_stage()?;
+        // SAFETY: `out` was checked non-NULL by stage_out and is writable.
+        unsafe { put_stage(out, stage) };
+        Ok(())
+    })
+}
+
 /// Creates a stage from the policy file at `path` (any bytes the operating
 /// system accepts as a path; at most 1 MiB of TOML).
 ///

@@ -402,7 +402,8 @@ struct Plugin::Impl {
 
 namespace {
 
-std::string TomlString(const std::string& s) {
+// A JSON string literal for `s`.
+std::string JsonString(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
@@ -423,27 +424,26 @@ std::string TomlString(const std::string& s) {
   return out + "\"";
 }
 
-// JSON strings escape like TOML basic strings for what we emit.
-std::string JsonString(const std::string& s) { return TomlString(s); }
 
-std::string PolicyText(const PluginOptions& o) {
-  std::string text = kEmbeddedPolicy;
-  const std::string name_line = "\nname = \"rocksdb\"\n";
-  size_t at = text.find(name_line);
-  if (at != std::string::npos) {
-    text.replace(at, name_line.size(),
-                 "\nname = " + TomlString(o.stage_name) + "\n");
+// The policy's text and the name errors give it: the file's, or the
+// embedded layout.
+bool PolicySource(const PluginOptions& o, std::string* text, std::string* origin,
+                  std::string* error) {
+  if (o.policy_file.empty()) {
+    *text = kEmbeddedPolicy;
+    *origin = "paio-rocksdb.toml";
+    return true;
   }
-  if (!o.labels.empty()) {
-    std::string labels = "[stage.labels]\n";
-    for (const auto& kv : o.labels) {
-      labels += TomlString(kv.first) + " = " + TomlString(kv.second) + "\n";
-    }
-    labels += "\n";
-    size_t ch = text.find("\n[[channel]]");
-    text.insert(ch == std::string::npos ? text.size() : ch + 1, labels);
+  std::ifstream in(o.policy_file, std::ios::binary);
+  if (!in) {
+    *error = "paio-rocksdb: cannot read the policy file " + o.policy_file;
+    return false;
   }
-  return text;
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  *text = buf.str();
+  *origin = o.policy_file;
+  return true;
 }
 
 std::string LastError(const char* what) {
@@ -461,13 +461,19 @@ std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
   if (error == nullptr) error = &scratch;
   internal::Ids();
   paio_stage* stage = nullptr;
-  paio_status st;
-  if (options.policy_file.empty()) {
-    std::string text = PolicyText(options);
-    st = paio_stage_from_policy(text.c_str(), "paio-rocksdb.toml", &stage);
-  } else {
-    st = paio_stage_from_policy_file(options.policy_file.c_str(), &stage);
+  std::string text, origin;
+  if (!PolicySource(options, &text, &origin, error)) return nullptr;
+  // The stage's name and labels come from the options, whatever the policy
+  // file says (one policy, many instances).
+  std::vector<const char*> keys, values;
+  for (const auto& kv : options.labels) {
+    keys.push_back(kv.first.c_str());
+    values.push_back(kv.second.c_str());
   }
+  paio_status st = paio_stage_from_policy_as(
+      text.c_str(), origin.c_str(),
+      options.stage_name.empty() ? nullptr : options.stage_name.c_str(),
+      keys.data(), values.data(), keys.size(), &stage);
   if (st != PAIO_OK) {
     *error = LastError("paio-rocksdb: cannot create the stage");
     return nullptr;

@@ -285,8 +285,18 @@ TEST(Layout, EmbeddedPolicyHasTheContractNames) {
 TEST(Layout, InstalledPolicyFileLoadsAndErrorsAreReported) {
   paio_rocksdb::PluginOptions po;
   po.policy_file = PAIO_ROCKSDB_POLICY_FILE;
+  po.stage_name = "db-a";
+  po.labels = {{"instance", "a"}};
   std::string err;
-  EXPECT_TRUE(paio_rocksdb::Plugin::Create(po, &err)) << err;
+  auto from_file = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(from_file) << err;
+  // The options name and label a stage built from a file too.
+  char* info = nullptr;
+  ASSERT_EQ(paio_stage_info(from_file->stage(), &info), PAIO_OK);
+  Json j = ParseJson(info);
+  paio_string_free(info);
+  EXPECT_EQ(j["name"].str, "db-a");
+  EXPECT_EQ(j["labels"]["instance"].str, "a");
   po.policy_file = "/nonexistent/policy.toml";
   EXPECT_FALSE(paio_rocksdb::Plugin::Create(po, &err));
   EXPECT_NE(err.find("nonexistent"), std::string::npos) << err;

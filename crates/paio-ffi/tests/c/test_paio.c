@@ -579,6 +579,37 @@ static int read_full(int fd, void *buf, size_t n) {
     return 0;
 }
 
+static void test_policy_as(void) {
+    const char *policy = "[stage]\nname = \"orig\"\nlabels = { job = \"a\", tier = \"x\" }\n"
+                         "[[channel]]\nname = \"c\"\n";
+    const char *keys[] = {"job", "instance"};
+    const char *values[] = {"b", "db1"};
+    paio_stage *stage = NULL;
+    CHECK_OK(paio_stage_from_policy_as(policy, "p.toml", "renamed", keys, values, 2, &stage));
+    char *json = NULL;
+    CHECK_OK(paio_stage_info(stage, &json));
+    CHECK(contains(json, "\"name\":\"renamed\""));
+    CHECK(contains(json, "\"job\":\"b\""));
+    CHECK(contains(json, "\"instance\":\"db1\""));
+    CHECK(contains(json, "\"tier\":\"x\""));
+    paio_string_free(json);
+    paio_stage_free(stage);
+    /* NULL name keeps the policy's; no labels. */
+    CHECK_OK(paio_stage_from_policy_as(policy, NULL, NULL, NULL, NULL, 0, &stage));
+    CHECK_OK(paio_stage_info(stage, &json));
+    CHECK(contains(json, "\"name\":\"orig\""));
+    paio_string_free(json);
+    paio_stage_free(stage);
+    CHECK(paio_stage_from_policy_as(policy, NULL, "", NULL, NULL, 0, &stage) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(stage == NULL);
+    CHECK(paio_stage_from_policy_as(policy, NULL, NULL, NULL, values, 1, &stage) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "NULL"));
+    const char *empty_key[] = {""};
+    CHECK(paio_stage_from_policy_as(policy, NULL, NULL, empty_key, values, 1, &stage) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_from_policy_as("[[channel]\n", "bad.toml", NULL, NULL, NULL, 0, &stage) == PAIO_ERR_POLICY);
+    CHECK(contains(paio_last_error(), "bad.toml:"));
+}
+
 static void test_connect(void) {
     paio_stage *stage = NULL;
     CHECK_OK(paio_stage_new("c-connect", &stage));
@@ -650,6 +681,7 @@ int main(void) {
     test_enforce_single_thread();
     test_concurrent_enforcement();
     test_rate_limit();
+    test_policy_as();
     test_connect();
     printf("%d passed, 0 failed\n", checks_passed);
     return 0;
