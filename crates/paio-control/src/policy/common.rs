@@ -322,6 +322,17 @@ impl RateTracker {
     }
 }
 
+/// `set * max_bandwidth=VALUE` of the policies with a total: the new MaxB
+/// in bytes per second; an error for another group or a bad rate.
+pub fn parse_max_bandwidth(group: &str, value: &str) -> Result<f64, PolicyError> {
+    if group != "*" {
+        return Err(PolicyError::new(format!(
+            "max_bandwidth applies to all groups: use group `*`, not {group:?}"
+        )));
+    }
+    parse_byte_rate(value).map_err(|e| PolicyError::new(format!("max_bandwidth: {e}")))
+}
+
 /// Parses a byte rate for `set` and the configuration: a positive rate in
 /// bytes per second.
 pub fn parse_byte_rate(value: &str) -> Result<f64, PolicyError> {

@@ -165,13 +165,7 @@ impl ControlPolicy for MaxMinPolicy {
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         match key {
             "max_bandwidth" => {
-                if group != "*" {
-                    return Err(PolicyError::new(format!(
-                        "max_bandwidth applies to all groups: use group `*`, not {group:?}"
-                    )));
-                }
-                self.max_b = common::parse_byte_rate(value)
-                    .map_err(|e| PolicyError::new(format!("max_bandwidth: {e}")))?;
+                self.max_b = common::parse_max_bandwidth(group, value)?;
                 Ok(())
             }
             "demand" => {
