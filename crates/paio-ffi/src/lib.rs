@@ -208,6 +208,19 @@ unsafe fn handle_ref<'a>(stage: *const paio_stage) -> Result<&'a paio_stage, Err
     Ok(unsafe { &*stage })
 }
 
+/// The name a policy text is given in errors: `origin`, or `"<string>"`
+/// when it is NULL.
+///
+/// # Safety
+/// `origin` is NULL or a NUL-terminated string.
+unsafe fn origin_str<'a>(origin: *const c_char) -> Result<&'a str, Error> {
+    if origin.is_null() {
+        return Ok("<string>");
+    }
+    // SAFETY: non-NULL and NUL-terminated (this function's contract).
+    unsafe { c_str(origin, "origin") }
+}
+
 /// Returns a new handle for `stage` through `out`.
 ///
 /// # Safety
@@ -284,12 +297,8 @@ pub unsafe extern "C" fn paio_stage_from_policy(
         let out = unsafe { stage_out(out) }?;
         // SAFETY: `policy` is NULL or NUL-terminated (this function's contract).
         let text = unsafe { c_str(policy, "policy") }?;
-        let origin = if origin.is_null() {
-            "<string>"
-        } else {
-            // SAFETY: non-NULL and NUL-terminated (this function's contract).
-            unsafe { c_str(origin, "origin") }?
-        };
+        // SAFETY: `origin` is NULL or NUL-terminated (this function's contract).
+        let origin = unsafe { origin_str(origin) }?;
         let stage = Stage::from_policy_str(text, origin)?;
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
@@ -330,12 +339,8 @@ pub unsafe extern "C" fn paio_stage_from_policy_as(
         let out = unsafe { stage_out(out) }?;
         // SAFETY: `policy` is NULL or NUL-terminated (this function's contract).
         let text = unsafe { c_str(policy, "policy") }?;
-        let origin = if origin.is_null() {
-            "<string>"
-        } else {
-            // SAFETY: non-NULL and NUL-terminated (this function's contract).
-            unsafe { c_str(origin, "origin") }?
-        };
+        // SAFETY: `origin` is NULL or NUL-terminated (this function's contract).
+        let origin = unsafe { origin_str(origin) }?;
         let mut parsed = paio::Policy::parse(text, origin)?;
         if !name.is_null() {
             // SAFETY: non-NULL and NUL-terminated (this function's contract).
