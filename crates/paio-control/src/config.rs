@@ -42,6 +42,8 @@
 //! missed: the loop never waits for a stage.
 
 use std::collections::{BTreeMap, HashMap};
+
+use paio::policy::{field_path, line_col};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -268,33 +270,6 @@ struct RawGroup {
     rules: Option<Spanned<Vec<Rule>>>,
 }
 
-/// `toml::Spanned` adds a `$__serde_spanned_private_value` path segment,
-/// dropped here.
-fn clean_path(path: &str) -> String {
-    let cleaned = path.replace(".$__serde_spanned_private_value", "");
-    if cleaned == "." || cleaned.is_empty() {
-        "config".to_string()
-    } else {
-        cleaned
-    }
-}
-
-/// 1-based (line, column) of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text.as_bytes()[..offset];
-    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-    let line_start = before
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(0, |i| i + 1);
-    let column = String::from_utf8_lossy(&before[line_start..])
-        .chars()
-        .count()
-        + 1;
-    (line, column)
-}
-
 struct Ctx<'a> {
     text: &'a str,
     origin: &'a str,
@@ -348,7 +323,7 @@ impl PaiodConfig {
         let de = toml::Deserializer::parse(text)
             .map_err(|e| cx.err(e.span(), "config", e.message().trim()))?;
         let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
-            let field = clean_path(&e.path().to_string());
+            let field = field_path(&e.path().to_string(), "config");
             let inner = e.into_inner();
             cx.err(inner.span(), &field, inner.message().trim())
         })?;

@@ -172,18 +172,24 @@ impl OneOrMany {
 /// A serde path as users write it: `toml::Spanned` adds an internal
 /// `$__serde_spanned_private_value` segment to every spanned field, which is
 /// dropped here (`channel[0].match.$__serde_spanned_private_value[1]` →
-/// `channel[0].match[1]`).
-fn clean_path(path: &str) -> String {
+/// `channel[0].match[1]`); the document itself is named `root`. Shared by
+/// every TOML format of the project (policies, paiod's configuration).
+pub fn field_path(path: &str, root: &str) -> String {
     let cleaned = path.replace(".$__serde_spanned_private_value", "");
     if cleaned == "." || cleaned.is_empty() {
-        "policy".to_string()
+        root.to_string()
     } else {
         cleaned
     }
 }
 
-/// 1-based (line, column) of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
+fn clean_path(path: &str) -> String {
+    field_path(path, "policy")
+}
+
+/// 1-based (line, column, in characters) of byte `offset` in `text`; an
+/// offset past the end counts as the end.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text.as_bytes()[..offset];
     let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
