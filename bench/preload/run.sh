@@ -4,7 +4,12 @@
 # file classification plus a Noop channel. Reports the median ns per call over
 # RUNS interleaved runs, the overhead against no interposer, and instructions
 # per call counted with valgrind's callgrind where valgrind is installed
-# (perf has no hardware counters on these VMs). Writes
+# (perf has no hardware counters on these VMs). The overhead is measured two
+# ways: across processes (median with the interposer minus median without),
+# and paired inside one process (pread_loop ... paired: blocks through the
+# interposer alternate with blocks through libc's own pread; the median of
+# the per-pair differences, then the median over runs), which cancels the
+# drift between runs that dominates the first figure on a shared VM. Writes
 # bench/results/preload.csv. Used by `make bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
@@ -23,7 +28,7 @@ cd "$root"
 cargo build --release -q -p paio-preload
 lib="$target/release/libpaio_preload.so"
 [ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
-cc -O2 -o "$work/pread_loop" "$here/pread_loop.c"
+cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 
 mkdir -p "$work/data"
 head -c 1048576 /dev/urandom > "$work/data/file"
@@ -56,13 +61,18 @@ env_for() {
 
 configs=(none passthrough classified)
 sizes=(0 4096)
-declare -A samples
+declare -A samples paired
 for ((r = 1; r <= runs; r++)); do
     for size in "${sizes[@]}"; do
         for c in "${configs[@]}"; do
             # shellcheck disable=SC2046
             v=$(env $(env_for "$c") "$work/pread_loop" "$work/data/file" "$size" "$iterations")
             samples[$c,$size]+="$v "
+            if [ "$c" != none ]; then
+                # shellcheck disable=SC2046
+                v=$(env $(env_for "$c") "$work/pread_loop" "$work/data/file" "$size" "$iterations" paired)
+                paired[$c,$size]+="$(echo "$v" | cut -d' ' -f3) "
+            fi
         done
     done
     echo "preload overhead: run $r/$runs done" >&2
@@ -98,10 +108,11 @@ cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
     echo "# loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# note: none = no LD_PRELOAD; passthrough = the interposer's embedded default (read/write/metadata Noop channels with statistics); classified = PAIO_FILE_CLASSES + a policy matching file_class and request_type to a Noop channel"
     echo "# note: ns_median is the median over runs of the mean ns per call of each run; overhead_ns = ns_median - the none median at the same size; instructions_per_call from valgrind callgrind (total instructions for 2N calls minus N calls)"
-    echo "config,size_bytes,runs,iterations,ns_median,ns_min,ns_max,overhead_ns,instructions_per_call,instructions_overhead"
+    echo "# note: paired_overhead_ns is the median over runs of each run's in-process paired figure (median over pairs of 10000-call blocks of interposed minus libc-direct ns per call); paired_min/paired_max its range over runs"
+    echo "config,size_bytes,runs,iterations,ns_median,ns_min,ns_max,overhead_ns,paired_overhead_ns,paired_min,paired_max,instructions_per_call,instructions_overhead"
 } > "$out"
 
-printf '\n%-12s %6s %10s %16s %12s %14s\n' config size "ns/call" "min-max" "overhead" "instr/call" >&2
+printf '\n%-12s %6s %10s %16s %10s %18s %14s\n' config size "ns/call" "min-max" "overhead" "paired (min-max)" "instr/call" >&2
 for size in "${sizes[@]}"; do
     base=$(echo "${samples[none,$size]}" | median)
     base_ins=$(instructions none "$size")
@@ -112,8 +123,15 @@ for size in "${sizes[@]}"; do
         over=$(awk -v m="$med" -v b="$base" 'BEGIN {printf "%.2f", m - b}')
         if [ "$c" = none ]; then ins="$base_ins"; else ins=$(instructions "$c" "$size"); fi
         ins_over=$(awk -v i="$ins" -v b="$base_ins" 'BEGIN {if (i == "n/a" || b == "n/a") print "n/a"; else printf "%d", i - b}')
-        echo "$c,$size,$runs,$iterations,$med,$min,$max,$over,$ins,$ins_over" >> "$out"
-        printf '%-12s %6s %10s %16s %12s %14s\n' "$c" "$size" "$med" "$min-$max" "+$over" "$ins (+$ins_over)" >&2
+        if [ "$c" = none ]; then
+            pmed=0.00 pmin=0.00 pmax=0.00
+        else
+            pmed=$(echo "${paired[$c,$size]}" | median)
+            pmin=$(echo "${paired[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+            pmax=$(echo "${paired[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+        fi
+        echo "$c,$size,$runs,$iterations,$med,$min,$max,$over,$pmed,$pmin,$pmax,$ins,$ins_over" >> "$out"
+        printf '%-12s %6s %10s %16s %10s %18s %14s\n' "$c" "$size" "$med" "$min-$max" "+$over" "+$pmed ($pmin-$pmax)" "$ins (+$ins_over)" >&2
     done
 done
 echo "wrote $out" >&2
