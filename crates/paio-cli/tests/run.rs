@@ -810,6 +810,17 @@ fn real_interposer_enforces_a_read_limit() {
     assert!(took < Duration::from_secs(5), "{took:?}\n{e}");
 }
 
+/// A child process killed when the test ends, passing or not: a paiod left
+/// behind would hold the test's output pipe open.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// paiod, built next to `paio` like the real interposer.
 fn paiod_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
@@ -865,14 +876,16 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
         "period = \"50ms\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"dd\"\nrate = \"16MiB/s\"\n",
     )
     .unwrap();
-    let mut daemon = Command::new(paiod_bin)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--socket")
-        .arg(&sock)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut daemon = KillOnDrop(
+        Command::new(paiod_bin)
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(&sock)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !sock.exists() {
         assert!(Instant::now() < deadline, "paiod did not start");
@@ -881,9 +894,19 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
     let input = d.join("in");
     std::fs::write(&input, vec![3u8; 24 << 20]).unwrap();
     let stats = d.join("s.%p.json");
+    // The stage's own limit (until paiod's rules replace it) keeps dd
+    // running for 3 s, however long registration takes on a loaded machine;
+    // unthrottled, dd is done in milliseconds.
     let mut run = paio()
         .env("PAIO_LIB", lib)
-        .args(["run", "--label", "job=dd", "--control"])
+        .args([
+            "run",
+            "--label",
+            "job=dd",
+            "--limit",
+            "read=8MiB/s",
+            "--control",
+        ])
         .arg(&sock)
         .arg("--stats")
         .arg(&stats)
@@ -931,8 +954,8 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("speed"), "{}", stderr(&bad));
     assert!(run.wait().unwrap().success());
-    daemon.kill().unwrap();
-    daemon.wait().unwrap();
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
     // Every byte dd read went through the read channel, and those read after
     // registration through paiod's DRL.
     let file = std::fs::read_dir(&d)

@@ -123,34 +123,21 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    /// The index (in [`Channel::objects`]) of the object for `ctx` (the
-    /// paper's step 4).
+    /// Selects the object for `ctx` (the paper's step 4).
     #[inline]
-    pub(crate) fn select_object_index(&self, ctx: &Context) -> u32 {
+    pub(crate) fn select_object(&self, ctx: &Context) -> &ObjectEntry {
         // Most channels map no object: skip the lookup entirely.
-        if self.matcher.is_empty() {
+        let i = if self.matcher.is_empty() {
             self.default_object
         } else {
             self.matcher.find(ctx).unwrap_or(self.default_object)
-        }
+        };
+        &self.objects[i as usize]
     }
 
-    /// Selects the object for `ctx`.
-    #[inline]
-    pub(crate) fn select_object(&self, ctx: &Context) -> &ObjectEntry {
-        &self.objects[self.select_object_index(ctx) as usize]
-    }
-
-    /// The channel's objects, in creation order.
-    pub(crate) fn objects(&self) -> &[Arc<ObjectEntry>] {
-        &self.objects
-    }
-}
-
-impl ObjectEntry {
-    /// Applies the object and records the request (steps 5–6) in the calling
-    /// thread's counter slot `slot` ([`crate::stats`]). Returns the time
-    /// waited.
+    /// Selects an object, applies it and records the request (steps 4–6) in
+    /// the calling thread's counter slot `slot` ([`crate::stats`]). Returns
+    /// the time waited.
     #[inline]
     pub(crate) fn enforce(
         &self,
@@ -158,18 +145,20 @@ impl ObjectEntry {
         request: &mut Request<'_>,
         slot: usize,
     ) -> Result<u64, EnforceError> {
-        let result = if self.noop {
+        let entry = self.select_object(ctx);
+        let result = if entry.noop {
             Ok(0)
         } else {
-            self.object.enforce(ctx, request)
+            entry.object.enforce(ctx, request)
         };
-        self.recorder
+        entry
+            .recorder
             .record_at(slot, ctx.size, *result.as_ref().unwrap_or(&0));
         result
     }
 
-    /// Non-blocking [`ObjectEntry::enforce`]: counts the request only if
-    /// admitted or refused, not when it would have to wait.
+    /// Non-blocking [`Channel::enforce`]: counts the request only if admitted
+    /// or refused, not when it would have to wait.
     #[inline]
     pub(crate) fn try_enforce(
         &self,
@@ -177,14 +166,15 @@ impl ObjectEntry {
         request: &mut Request<'_>,
         slot: usize,
     ) -> Result<u64, TryEnforceError> {
-        let result = if self.noop {
+        let entry = self.select_object(ctx);
+        let result = if entry.noop {
             Ok(0)
         } else {
-            self.object.try_enforce(ctx, request)
+            entry.object.try_enforce(ctx, request)
         };
         match &result {
-            Ok(waited) => self.recorder.record_at(slot, ctx.size, *waited),
-            Err(TryEnforceError::Refused(_)) => self.recorder.record_at(slot, ctx.size, 0),
+            Ok(waited) => entry.recorder.record_at(slot, ctx.size, *waited),
+            Err(TryEnforceError::Refused(_)) => entry.recorder.record_at(slot, ctx.size, 0),
             Err(TryEnforceError::Wait(_)) => {}
         }
         result

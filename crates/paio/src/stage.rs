@@ -103,101 +103,15 @@ struct Table {
     channels: Box<[Channel]>,
     matcher: Matcher<u32>,
     default_channel: Option<u32>,
-    /// Every channel's objects, channel after channel: a route is an index
-    /// here (see [`Table::route`]), so a remembered route reaches its object
-    /// without going through the channel.
-    entries: Box<[Arc<ObjectEntry>]>,
-    /// Index in `entries` of each channel's first object.
-    first_entry: Box<[u32]>,
 }
-
-/// The route of requests that match no channel.
-const UNMATCHED: u32 = u32::MAX;
 
 impl Table {
-    fn new(channels: Box<[Channel]>, matcher: Matcher<u32>, default_channel: Option<u32>) -> Self {
-        let mut first_entry = Vec::with_capacity(channels.len());
-        let mut entries = Vec::new();
-        for c in channels.iter() {
-            first_entry.push(entries.len() as u32);
-            entries.extend(c.objects().iter().cloned());
-        }
-        Table {
-            channels,
-            matcher,
-            default_channel,
-            entries: entries.into_boxed_slice(),
-            first_entry: first_entry.into_boxed_slice(),
-        }
-    }
-
-    #[inline]
-    fn select_channel_index(&self, ctx: &Context) -> Option<u32> {
-        self.matcher.find(ctx).or(self.default_channel)
-    }
-
     #[inline]
     fn select_channel(&self, ctx: &Context) -> Option<&Channel> {
-        self.select_channel_index(ctx)
+        self.matcher
+            .find(ctx)
+            .or(self.default_channel)
             .map(|i| &self.channels[i as usize])
-    }
-
-    /// Where `ctx` goes: an index into `entries`, or [`UNMATCHED`]. A pure
-    /// function of the table and of the context's workflow, request type,
-    /// request context and file class (never of its size).
-    fn route(&self, ctx: &Context) -> u32 {
-        match self.select_channel_index(ctx) {
-            Some(c) => {
-                self.first_entry[c as usize] + self.channels[c as usize].select_object_index(ctx)
-            }
-            None => UNMATCHED,
-        }
-    }
-}
-
-/// Entries of a thread's [`RouteMemo`].
-const MEMO_SLOTS: usize = 4;
-
-/// A thread's last routes on one table, direct-mapped by request type: a
-/// request whose workflow, type, request context and file class equal a
-/// remembered one takes its route without differentiation. It lives with the
-/// cached table it belongs to, so a new table starts with an empty memo.
-#[derive(Debug, Clone, Copy, Default)]
-struct RouteMemo([MemoEntry; MEMO_SLOTS]);
-
-#[derive(Debug, Clone, Copy, Default)]
-struct MemoEntry {
-    workflow: u64,
-    /// Type, request context and file class, with bit 48 set (so that the
-    /// zeroed, empty entry never matches).
-    key: u64,
-    route: u32,
-}
-
-impl RouteMemo {
-    #[inline]
-    fn route(&mut self, table: &Table, ctx: &Context) -> u32 {
-        let key = u64::from(ctx.request_type.raw())
-            | u64::from(ctx.request_context.raw()) << 16
-            | u64::from(ctx.file_class.raw()) << 32
-            | 1 << 48;
-        let e = &mut self.0[ctx.request_type.raw() as usize % MEMO_SLOTS];
-        if e.key == key && e.workflow == ctx.workflow {
-            return e.route;
-        }
-        Self::miss(e, table, ctx, key)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn miss(e: &mut MemoEntry, table: &Table, ctx: &Context, key: u64) -> u32 {
-        let route = table.route(ctx);
-        *e = MemoEntry {
-            workflow: ctx.workflow,
-            key,
-            route,
-        };
-        route
     }
 }
 
@@ -233,11 +147,11 @@ impl Model {
             self.channel_index(name)
                 .expect("validated: rules name existing channels") as u32
         };
-        Table::new(
-            self.channels.iter().map(ChannelModel::compile).collect(),
-            Matcher::compile(self.channel_rules.iter().map(|(p, c)| (p, index(c)))),
-            self.default_channel.as_deref().map(index),
-        )
+        Table {
+            channels: self.channels.iter().map(ChannelModel::compile).collect(),
+            matcher: Matcher::compile(self.channel_rules.iter().map(|(p, c)| (p, index(c)))),
+            default_channel: self.default_channel.as_deref().map(index),
+        }
     }
 
     /// Applies `rule` to this model; `Ok(true)` when the routing changed.
@@ -485,7 +399,6 @@ pub(crate) struct CachedTable {
     stage: u64,
     generation: u64,
     table: Arc<Table>,
-    memo: RouteMemo,
 }
 
 /// A thread's cache of routing tables, direct-mapped by stage uid. It lives
@@ -549,7 +462,6 @@ pub struct StageHandle<'s> {
     stage: &'s Stage,
     generation: u64,
     table: Arc<Table>,
-    memo: RouteMemo,
 }
 
 impl StageHandle<'_> {
@@ -559,36 +471,30 @@ impl StageHandle<'_> {
     }
 
     #[inline]
-    fn current(&mut self) -> (&Table, &mut RouteMemo) {
+    fn current(&mut self) -> &Table {
         let generation = self.stage.generation.load(Ordering::Acquire);
         if generation != self.generation {
             self.refresh(generation);
         }
-        (&self.table, &mut self.memo)
+        &self.table
     }
 
     #[cold]
     fn refresh(&mut self, generation: u64) {
         self.generation = generation;
         self.table = self.stage.table.load_full();
-        self.memo = RouteMemo::default();
     }
 
     /// [`Stage::enforce`] through this handle.
     #[inline]
     pub fn enforce(&mut self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
         let stage = self.stage;
-        let (table, memo) = self.current();
+        let table = self.current();
         let slot = with_thread(thread_slot);
         with_request(data, |request| {
-            stage.enforce_on(
-                table,
-                Some(memo),
-                ctx,
-                request,
-                slot,
-                |entry, request, slot| entry.enforce(ctx, request, slot),
-            )
+            stage.enforce_on(table, ctx, request, slot, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
+            })
         })
     }
 
@@ -600,17 +506,12 @@ impl StageHandle<'_> {
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
         let stage = self.stage;
-        let (table, memo) = self.current();
+        let table = self.current();
         let slot = with_thread(thread_slot);
         with_request(data, |request| {
-            stage.enforce_on(
-                table,
-                Some(memo),
-                ctx,
-                request,
-                slot,
-                |entry, request, slot| entry.try_enforce(ctx, request, slot),
-            )
+            stage.enforce_on(table, ctx, request, slot, |channel, request, slot| {
+                channel.try_enforce(ctx, request, slot)
+            })
         })
     }
 }
@@ -694,62 +595,50 @@ impl Stage {
 
     /// Runs `f` on the current routing table without touching its reference
     /// count: the thread's cached snapshot (in `t`, the calling thread's
-    /// state) and its route memo when it is current, else a fresh one (cached
-    /// for the next request), without a memo when nothing may be cached.
+    /// state) when it is current, else a fresh one (cached for the next
+    /// request).
     #[inline]
-    fn with_table<R>(
-        &self,
-        t: &ThreadState,
-        f: impl FnOnce(&Table, Option<&mut RouteMemo>) -> R,
-    ) -> R {
+    fn with_table<R>(&self, t: &ThreadState, f: impl FnOnce(&Table) -> R) -> R {
         let generation = self.generation.load(Ordering::Acquire);
         // `f` is called in one place only, so it is inlined.
         let fresh;
         let mut slots = t.tables.slots.try_borrow_mut();
-        let (table, memo): (&Table, Option<&mut RouteMemo>) = match &mut slots {
+        let table: &Table = match &mut slots {
             Ok(slots) => {
                 let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
-                let current =
-                    matches!(slot, Some(c) if c.stage == self.uid && c.generation == generation);
-                let cached = if current {
-                    slot.as_mut()
-                } else {
-                    self.refresh(slot, generation)
-                };
-                match cached {
-                    Some(c) => (&c.table, Some(&mut c.memo)),
-                    // During thread exit: nothing may be cached any more.
-                    None => {
-                        fresh = self.table.load();
-                        (&fresh, None)
-                    }
+                match slot {
+                    Some(c) if c.stage == self.uid && c.generation == generation => &c.table,
+                    _ => match self.refresh(slot, generation) {
+                        Some(table) => table,
+                        // During thread exit: nothing may be cached any more.
+                        None => {
+                            fresh = self.table.load();
+                            &fresh
+                        }
+                    },
                 }
             }
             // Re-entered from inside an object.
             Err(_) => {
                 fresh = self.table.load();
-                (&fresh, None)
+                &fresh
             }
         };
-        f(table, memo)
+        f(table)
     }
 
     /// Caches the current table in `slot`, unless the thread is exiting.
     #[cold]
-    fn refresh<'c>(
-        &self,
-        slot: &'c mut Option<CachedTable>,
-        generation: u64,
-    ) -> Option<&'c mut CachedTable> {
+    fn refresh<'c>(&self, slot: &'c mut Option<CachedTable>, generation: u64) -> Option<&'c Table> {
         // Registers the owner that empties the cache at thread exit; fails
         // once it has run, and then nothing is cached.
         TABLE_OWNER.try_with(|_| ()).ok()?;
-        Some(slot.insert(CachedTable {
+        let cached = slot.insert(CachedTable {
             stage: self.uid,
             generation,
             table: self.table.load_full(),
-            memo: RouteMemo::default(),
-        }))
+        });
+        Some(&cached.table)
     }
 
     /// Enforces one request: selects its channel and object from `ctx` and
@@ -761,8 +650,8 @@ impl Stage {
     #[inline]
     pub fn enforce(&self, ctx: &Context, data: Option<&[u8]>) -> Result<Outcome, EnforceError> {
         with_thread(|t| {
-            self.dispatch(t, ctx, data, |entry, request, slot| {
-                entry.enforce(ctx, request, slot)
+            self.dispatch(t, ctx, data, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
             })
         })
     }
@@ -781,15 +670,10 @@ impl Stage {
         let t = thread.0;
         let slot = thread_slot(t);
         let mut request = Request::new(None);
-        self.with_table(t, |table, memo| {
-            self.enforce_on(
-                table,
-                memo,
-                ctx,
-                &mut request,
-                slot,
-                |entry, request, slot| entry.enforce(ctx, request, slot),
-            )
+        self.with_table(t, |table| {
+            self.enforce_on(table, ctx, &mut request, slot, |channel, request, slot| {
+                channel.enforce(ctx, request, slot)
+            })
         })
     }
 
@@ -804,8 +688,8 @@ impl Stage {
         data: Option<&[u8]>,
     ) -> Result<Outcome, TryEnforceError> {
         with_thread(|t| {
-            self.dispatch(t, ctx, data, |entry, request, slot| {
-                entry.try_enforce(ctx, request, slot)
+            self.dispatch(t, ctx, data, |channel, request, slot| {
+                channel.try_enforce(ctx, request, slot)
             })
         })
     }
@@ -818,37 +702,30 @@ impl Stage {
         t: &ThreadState,
         ctx: &Context,
         data: Option<&[u8]>,
-        enforce: impl FnOnce(&ObjectEntry, &mut Request<'_>, usize) -> Result<u64, E>,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>, usize) -> Result<u64, E>,
     ) -> Result<Outcome, E> {
         let slot = thread_slot(t);
         with_request(data, |request| {
-            self.with_table(t, |table, memo| {
-                self.enforce_on(table, memo, ctx, request, slot, enforce)
+            self.with_table(t, |table| {
+                self.enforce_on(table, ctx, request, slot, enforce)
             })
         })
     }
 
-    /// Routes `ctx` on `table` (through `memo`, the caller's memo of routes
-    /// on this table, when it has one) and runs `enforce` on the selected
-    /// object, recording in the calling thread's counter slot `slot`. Only a
-    /// two-register result crosses the layers below; callers assemble the
-    /// [`Outcome`] in their own frame.
+    /// Routes `ctx` on `table`, recording in the calling thread's counter
+    /// slot `slot`. Only a two-register result crosses the layers below;
+    /// callers assemble the [`Outcome`] in their own frame.
     #[inline]
     fn enforce_on<E>(
         &self,
         table: &Table,
-        memo: Option<&mut RouteMemo>,
         ctx: &Context,
         request: &mut Request<'_>,
         slot: usize,
-        enforce: impl FnOnce(&ObjectEntry, &mut Request<'_>, usize) -> Result<u64, E>,
+        enforce: impl FnOnce(&Channel, &mut Request<'_>, usize) -> Result<u64, E>,
     ) -> Result<u64, E> {
-        let route = match memo {
-            Some(memo) => memo.route(table, ctx),
-            None => table.route(ctx),
-        };
-        match table.entries.get(route as usize) {
-            Some(entry) => enforce(entry, request, slot),
+        match table.select_channel(ctx) {
+            Some(channel) => enforce(channel, request, slot),
             None => {
                 self.unmatched.record_at(slot, ctx.size, 0);
                 Ok(0)
@@ -866,7 +743,6 @@ impl Stage {
             stage: self,
             generation,
             table: self.table.load_full(),
-            memo: RouteMemo::default(),
         }
     }
 
@@ -874,7 +750,7 @@ impl Stage {
     /// matches no channel. Does not enforce or count anything.
     pub fn route(&self, ctx: &Context) -> Option<(String, String)> {
         with_thread(|thread| {
-            self.with_table(thread, |t, _| {
+            self.with_table(thread, |t| {
                 let channel = t.select_channel(ctx)?;
                 Some((
                     channel.name.clone(),
@@ -1692,117 +1568,5 @@ mod tests {
         assert_eq!(j["channels"][0]["objects"][1]["config"]["rate"], "5 ops/s");
         let s = serde_json::to_value(stage.collect()).unwrap();
         assert_eq!(s["channels"][0]["ops"], 0);
-    }
-
-    /// A request type of raw number `i` (those below 20 are built in).
-    fn rtype(i: u16) -> RequestType {
-        RequestType::from_raw(i).unwrap()
-    }
-
-    fn pattern_strategy() -> impl proptest::strategy::Strategy<Value = Pattern> {
-        use proptest::prelude::*;
-        (
-            proptest::option::of(1u64..3),
-            // READ (1), FSYNC (5) and MKDIR (11) share a memo entry (n % 4
-            // == 1, 1, 3: READ and FSYNC collide), WRITE (2) has its own.
-            proptest::option::of(prop::sample::select(vec![1u16, 2, 5, 11])),
-            proptest::option::of(0u16..2),
-            proptest::option::of(0u16..2),
-        )
-            .prop_map(|(w, t, c, f)| Pattern {
-                workflow: w,
-                request_type: t.map(rtype),
-                request_context: c.map(|i| rc(&format!("memo-prop-{i}"))),
-                file_class: f
-                    .map(|i| crate::FileClass::named(&format!("memo-prop-file-{i}")).unwrap()),
-            })
-    }
-
-    fn context_strategy() -> impl proptest::strategy::Strategy<Value = Context> {
-        use proptest::prelude::*;
-        (
-            1u64..3,
-            prop::sample::select(vec![1u16, 2, 5, 11]),
-            0u16..3,
-            0u16..3,
-        )
-            .prop_map(|(w, t, c, f)| {
-                let c = if c == 2 {
-                    RequestContext::NONE
-                } else {
-                    rc(&format!("memo-prop-{c}"))
-                };
-                let f = if f == 2 {
-                    crate::FileClass::NONE
-                } else {
-                    crate::FileClass::named(&format!("memo-prop-file-{f}")).unwrap()
-                };
-                Context::explicit(w, rtype(t), c, 1).with_file_class(f)
-            })
-    }
-
-    /// Per (channel, object) and unmatched: the requests each received.
-    fn tally(stage: &Stage) -> BTreeMap<Option<(String, String)>, u64> {
-        let s = stage.collect();
-        let mut m = BTreeMap::new();
-        m.insert(None, s.unmatched.ops);
-        for c in s.channels {
-            for o in c.objects {
-                m.insert(Some((c.name.clone(), o.name)), o.counts.ops);
-            }
-        }
-        m
-    }
-
-    proptest::proptest! {
-        /// The route memo never changes where a request goes: whatever
-        /// order contexts arrive in (colliding in the memo or not), through
-        /// the stage or a handle, and across a rule change in the middle,
-        /// each request is counted where `route` (which bypasses the memo)
-        /// says it goes.
-        #[test]
-        fn route_memo_agrees_with_routing(
-            rules in proptest::collection::vec((pattern_strategy(), 0usize..3), 0..8),
-            object_rule in proptest::option::of(pattern_strategy()),
-            default in proptest::option::of(0usize..3),
-            change in (pattern_strategy(), 0usize..3),
-            before in proptest::collection::vec(context_strategy(), 1..30),
-            after in proptest::collection::vec(context_strategy(), 1..30),
-        ) {
-            let names = ["c0", "c1", "c2"];
-            let stage = Stage::builder("memo").build();
-            let mut setup: Vec<Rule> = names.iter().map(|n| channel(n)).collect();
-            setup.push(Rule::CreateObject {
-                channel: "c0".into(),
-                name: "o".into(),
-                config: ObjectConfig::Noop,
-            });
-            if let Some(p) = object_rule {
-                setup.push(Rule::MapObject { channel: "c0".into(), pattern: p, object: "o".into() });
-            }
-            for (p, c) in rules {
-                setup.push(Rule::MapChannel { pattern: p, channel: names[c].into() });
-            }
-            setup.push(Rule::SetDefaultChannel { channel: default.map(|c| names[c].into()) });
-            stage.apply_all(&setup).unwrap();
-            let mut handle = stage.handle();
-            let mut expect = tally(&stage);
-            for (phase, ctxs) in [before, after].into_iter().enumerate() {
-                if phase == 1 {
-                    stage
-                        .apply(&Rule::MapChannel { pattern: change.0, channel: names[change.1].into() })
-                        .unwrap();
-                }
-                for (i, c) in ctxs.iter().enumerate() {
-                    *expect.entry(stage.route(c)).or_default() += 1;
-                    if i % 3 == 2 {
-                        handle.enforce(c, None).unwrap();
-                    } else {
-                        stage.enforce(c, None).unwrap();
-                    }
-                }
-                proptest::prop_assert_eq!(tally(&stage), expect.clone());
-            }
-        }
     }
 }
