@@ -33,7 +33,8 @@ use std::sync::{Arc, Mutex};
 
 use nix::errno::Errno;
 use nix::spawn::{posix_spawn, PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags};
-use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+use nix::sys::signal::{kill, raise, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
@@ -51,13 +52,37 @@ pub const FORWARDED: [Signal; 4] = [
 const SHELL: &str = "/bin/sh";
 
 /// The exit status `paio` returns for the command's `status`: its exit code,
-/// or 128 + the signal that killed it (the shell's convention).
+/// or 128 + the signal that killed it (the shell's convention, used when
+/// [`die_by_signal`] cannot end `paio` by that signal).
 pub fn exit_code(status: ExitStatus) -> i32 {
     match (status.code(), status.signal()) {
         (Some(code), _) => code,
         (None, Some(sig)) => 128 + sig,
         (None, None) => crate::EXIT_PAIO_FAILED,
     }
+}
+
+/// Ends `paio` the way a signal `sig` ended the command: by that signal,
+/// so that the parent sees `paio` killed by it (a shell running a script
+/// then stops at a Ctrl-C as it would without `paio`), as GNU `timeout`
+/// does. `paio` leaves no core file of its own (the command wrote its own,
+/// if any). Returns 128 + `sig` only when the signal does not end the
+/// process: SIGPIPE, which the Rust runtime ignores, or a signal ignored
+/// since `paio` started (SIGINT in a background job); `paio` then exits
+/// with the shell's number for it.
+pub fn die_by_signal(sig: i32) -> i32 {
+    if let Ok(signal) = Signal::try_from(sig) {
+        if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_CORE) {
+            let _ = setrlimit(Resource::RLIMIT_CORE, 0, hard);
+        }
+        let _ = SigSet::from(signal).thread_unblock();
+        // The Rust runtime's stack-overflow handler takes SIGSEGV and SIGBUS
+        // first and puts back the default action for anything but a guard
+        // page hit, so a second raise ends the process for those.
+        let _ = raise(signal);
+        let _ = raise(signal);
+    }
+    128 + sig
 }
 
 /// The exit status for a command that could not be started (`execve`

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime};
@@ -32,7 +33,8 @@ enum Cmd {
         paio run --summary -- dd if=/dev/zero of=/tmp/f bs=1M count=64\n  \
         paio run --limit read=50MiB/s --limit \"metadata=1k ops/s\" -- tar cf /tmp/a.tar /usr/share/doc\n  \
         paio run --policy my-policy.toml --name train --label job=train1 -- python3 train.py\n\n\
-        Exit status: the command's; 128+N if a signal N killed it; 127 if it is not found,\n\
+        Exit status: the command's; killed by the same signal N if N killed it (128+N if\n\
+        N cannot end paio, e.g. SIGPIPE); 127 if it is not found,\n\
         126 if it cannot be executed; 2 for a bad flag or policy; 125 if paio itself failed.\n\
         Guide: docs/cli.md"
     )]
@@ -339,5 +341,8 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         }
     }
     drop(tmp);
+    if let Some(sig) = status.signal() {
+        return Ok(child::die_by_signal(sig));
+    }
     Ok(child::exit_code(status))
 }
