@@ -131,6 +131,10 @@ def test_paiod_config_is_the_issue_config():
     assert 'kvs_bandwidth = "200MiB/s"' in text
     assert 'min_bandwidth = "10MiB/s"' in text
     assert 'period = "100ms"' in text
+    assert 'writes_only = false' in text
+    import dataclasses
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, writes_only=1))
+    assert 'writes_only = true' in text
 
 
 def test_phase_and_per_phase_max():

@@ -27,6 +27,7 @@
 //! kind = "silk"
 //! kvs_bandwidth = "200MiB/s"       # KVSB: required
 //! min_bandwidth = "10MiB/s"        # minB (default 10MiB/s), less than KVSB
+//! writes_only = false              # true: limit only flush/compaction writes
 //! ```
 //!
 //! Unknown fields are rejected, and so are fields the chosen kind does not
@@ -155,6 +156,8 @@ pub struct PolicyConfig {
     pub kvs_bandwidth: Option<f64>,
     /// `minB` in bytes/s (silk; `None`: [`DEFAULT_MIN_BANDWIDTH`]).
     pub min_bandwidth: Option<f64>,
+    /// Silk: limit only background writes ([`SilkPolicy::writes_only`]).
+    pub writes_only: bool,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
 }
@@ -224,7 +227,8 @@ impl PolicyConfig {
                     self.kvs_bandwidth.unwrap_or(0.0),
                     self.min_bandwidth.unwrap_or(DEFAULT_MIN_BANDWIDTH),
                 )
-                .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
+                .unwrap_or_else(|e| panic!("invalid silk configuration: {e}"))
+                .writes_only(self.writes_only),
             ),
         }
     }
@@ -252,6 +256,7 @@ struct RawPolicy {
     calibrate: Option<Spanned<bool>>,
     kvs_bandwidth: Option<Spanned<Rate>>,
     min_bandwidth: Option<Spanned<Rate>>,
+    writes_only: Option<Spanned<bool>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
 }
@@ -393,13 +398,14 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
     if kind == PolicyKind::Silk {
         return silk_config(cx, &p);
     }
-    for (f, v) in [
-        ("kvs_bandwidth", &p.kvs_bandwidth),
-        ("min_bandwidth", &p.min_bandwidth),
+    for (f, span) in [
+        ("kvs_bandwidth", p.kvs_bandwidth.as_ref().map(|v| v.span())),
+        ("min_bandwidth", p.min_bandwidth.as_ref().map(|v| v.span())),
+        ("writes_only", p.writes_only.as_ref().map(|v| v.span())),
     ] {
-        if let Some(v) = v {
+        if let Some(span) = span {
             return Err(cx.err(
-                Some(v.span()),
+                Some(span),
                 &format!("policy.{f}"),
                 format!("not used by kind {kname} (only by silk)"),
             ));
@@ -583,6 +589,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         max_bandwidth,
         kvs_bandwidth: None,
         min_bandwidth: None,
+        writes_only: false,
         groups,
     })
 }
@@ -643,6 +650,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         max_bandwidth: None,
         kvs_bandwidth: Some(kvs),
         min_bandwidth: Some(min),
+        writes_only: p.writes_only.as_ref().is_some_and(|w| *w.get_ref()),
         groups: Vec::new(),
     })
 }
@@ -867,6 +875,19 @@ rules = [{ rule = "create_channel", name = "x" }]
         // minB defaults to 10 MiB/s.
         let c = parse("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"100MB/s\"\n").unwrap();
         assert_eq!(c.policy.min_bandwidth, Some(10.0 * MIB));
+        assert!(!c.policy.writes_only);
+        let c =
+            parse("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"100MB/s\"\nwrites_only = true\n")
+                .unwrap();
+        assert!(c.policy.writes_only);
+        // Only silk takes it, and only as a boolean.
+        let e =
+            err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nwrites_only = true\n");
+        assert_eq!((e.line, e.field.as_str()), (4, "policy.writes_only"), "{e}");
+        assert!(e.message.contains("only by silk"), "{e}");
+        let e =
+            err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nwrites_only = \"yes\"\n");
+        assert_eq!(e.line, 4, "{e}");
         assert_eq!(c.policy.build().kind(), "silk");
     }
 

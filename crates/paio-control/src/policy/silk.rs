@@ -109,6 +109,9 @@ pub const COMPACTION: &str = "compaction";
 pub const L0_OBJECT: &str = "l0";
 /// The low-priority DRL object of [`COMPACTION`] (its default object).
 pub const LN_OBJECT: &str = "ln";
+/// The Noop object of [`FLUSH`] and [`COMPACTION`] that takes their reads
+/// when only writes are limited ([`SilkPolicy::writes_only`]).
+pub const READS_OBJECT: &str = "reads";
 /// Request context of foreground requests.
 pub const CTX_FOREGROUND: &str = "foreground";
 /// Request context of flushes.
@@ -225,7 +228,9 @@ impl Usage {
                 .map(|o| &o.counts)
         };
         let fg = channel(FOREGROUND).map(|c| &c.counts);
-        let fl = channel(FLUSH).map(|c| &c.counts);
+        // The DRL object's figures: what the allocation limits (with only
+        // writes limited, the flush's reads go to another object).
+        let fl = object(FLUSH, FLUSH_OBJECT).or_else(|| channel(FLUSH).map(|c| &c.counts));
         let l0 = object(COMPACTION, L0_OBJECT);
         let ln = object(COMPACTION, LN_OBJECT);
         Some(Usage {
@@ -287,6 +292,7 @@ fn fmt_rate(r: f64) -> String {
 pub struct SilkPolicy {
     kvs_b: f64,
     min_b: f64,
+    writes_only: bool,
     /// Rate last sent to each (stage, channel, object).
     last: BTreeMap<(StageId, &'static str, &'static str), u64>,
     targets: Vec<GroupTarget>,
@@ -322,9 +328,21 @@ impl SilkPolicy {
         Ok(Self {
             kvs_b: kvs_bandwidth,
             min_b: min_bandwidth,
+            writes_only: false,
             last: BTreeMap::new(),
             targets: Vec::new(),
         })
+    }
+
+    /// Limits only the writes of flushes and compactions, as RocksDB's rate
+    /// limiter (which SILK drives) does in its default mode: their reads go
+    /// to a Noop object [`READS_OBJECT`] that [`ControlPolicy::setup`]
+    /// creates, and `Fl`, `L0` and `LN` are write rates. `Fg` stays all of
+    /// the foreground's I/O. Without it (the default), reads and writes share
+    /// each class's rate.
+    pub fn writes_only(mut self, on: bool) -> Self {
+        self.writes_only = on;
+        self
     }
 
     /// `KVSB`, bytes/s.
@@ -354,9 +372,13 @@ impl ControlPolicy for SilkPolicy {
     fn setup(&self, stage: &StageView) -> Vec<Rule> {
         let info = &stage.info;
         let mut rules = Vec::new();
-        if !info.classifiers.contains(&Classifier::RequestContext) {
+        let mut needed = vec![Classifier::RequestContext];
+        if self.writes_only {
+            needed.push(Classifier::RequestType);
+        }
+        if needed.iter().any(|c| !info.classifiers.contains(c)) {
             let mut all = info.classifiers.clone();
-            all.push(Classifier::RequestContext);
+            all.extend(needed.into_iter().filter(|c| !info.classifiers.contains(c)));
             rules.push(Rule::SetClassifiers { classifiers: all });
         }
         for ch in [FOREGROUND, FLUSH, COMPACTION] {
@@ -393,6 +415,41 @@ impl ControlPolicy for SilkPolicy {
                 pattern: l0,
                 object: L0_OBJECT.into(),
             });
+        }
+        if self.writes_only {
+            // Two classifiers outrank the request context alone, so these
+            // take the reads from `limit`, `l0` and `ln`.
+            for (ch, ctx) in [
+                (FLUSH, CTX_FLUSH),
+                (COMPACTION, CTX_L0),
+                (COMPACTION, CTX_LN),
+            ] {
+                if !has_object(info, ch, READS_OBJECT)
+                    && !rules.iter().any(|r| {
+                        matches!(r, Rule::CreateObject { channel, name, .. }
+                            if channel == ch && name == READS_OBJECT)
+                    })
+                {
+                    rules.push(Rule::CreateObject {
+                        channel: ch.into(),
+                        name: READS_OBJECT.into(),
+                        config: paio::ObjectConfig::Noop,
+                    });
+                }
+                let pattern = Pattern {
+                    request_type: Some(paio::RequestType::READ),
+                    ..context_pattern(ctx)
+                };
+                if channel(ch)
+                    .is_none_or(|c| !c.object_rules.contains(&(pattern, READS_OBJECT.into())))
+                {
+                    rules.push(Rule::MapObject {
+                        channel: ch.into(),
+                        pattern,
+                        object: READS_OBJECT.into(),
+                    });
+                }
+            }
         }
         for (ctx, ch) in [
             (CTX_FOREGROUND, FOREGROUND),
@@ -975,6 +1032,53 @@ name = "metadata"
         let again = crate::server::missing(rules.clone(), &v(&stage));
         assert_eq!(again.len(), 8);
         stage.apply_all(&again).unwrap();
+    }
+
+    #[test]
+    fn writes_only_sends_reads_to_a_noop_object_and_measures_writes() {
+        let p = policy().writes_only(true);
+        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        let v = |stage: &Stage| StageView {
+            id: 1,
+            info: stage.info(),
+            stats: Some(stage.collect()),
+            proc_io: None,
+        };
+        // On the full layout only the request-type classifier, the reads
+        // objects and their mappings are missing.
+        let rules = p.setup(&v(&stage));
+        assert_eq!(rules.len(), 6, "{rules:?}");
+        stage.apply_all(&rules).unwrap();
+        assert!(p.setup(&v(&stage)).is_empty());
+        let route = |ctx: &str, rt: paio::RequestType| {
+            let c = paio::Context::explicit(1, rt, RequestContext::named(ctx).unwrap(), 10);
+            stage.route(&c).map(|(_, o)| o)
+        };
+        let (rd, wr) = (paio::RequestType::READ, paio::RequestType::WRITE);
+        for (ctx, limited) in [
+            (CTX_FLUSH, FLUSH_OBJECT),
+            (CTX_L0, L0_OBJECT),
+            (CTX_LN, LN_OBJECT),
+        ] {
+            assert_eq!(route(ctx, rd).as_deref(), Some(READS_OBJECT), "{ctx}");
+            assert_eq!(route(ctx, wr).as_deref(), Some(limited), "{ctx}");
+        }
+        // Only the limited objects' bytes are Fl, L0 and LN: reads alone leave
+        // every class idle (LN gets leftB), a flush write makes flushes active.
+        for ctx in [CTX_FLUSH, CTX_L0, CTX_LN] {
+            let c = paio::Context::explicit(1, rd, RequestContext::named(ctx).unwrap(), 1 << 20);
+            stage.enforce(&c, None).unwrap();
+        }
+        let u = Usage::of(&v(&stage)).unwrap();
+        assert!(!u.flush_active && !u.l0_active, "{u:?}");
+        let c = paio::Context::explicit(1, wr, RequestContext::named(CTX_FLUSH).unwrap(), 4096);
+        stage.enforce(&c, None).unwrap();
+        let u = Usage::of(&v(&stage)).unwrap();
+        assert!(u.flush_active && !u.l0_active, "{u:?}");
+        // Without the option nothing about reads is set up.
+        assert!(policy().setup(&v(&stage)).is_empty());
+        let fresh = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        assert!(policy().setup(&v(&fresh)).is_empty());
     }
 
     #[test]
