@@ -205,24 +205,20 @@ fn death_by_signal_is_passed_on_as_the_same_signal() {
     let o = run(&["run", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(
         o.status.signal(),
-        Some(libc_sig(Signal::SIGTERM)),
+        Some(Signal::SIGTERM as i32),
         "{}",
         stderr(&o)
     );
     let o = run(&["run", "--", "sh", "-c", "kill -KILL $$"]);
-    assert_eq!(o.status.signal(), Some(libc_sig(Signal::SIGKILL)));
+    assert_eq!(o.status.signal(), Some(Signal::SIGKILL as i32));
     // Past the Rust runtime's own SIGSEGV handler, and without a core file
     // of paio's.
     let o = run(&["run", "--", "sh", "-c", "kill -SEGV $$"]);
-    assert_eq!(o.status.signal(), Some(libc_sig(Signal::SIGSEGV)));
+    assert_eq!(o.status.signal(), Some(Signal::SIGSEGV as i32));
     assert!(!o.status.core_dumped());
     // SIGPIPE, which the Rust runtime ignores, cannot end paio: 128 + 13.
     let o = run(&["run", "--", "sh", "-c", "kill -PIPE $$"]);
     assert_eq!(o.status.code(), Some(141));
-}
-
-fn libc_sig(s: Signal) -> i32 {
-    s as i32
 }
 
 #[test]
@@ -305,7 +301,7 @@ fn a_signal_to_the_process_group_kills_the_command_too() {
     // a script needs to stop there too).
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&st),
-        Some(libc_sig(Signal::SIGINT)),
+        Some(Signal::SIGINT as i32),
         "{st:?}"
     );
     assert!(t.elapsed() < Duration::from_secs(10));
@@ -654,7 +650,7 @@ fn summary_when_the_command_is_killed() {
     let o = run(&["run", "--summary", "--", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&o.status),
-        Some(libc_sig(Signal::SIGTERM))
+        Some(Signal::SIGTERM as i32)
     );
     assert!(
         stderr(&o).contains("paio: summary: 1 process with statistics"),

@@ -417,6 +417,15 @@ impl ControlPolicy for SilkPolicy {
             });
         }
         if self.writes_only {
+            for ch in [FLUSH, COMPACTION] {
+                if !has_object(info, ch, READS_OBJECT) {
+                    rules.push(Rule::CreateObject {
+                        channel: ch.into(),
+                        name: READS_OBJECT.into(),
+                        config: paio::ObjectConfig::Noop,
+                    });
+                }
+            }
             // Two classifiers outrank the request context alone, so these
             // take the reads from `limit`, `l0` and `ln`.
             for (ch, ctx) in [
@@ -424,18 +433,6 @@ impl ControlPolicy for SilkPolicy {
                 (COMPACTION, CTX_L0),
                 (COMPACTION, CTX_LN),
             ] {
-                if !has_object(info, ch, READS_OBJECT)
-                    && !rules.iter().any(|r| {
-                        matches!(r, Rule::CreateObject { channel, name, .. }
-                            if channel == ch && name == READS_OBJECT)
-                    })
-                {
-                    rules.push(Rule::CreateObject {
-                        channel: ch.into(),
-                        name: READS_OBJECT.into(),
-                        config: paio::ObjectConfig::Noop,
-                    });
-                }
                 let pattern = Pattern {
                     request_type: Some(paio::RequestType::READ),
                     ..context_pattern(ctx)
