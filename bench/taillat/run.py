@@ -81,6 +81,7 @@ class Scale:
     kvs_mib: float = 200.0   # device bandwidth (blkio throttle, autotuned cap, SILK KVSB)
     min_mib: float = 10.0    # SILK minB
     writes_only: int = 0     # SILK limits only flush/compaction writes (1) or all their I/O (0)
+    silk_kvs_mib: float = 0.0  # SILK's KVSB when it differs from the device bandwidth (0: kvs_mib)
 
 
 FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
@@ -249,7 +250,8 @@ def format_table(summary, verdict=None):
 
 def paiod_config(scale):
     return (f'period = "100ms"\n[policy]\nkind = "silk"\n'
-            f'kvs_bandwidth = "{scale.kvs_mib:g}MiB/s"\nmin_bandwidth = "{scale.min_mib:g}MiB/s"\n'
+            f'kvs_bandwidth = "{scale.silk_kvs_mib or scale.kvs_mib:g}MiB/s"\n'
+            f'min_bandwidth = "{scale.min_mib:g}MiB/s"\n'
             f'writes_only = {"true" if scale.writes_only else "false"}\n')
 
 
