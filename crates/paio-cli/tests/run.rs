@@ -739,22 +739,27 @@ fn help_mentions_the_exit_statuses() {
 /// cdylib whose lib target has `test = false`). Fails if it does not build.
 fn real_library() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let lib = Path::new(PAIO).with_file_name("libpaio_preload.so");
-        let release = lib.parent().and_then(Path::file_name) == Some("release".as_ref());
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-q", "-p", "paio-preload"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if release {
-            build.arg("--release");
-        }
-        let status = build.status().expect("run cargo build -p paio-preload");
-        assert!(status.success(), "cargo build -p paio-preload failed");
-        assert!(lib.is_file(), "{} missing after the build", lib.display());
-        lib
-    })
+    LIB.get_or_init(|| build_next_to_paio("libpaio_preload.so", &["-p", "paio-preload"]))
+}
+
+/// Builds `file` with `cargo build -q ARGS` in `paio`'s profile (debug or
+/// release), where it lands next to `paio`; fails if it does not build.
+fn build_next_to_paio(file: &str, args: &[&str]) -> PathBuf {
+    let out = Path::new(PAIO).with_file_name(file);
+    let release = out.parent().and_then(Path::file_name) == Some("release".as_ref());
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-q"])
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if release {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build");
+    assert!(status.success(), "cargo build {args:?} failed");
+    assert!(out.is_file(), "{} missing after the build", out.display());
+    out
 }
 
 #[test]
@@ -847,20 +852,7 @@ impl Drop for KillOnDrop {
 /// paiod, built next to `paio` like the real interposer.
 fn paiod_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let bin = Path::new(PAIO).with_file_name("paiod");
-        let release = bin.parent().and_then(Path::file_name) == Some("release".as_ref());
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "-q", "-p", "paio-control", "--bin", "paiod"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if release {
-            build.arg("--release");
-        }
-        assert!(build.status().expect("run cargo build").success());
-        bin
-    })
+    BIN.get_or_init(|| build_next_to_paio("paiod", &["-p", "paio-control", "--bin", "paiod"]))
 }
 
 #[test]
