@@ -28,6 +28,8 @@
 //! kvs_bandwidth = "200MiB/s"       # KVSB: required
 //! min_bandwidth = "10MiB/s"        # minB (default 10MiB/s), less than KVSB
 //! writes_only = false              # true: limit only flush/compaction writes
+//! # read_bandwidth = "150MiB/s"    # with writes_only: the store's read budget;
+//! #                                # compaction reads get what Gets leave of it
 //! ```
 //!
 //! Unknown fields are rejected, and so are fields the chosen kind does not
@@ -158,6 +160,8 @@ pub struct PolicyConfig {
     pub min_bandwidth: Option<f64>,
     /// Silk: limit only background writes ([`SilkPolicy::writes_only`]).
     pub writes_only: bool,
+    /// Silk: the read budget in bytes/s ([`SilkPolicy::read_bandwidth`]).
+    pub read_bandwidth: Option<f64>,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
 }
@@ -187,7 +191,8 @@ pub struct GroupConfig {
 
 impl PolicyConfig {
     /// The policy this configuration describes. Panics for a `silk`
-    /// configuration without `0 < min_bandwidth < kvs_bandwidth`, which
+    /// configuration without `0 < min_bandwidth < kvs_bandwidth`, or with a
+    /// `read_bandwidth` that [`SilkPolicy::read_bandwidth`] refuses, which
     /// [`PaiodConfig::parse`] never returns.
     pub fn build(&self) -> Box<dyn ControlPolicy> {
         let settings = self.settings.clone();
@@ -227,8 +232,11 @@ impl PolicyConfig {
                     self.kvs_bandwidth.unwrap_or(0.0),
                     self.min_bandwidth.unwrap_or(DEFAULT_MIN_BANDWIDTH),
                 )
-                .unwrap_or_else(|e| panic!("invalid silk configuration: {e}"))
-                .writes_only(self.writes_only),
+                .and_then(|p| {
+                    p.writes_only(self.writes_only)
+                        .read_bandwidth(self.read_bandwidth)
+                })
+                .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
         }
     }
@@ -257,6 +265,7 @@ struct RawPolicy {
     kvs_bandwidth: Option<Spanned<Rate>>,
     min_bandwidth: Option<Spanned<Rate>>,
     writes_only: Option<Spanned<bool>>,
+    read_bandwidth: Option<Spanned<Rate>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
 }
@@ -402,6 +411,10 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         ("kvs_bandwidth", p.kvs_bandwidth.as_ref().map(|v| v.span())),
         ("min_bandwidth", p.min_bandwidth.as_ref().map(|v| v.span())),
         ("writes_only", p.writes_only.as_ref().map(|v| v.span())),
+        (
+            "read_bandwidth",
+            p.read_bandwidth.as_ref().map(|v| v.span()),
+        ),
     ] {
         if let Some(span) = span {
             return Err(cx.err(
@@ -590,6 +603,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         kvs_bandwidth: None,
         min_bandwidth: None,
         writes_only: false,
+        read_bandwidth: None,
         groups,
     })
 }
@@ -644,13 +658,24 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         };
         return Err(cx.err(Some(span), field, e.message));
     }
+    let writes_only = p.writes_only.as_ref().is_some_and(|w| *w.get_ref());
+    let read = match &p.read_bandwidth {
+        Some(r) => {
+            let v = cx.rate(r, "policy.read_bandwidth")?;
+            crate::policy::silk::check_read_bandwidth(v, min, writes_only)
+                .map_err(|e| cx.err(Some(r.span()), "policy.read_bandwidth", e.message))?;
+            Some(v)
+        }
+        None => None,
+    };
     Ok(PolicyConfig {
         kind: PolicyKind::Silk,
         settings: ControlSettings::default(),
         max_bandwidth: None,
         kvs_bandwidth: Some(kvs),
         min_bandwidth: Some(min),
-        writes_only: p.writes_only.as_ref().is_some_and(|w| *w.get_ref()),
+        writes_only,
+        read_bandwidth: read,
         groups: Vec::new(),
     })
 }
@@ -889,6 +914,42 @@ rules = [{ rule = "create_channel", name = "x" }]
             err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nwrites_only = \"yes\"\n");
         assert_eq!(e.line, 4, "{e}");
         assert_eq!(c.policy.build().kind(), "silk");
+        // read_bandwidth: with writes_only, above minB, silk only.
+        let c = parse(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
+             read_bandwidth = \"150MiB/s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.read_bandwidth, Some(150.0 * MIB));
+        let mut p = c.policy.build();
+        p.set("*", "read_bandwidth", "120MiB/s").unwrap();
+        let e = err(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nread_bandwidth = \"150MiB/s\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.read_bandwidth"),
+            "{e}"
+        );
+        assert!(e.message.contains("needs writes_only"), "{e}");
+        let e = err(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
+             read_bandwidth = \"5MiB/s\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (5, "policy.read_bandwidth"),
+            "{e}"
+        );
+        assert!(e.message.contains("less than read_bandwidth"), "{e}");
+        let e = err(
+            "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_bandwidth = \"1GiB/s\"\n",
+        );
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.read_bandwidth"),
+            "{e}"
+        );
     }
 
     #[test]

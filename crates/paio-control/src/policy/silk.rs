@@ -37,6 +37,13 @@
 //! the four contexts are routed (a request-context pattern beats a
 //! request-type one) and everything else keeps going where it went.
 //!
+//! With [`SilkPolicy::writes_only`] it also enables the `request_type`
+//! classifier and sends each class's reads to an object [`READS_OBJECT`] in
+//! `flush` and `compaction` (`{request_context, request_type = read}`
+//! patterns: two classifiers outrank one); the one in `compaction` is a DRL
+//! at `KVSB_r` under a read budget ([`SilkPolicy::read_bandwidth`]), every
+//! other one Noop.
+//!
 //! # Each period (Algorithm 1)
 //!
 //! For each controlled stage, from the period's statistics (`bytes_per_sec`,
@@ -49,8 +56,11 @@
 //!    - flushes only: `{leftB, minB, minB}`;
 //!    - L0 only: `{minB, leftB, minB}`;
 //!    - neither: `{minB, minB, leftB}`;
-//! 3. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`
-//!    and `compaction/ln`, only for rates that moved by more than
+//! 3. with a read budget `KVSB_r` (`writes_only` and `read_bandwidth`):
+//!    `B_r = max(KVSB_r − Fg, minB)` for `compaction/reads`, the reads of
+//!    compactions of every level;
+//! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
+//!    `compaction/ln` (and `compaction/reads`), only for rates that moved by more than
 //!    [`DEADBAND`](super::common::DEADBAND) since the last one sent to that
 //!    object, and never below [`RATE_FLOOR`](super::common::RATE_FLOOR).
 //!
@@ -85,8 +95,11 @@
 //!
 //! # Run-time changes
 //!
-//! `paio ctl set '*' kvs_bandwidth=200MiB/s` and `min_bandwidth=10MiB/s`;
-//! `minB < KVSB` must keep holding.
+//! `paio ctl set '*' kvs_bandwidth=200MiB/s`, `min_bandwidth=10MiB/s` and
+//! (with `writes_only`) `read_bandwidth=150MiB/s`; `minB < KVSB` and
+//! `minB < KVSB_r` must keep holding. A `read_bandwidth` set at run time
+//! applies to stages whose compaction `reads` object is a DRL, that is,
+//! stages that registered while a read budget was configured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -109,8 +122,10 @@ pub const COMPACTION: &str = "compaction";
 pub const L0_OBJECT: &str = "l0";
 /// The low-priority DRL object of [`COMPACTION`] (its default object).
 pub const LN_OBJECT: &str = "ln";
-/// The Noop object of [`FLUSH`] and [`COMPACTION`] that takes their reads
-/// when only writes are limited ([`SilkPolicy::writes_only`]).
+/// The object of [`FLUSH`] and [`COMPACTION`] that takes their reads when
+/// only writes are limited ([`SilkPolicy::writes_only`]): Noop, except in
+/// [`COMPACTION`] under a read budget ([`SilkPolicy::read_bandwidth`]),
+/// where it is a DRL.
 pub const READS_OBJECT: &str = "reads";
 /// Request context of foreground requests.
 pub const CTX_FOREGROUND: &str = "foreground";
@@ -191,6 +206,12 @@ pub fn silk_allocate(
     }
 }
 
+/// The compactions' read rate under a read budget `read_b`:
+/// `max(read_b − fg, min_b)` (a negative or non-finite `fg` counts as 0).
+pub fn read_allocation(read_b: f64, min_b: f64, fg: f64) -> f64 {
+    (common::finite(read_b) - common::finite(fg)).max(common::finite(min_b))
+}
+
 /// A controlled stage's figures for one period, bytes/s.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Usage {
@@ -267,6 +288,17 @@ fn has_object(info: &StageInfo, channel: &str, object: &str) -> bool {
         .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object))
 }
 
+/// The stage has `channel/object` and it is a DRL (a `configure` of another
+/// kind would void the whole batch).
+fn has_drl(info: &StageInfo, channel: &str, object: &str) -> bool {
+    info.channels.iter().any(|c| {
+        c.name == channel
+            && c.objects
+                .iter()
+                .any(|o| o.name == object && o.kind == "drl")
+    })
+}
+
 /// The pattern `{ request_context = name }`.
 fn context_pattern(name: &str) -> Pattern {
     Pattern {
@@ -293,6 +325,8 @@ pub struct SilkPolicy {
     kvs_b: f64,
     min_b: f64,
     writes_only: bool,
+    /// The read budget `KVSB_r` (bytes/s), only with `writes_only`.
+    read_b: Option<f64>,
     /// Rate last sent to each (stage, channel, object).
     last: BTreeMap<(StageId, &'static str, &'static str), u64>,
     targets: Vec<GroupTarget>,
@@ -300,9 +334,25 @@ pub struct SilkPolicy {
 
 /// Checks `0 < min_b < kvs_b`.
 pub fn check_bandwidths(kvs_b: f64, min_b: f64) -> Result<(), PolicyError> {
-    if !(kvs_b.is_finite() && kvs_b > 0.0) {
+    check_budget("kvs_bandwidth", kvs_b, min_b)
+}
+
+/// Checks a read budget: `0 < min_b < read_b`, and only with `writes_only`
+/// (otherwise reads already share each class's rate).
+pub fn check_read_bandwidth(read_b: f64, min_b: f64, writes_only: bool) -> Result<(), PolicyError> {
+    if !writes_only {
+        return Err(PolicyError::new(
+            "read_bandwidth needs writes_only = true (without it, reads already share each class's rate)",
+        ));
+    }
+    check_budget("read_bandwidth", read_b, min_b)
+}
+
+/// Checks `0 < min_b < budget`, naming the budget's field in errors.
+fn check_budget(field: &str, budget: f64, min_b: f64) -> Result<(), PolicyError> {
+    if !(budget.is_finite() && budget > 0.0) {
         return Err(PolicyError::new(format!(
-            "kvs_bandwidth must be a positive byte rate, got {kvs_b}"
+            "{field} must be a positive byte rate, got {budget}"
         )));
     }
     if !(min_b.is_finite() && min_b > 0.0) {
@@ -310,11 +360,11 @@ pub fn check_bandwidths(kvs_b: f64, min_b: f64) -> Result<(), PolicyError> {
             "min_bandwidth must be a positive byte rate, got {min_b}"
         )));
     }
-    if min_b >= kvs_b {
+    if min_b >= budget {
         return Err(PolicyError::new(format!(
-            "min_bandwidth ({}) must be less than kvs_bandwidth ({})",
+            "min_bandwidth ({}) must be less than {field} ({})",
             fmt_rate(min_b),
-            fmt_rate(kvs_b)
+            fmt_rate(budget)
         )));
     }
     Ok(())
@@ -329,6 +379,7 @@ impl SilkPolicy {
             kvs_b: kvs_bandwidth,
             min_b: min_bandwidth,
             writes_only: false,
+            read_b: None,
             last: BTreeMap::new(),
             targets: Vec::new(),
         })
@@ -339,10 +390,30 @@ impl SilkPolicy {
     /// to a Noop object [`READS_OBJECT`] that [`ControlPolicy::setup`]
     /// creates, and `Fl`, `L0` and `LN` are write rates. `Fg` stays all of
     /// the foreground's I/O. Without it (the default), reads and writes share
-    /// each class's rate.
+    /// each class's rate, and turning it off drops any
+    /// [`read_bandwidth`](Self::read_bandwidth).
     pub fn writes_only(mut self, on: bool) -> Self {
         self.writes_only = on;
+        if !on {
+            self.read_b = None;
+        }
         self
+    }
+
+    /// With [`writes_only`](Self::writes_only): limits compactions' reads
+    /// (all levels together, one DRL [`COMPACTION`]/[`READS_OBJECT`]) to
+    /// `B_r = max(KVSB_r − Fg, minB)` each period, where `KVSB_r =
+    /// read_bandwidth` is the store's read budget (typically the device's
+    /// read rate), so that compaction reads beyond what the device can serve
+    /// wait in the stage instead of in the device's queue ahead of the
+    /// foreground's reads. Requires `writes_only` and `minB < KVSB_r`; `None` (the
+    /// default) leaves their reads unlimited.
+    pub fn read_bandwidth(mut self, read_bandwidth: Option<f64>) -> Result<Self, PolicyError> {
+        if let Some(r) = read_bandwidth {
+            check_read_bandwidth(r, self.min_b, self.writes_only)?;
+        }
+        self.read_b = read_bandwidth;
+        Ok(self)
     }
 
     /// `KVSB`, bytes/s.
@@ -353,6 +424,11 @@ impl SilkPolicy {
     /// `minB`, bytes/s.
     pub fn min_bandwidth(&self) -> f64 {
         self.min_b
+    }
+
+    /// `KVSB_r`, bytes/s, when compactions' reads are limited.
+    pub fn read_budget(&self) -> Option<f64> {
+        self.read_b
     }
 
     /// The name of a stage's figures.
@@ -419,10 +495,14 @@ impl ControlPolicy for SilkPolicy {
         if self.writes_only {
             for ch in [FLUSH, COMPACTION] {
                 if !has_object(info, ch, READS_OBJECT) {
+                    let config = match self.read_b {
+                        Some(r) if ch == COMPACTION => common::drl(r),
+                        _ => paio::ObjectConfig::Noop,
+                    };
                     rules.push(Rule::CreateObject {
                         channel: ch.into(),
                         name: READS_OBJECT.into(),
-                        config: paio::ObjectConfig::Noop,
+                        config,
                     });
                 }
             }
@@ -484,13 +564,18 @@ impl ControlPolicy for SilkPolicy {
                 usage.flush_active,
                 usage.l0_active,
             );
+            let reads = self
+                .read_b
+                .map(|r| read_allocation(r, self.min_b, usage.fg));
             let mut rules = Vec::new();
             for (ch, obj, rate) in [
-                (FLUSH, FLUSH_OBJECT, alloc.flush),
-                (COMPACTION, L0_OBJECT, alloc.l0),
-                (COMPACTION, LN_OBJECT, alloc.ln),
+                (FLUSH, FLUSH_OBJECT, Some(alloc.flush)),
+                (COMPACTION, L0_OBJECT, Some(alloc.l0)),
+                (COMPACTION, LN_OBJECT, Some(alloc.ln)),
+                (COMPACTION, READS_OBJECT, reads),
             ] {
-                if !has_object(&view.info, ch, obj) {
+                let Some(rate) = rate else { continue };
+                if !has_drl(&view.info, ch, obj) {
                     continue;
                 }
                 let key = (view.id, ch, obj);
@@ -532,30 +617,30 @@ impl ControlPolicy for SilkPolicy {
     }
 
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
-        let (kvs, min) = match key {
-            "kvs_bandwidth" | "min_bandwidth" => {
-                if group != "*" {
-                    return Err(PolicyError::new(format!(
-                        "{key} applies to every stage: use group `*`, not {group:?}"
-                    )));
-                }
-                let v = common::parse_byte_rate(value)
-                    .map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
-                if key == "kvs_bandwidth" {
-                    (v, self.min_b)
-                } else {
-                    (self.kvs_b, v)
-                }
-            }
-            other => {
-                return Err(PolicyError::new(format!(
-                    "unknown key {other:?} for policy silk (known: kvs_bandwidth, min_bandwidth)"
-                )))
-            }
-        };
+        if !matches!(key, "kvs_bandwidth" | "min_bandwidth" | "read_bandwidth") {
+            return Err(PolicyError::new(format!(
+                "unknown key {key:?} for policy silk \
+                 (known: kvs_bandwidth, min_bandwidth, read_bandwidth)"
+            )));
+        }
+        if group != "*" {
+            return Err(PolicyError::new(format!(
+                "{key} applies to every stage: use group `*`, not {group:?}"
+            )));
+        }
+        let v =
+            common::parse_byte_rate(value).map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
+        let (mut kvs, mut min, mut read) = (self.kvs_b, self.min_b, self.read_b);
+        match key {
+            "kvs_bandwidth" => kvs = v,
+            "min_bandwidth" => min = v,
+            _ => read = Some(v),
+        }
         check_bandwidths(kvs, min)?;
-        self.kvs_b = kvs;
-        self.min_b = min;
+        if let Some(r) = read {
+            check_read_bandwidth(r, min, self.writes_only)?;
+        }
+        (self.kvs_b, self.min_b, self.read_b) = (kvs, min, read);
         Ok(())
     }
 
@@ -1079,6 +1164,123 @@ name = "metadata"
     }
 
     #[test]
+    fn a_read_budget_limits_compaction_reads_to_what_the_foreground_leaves() {
+        let p = policy()
+            .writes_only(true)
+            .read_bandwidth(Some(150.0 * MIB))
+            .unwrap();
+        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        let info = |stage: &Stage| StageView {
+            id: 1,
+            info: stage.info(),
+            stats: Some(stage.collect()),
+            proc_io: None,
+        };
+        let rules = p.setup(&info(&stage));
+        stage.apply_all(&rules).unwrap();
+        assert!(p.setup(&info(&stage)).is_empty());
+        let kind = |ch: &str| {
+            let i = stage.info();
+            let c = i.channels.iter().find(|c| c.name == ch).unwrap();
+            c.objects
+                .iter()
+                .find(|o| o.name == READS_OBJECT)
+                .map(|o| (o.kind.clone(), o.config.clone()))
+                .unwrap()
+        };
+        // Compactions' reads (every level) go to one DRL at KVSB_r; the
+        // flush's stay Noop.
+        assert_eq!(kind(FLUSH).0, "noop");
+        match kind(COMPACTION) {
+            (k, Some(ObjectConfig::Drl(d))) => {
+                assert_eq!(k, "drl");
+                assert_eq!(d.rate.per_second, r(150.0 * MIB));
+            }
+            other => panic!("compaction/reads: {other:?}"),
+        }
+        let rd = paio::RequestType::READ;
+        for ctx in [CTX_L0, CTX_LN] {
+            let c = paio::Context::explicit(1, rd, RequestContext::named(ctx).unwrap(), 10);
+            assert_eq!(
+                stage.route(&c),
+                Some((COMPACTION.to_string(), READS_OBJECT.to_string()))
+            );
+        }
+        // Each period: B_r = max(KVSB_r − Fg, minB), next to Algorithm 1's
+        // rates, resent only when it moves.
+        let mut p = p;
+        let mut reads = |fg: f64| {
+            let mut v = view(1, fig(fg, 1.0, 0.0, 0.0));
+            v.info = stage.info();
+            let out = p.period(Duration::ZERO, &[v]);
+            sent(&out, 1, COMPACTION, READS_OBJECT)
+        };
+        assert_eq!(reads(20.0 * MIB), Some(r(130.0 * MIB)));
+        assert_eq!(reads(20.0 * MIB), None);
+        assert_eq!(reads(0.0), Some(r(150.0 * MIB)));
+        assert_eq!(reads(400.0 * MIB), Some(r(MINB)));
+        // Without a read budget, or on a stage whose `reads` is Noop,
+        // nothing is sent for it.
+        let mut plain = policy().writes_only(true);
+        let mut v = view(1, fig(20.0 * MIB, 1.0, 0.0, 0.0));
+        v.info = stage.info();
+        assert_eq!(
+            sent(
+                &plain.period(Duration::ZERO, &[v]),
+                1,
+                COMPACTION,
+                READS_OBJECT
+            ),
+            None
+        );
+        let noop_stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        noop_stage
+            .apply_all(&plain.setup(&info(&noop_stage)))
+            .unwrap();
+        let mut budget = policy()
+            .writes_only(true)
+            .read_bandwidth(Some(150.0 * MIB))
+            .unwrap();
+        let mut v = view(1, fig(20.0 * MIB, 1.0, 0.0, 0.0));
+        v.info = noop_stage.info();
+        let out = budget.period(Duration::ZERO, &[v]);
+        assert_eq!(sent(&out, 1, COMPACTION, READS_OBJECT), None);
+        assert!(sent(&out, 1, FLUSH, FLUSH_OBJECT).is_some(), "{out:?}");
+    }
+
+    #[test]
+    fn a_read_budget_needs_writes_only_and_more_than_min_bandwidth() {
+        let e = policy().read_bandwidth(Some(150.0 * MIB)).unwrap_err();
+        assert!(e.message.contains("needs writes_only"), "{e}");
+        let wo = || policy().writes_only(true);
+        let e = wo().read_bandwidth(Some(MINB)).unwrap_err();
+        assert!(e.message.contains("less than read_bandwidth"), "{e}");
+        assert!(wo().read_bandwidth(Some(f64::NAN)).is_err());
+        assert!(wo().read_bandwidth(Some(-1.0)).is_err());
+        // Turning writes_only off drops the budget.
+        let p = wo().read_bandwidth(Some(150.0 * MIB)).unwrap();
+        assert_eq!(p.read_budget(), Some(150.0 * MIB));
+        assert_eq!(p.writes_only(false).read_budget(), None);
+        // At run time.
+        let mut p = policy();
+        let e = p.set("*", "read_bandwidth", "150MiB/s").unwrap_err();
+        assert!(e.message.contains("needs writes_only"), "{e}");
+        let mut p = wo();
+        p.set("*", "read_bandwidth", "150MiB/s").unwrap();
+        assert_eq!(p.read_budget(), Some(150.0 * MIB));
+        let e = p.set("*", "min_bandwidth", "150MiB/s").unwrap_err();
+        assert!(e.message.contains("less than"), "{e}");
+        let e = p.set("*", "read_bandwidth", "5MiB/s").unwrap_err();
+        assert!(e.message.contains("less than read_bandwidth"), "{e}");
+        assert_eq!(
+            (p.min_bandwidth(), p.read_budget()),
+            (MINB, Some(150.0 * MIB))
+        );
+        let e = p.set("db1", "read_bandwidth", "1GiB/s").unwrap_err();
+        assert!(e.message.contains("group `*`"), "{e}");
+    }
+
+    #[test]
     fn setup_fixes_a_partial_layout() {
         let p = policy();
         let stage = Stage::from_policy_str(
@@ -1176,6 +1378,14 @@ name = "metadata"
             prop_assert!(sum as f64 <= floored + 3.0);
             // The same figures again: nothing re-sent.
             prop_assert!(p.period(Duration::ZERO, &[view(1, fig(fg, fl, l0, ln))]).is_empty());
+            // The read budget's share: what the foreground leaves, at least minB.
+            let read_b = kvs * (1.0 + min_frac);
+            let b_r = read_allocation(read_b, min, fg);
+            prop_assert!(b_r >= min);
+            prop_assert!(b_r <= read_b.max(min));
+            if fg.is_finite() && fg >= 0.0 && read_b - fg >= min {
+                prop_assert!((b_r + fg - read_b).abs() <= 1e-9 * read_b);
+            }
         }
     }
 }
