@@ -68,11 +68,14 @@ bench: setup
 experiment-bandwidth: release-bins
 	python3 bench/bandwidth/run.py
 
-## The tail-latency experiment (paper §9.2, about 41 minutes): baseline RocksDB,
-## its auto-tuned rate limiter, and paio with paiod's SILK policy, for three
-## workloads; results and plots in bench/results/taillat/.
+## The tail-latency experiment (paper §9.2, about 41 minutes per repeat):
+## baseline RocksDB, its auto-tuned rate limiter, and paio with paiod's SILK
+## policy, for three workloads; results and plots in bench/results/taillat/.
+## TAILLAT_REPEAT=N runs each N times, round-robin, and reports medians
+## (one run's max p99 varies by 1-2 ms between identical runs).
+TAILLAT_REPEAT ?= 1
 experiment-taillat: taillat-driver
-	python3 bench/taillat/run.py
+	python3 bench/taillat/run.py --repeat $(TAILLAT_REPEAT)
 
 ## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
 fuzz:

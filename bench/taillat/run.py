@@ -27,6 +27,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,7 @@ DRIVER = REPO / "bench/taillat/build/taillat_driver"
 BUILD_CMD = ("cmake -S bench/taillat -B bench/taillat/build -DCMAKE_BUILD_TYPE=Release && "
              "cmake --build bench/taillat/build -j2")
 PAIOD_BUILD_CMD = "cargo build --release -p paio-control"
-CSV_FIELDS = ("time_s", "setup", "workload", "kops", "p99_us", "p50_us")
+CSV_FIELDS = ("time_s", "setup", "workload", "run", "kops", "p99_us", "p50_us")
 # Goal from the issue: paio's peak p99 >= 4x below baseline's and below the
 # auto-tuned limiter's, at >= 95 % of the baseline's mean throughput.
 GOAL_P99_FACTOR = 4.0
@@ -80,8 +81,11 @@ class Scale:
     duration_s: float        # paper: 1200 s shown
     kvs_mib: float = 200.0   # device bandwidth (blkio throttle, autotuned cap, SILK KVSB)
     min_mib: float = 10.0    # SILK minB
-    writes_only: int = 0     # SILK limits only flush/compaction writes (1) or all their I/O (0)
+    writes_only: int = 1     # SILK limits only flush/compaction writes (1) or all their I/O (0)
     silk_kvs_mib: float = 0.0  # SILK's KVSB when it differs from the device bandwidth (0: kvs_mib)
+    # SILK's read budget for compaction reads, with writes_only (0: kvs_mib,
+    # the device's read rate; < 0: none, compaction reads unlimited)
+    silk_read_mib: float = 0.0
 
 
 FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
@@ -100,7 +104,7 @@ def target_kops(scale, t):
     return scale.peak_kops if u < scale.peak_s else scale.valley_kops
 
 
-def parse_driver_csv(text, setup, workload):
+def parse_driver_csv(text, setup, workload, run=1):
     """The driver's per-second CSV -> rows of CSV_FIELDS (plus the extra columns)."""
     rows = []
     reader = csv.DictReader(text.splitlines())
@@ -112,6 +116,7 @@ def parse_driver_csv(text, setup, workload):
         row["time_s"] = int(row["time_s"])
         row["setup"] = setup
         row["workload"] = workload
+        row["run"] = run
         rows.append(row)
     return rows
 
@@ -147,35 +152,70 @@ def phase_of(scale, time_s):
     return "peak" if target_kops(scale, mid) == scale.peak_kops else "valley"
 
 
+def _run_stats(rs, scale):
+    """summarize's statistics of one run of one (workload, setup)."""
+    kops = [float(r["kops"]) for r in rs]
+    p99 = [float(r["p99_us"]) / 1000.0 for r in rs if float(r["kops"]) > 0]
+    st = {
+        "seconds": len(rs),
+        "mean_kops": mean(kops),
+        "p99_min_ms": min(p99) if p99 else float("nan"),
+        "p99_max_ms": max(p99) if p99 else float("nan"),
+        "p99_mean_ms": mean(p99),
+        "p99_std_ms": stddev(p99),
+        "p99_mad_ms": mean_abs_dev(p99),
+    }
+    if scale is not None:
+        for ph in ("initial", "peak", "valley"):
+            xs = [float(r["p99_us"]) / 1000.0 for r in rs
+                  if float(r["kops"]) > 0 and phase_of(scale, int(r["time_s"])) == ph]
+            st[f"p99_max_{ph}_ms"] = max(xs) if xs else float("nan")
+    return st
+
+
+def _median(xs):
+    """Median of the non-NaN values (NaN if none); an int when all are ints and it is whole."""
+    ys = [x for x in xs if not (isinstance(x, float) and math.isnan(x))]
+    if not ys:
+        return float("nan")
+    m = statistics.median(ys)
+    return int(m) if all(isinstance(y, int) for y in ys) and m == int(m) else m
+
+
 def summarize(rows, scale=None):
     """Per (workload, setup): seconds, mean kops, p99 range/max/mean, variability.
 
-    rows: dicts with setup, workload, kops, p99_us.  Latencies in the result
-    are in ms.  Seconds with no completed request (kops 0) count for the
-    throughput but not for the latency statistics.  With a scale, also the
-    max p99 per phase (initial valley, peaks, later valleys).
+    rows: dicts with setup, workload, kops, p99_us (and run, default 1).
+    Latencies in the result are in ms.  Seconds with no completed request
+    (kops 0) count for the throughput but not for the latency statistics.
+    With a scale, also the max p99 per phase (initial valley, peaks, later
+    valleys).
+
+    Repeated runs (--repeat): when a (workload, setup) has rows of runs other
+    than run 1 alone, the statistics are computed per run and every figure
+    of the row is the MEDIAN over its runs (statistics.median, so the mean
+    of the middle two for an even count); the row also has `runs` (how
+    many) and `p99_max_runs_ms` (each run's max p99, in run order; with a
+    scale also `p99_max_<phase>_runs_ms`).  With only run 1 the row is the
+    single run's statistics, without those keys.
     """
     groups = {}
     for r in rows:
-        groups.setdefault((r["workload"], r["setup"]), []).append(r)
+        groups.setdefault((r["workload"], r["setup"]), {}).setdefault(int(r.get("run", 1)), []).append(r)
     out = []
-    for (workload, setup), rs in groups.items():
-        kops = [float(r["kops"]) for r in rs]
-        p99 = [float(r["p99_us"]) / 1000.0 for r in rs if float(r["kops"]) > 0]
-        out.append({
-            "workload": workload, "setup": setup, "seconds": len(rs),
-            "mean_kops": mean(kops),
-            "p99_min_ms": min(p99) if p99 else float("nan"),
-            "p99_max_ms": max(p99) if p99 else float("nan"),
-            "p99_mean_ms": mean(p99),
-            "p99_std_ms": stddev(p99),
-            "p99_mad_ms": mean_abs_dev(p99),
-        })
-        if scale is not None:
-            for ph in ("initial", "peak", "valley"):
-                xs = [float(r["p99_us"]) / 1000.0 for r in rs
-                      if float(r["kops"]) > 0 and phase_of(scale, int(r["time_s"])) == ph]
-                out[-1][f"p99_max_{ph}_ms"] = max(xs) if xs else float("nan")
+    for (workload, setup), by_run in groups.items():
+        per_run = [_run_stats(by_run[k], scale) for k in sorted(by_run)]
+        row = {"workload": workload, "setup": setup}
+        if list(by_run) == [1]:
+            row.update(per_run[0])
+        else:
+            row.update({k: _median([st[k] for st in per_run]) for k in per_run[0]})
+            row["runs"] = len(per_run)
+            row["p99_max_runs_ms"] = [st["p99_max_ms"] for st in per_run]
+            if scale is not None:
+                for ph in ("initial", "peak", "valley"):
+                    row[f"p99_max_{ph}_runs_ms"] = [st[f"p99_max_{ph}_ms"] for st in per_run]
+        out.append(row)
     order = {s: i for i, s in enumerate(ALL_SETUPS)}
     worder = {w: i for i, w in enumerate(ALL_WORKLOADS)}
     out.sort(key=lambda s: (worder.get(s["workload"], 99), order.get(s["setup"], 99)))
@@ -217,7 +257,19 @@ def _f(x, fmt):
 
 
 def format_table(summary, verdict=None):
-    lines = [
+    """The markdown table (and, with a verdict, the goal check).
+
+    With repeated runs (a row with runs > 1): a line saying the figures are
+    medians over the runs, and a table of each run's max p99.
+    """
+    repeated = any(s.get("runs", 1) > 1 for s in summary)
+    lines = []
+    if repeated:
+        ns = sorted({s.get("runs", 1) for s in summary})
+        n = f"{ns[0]}" if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+        lines += [f"Every figure is the median over {n} runs (each statistic computed per run, "
+                  "then the median of the runs); each run's max p99 below.", ""]
+    lines += [
         "| workload | setup | seconds | mean kops/s | p99 range ms | max p99 ms | mean p99 ms | "
         "p99 stddev ms | p99 MAD ms |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -233,6 +285,11 @@ def format_table(summary, verdict=None):
         for s in summary:
             lines.append(f"| {s['workload']} | {s['setup']} | {_f(s['p99_max_initial_ms'], '.2f')} | "
                          f"{_f(s['p99_max_peak_ms'], '.2f')} | {_f(s['p99_max_valley_ms'], '.2f')} |")
+    if repeated:
+        lines += ["", "| workload | setup | max p99 per run (ms) |", "|---|---|---|"]
+        for s in summary:
+            per_run = s.get("p99_max_runs_ms", [s["p99_max_ms"]])
+            lines.append(f"| {s['workload']} | {s['setup']} | {', '.join(_f(x, '.2f') for x in per_run)} |")
     if verdict:
         lines += ["", f"Goal: paio's max p99 >= {GOAL_P99_FACTOR:g}x below baseline's and below auto-tuned's, "
                   f"at >= {GOAL_THROUGHPUT:.0%} of baseline's mean throughput.", "",
@@ -249,10 +306,15 @@ def format_table(summary, verdict=None):
 
 
 def paiod_config(scale):
-    return (f'period = "100ms"\n[policy]\nkind = "silk"\n'
+    """paiod's configuration for the paio setup: the silk policy, KVSB and the
+    read budget the device's rate unless overridden (see Scale)."""
+    text = (f'period = "100ms"\n[policy]\nkind = "silk"\n'
             f'kvs_bandwidth = "{scale.silk_kvs_mib or scale.kvs_mib:g}MiB/s"\n'
             f'min_bandwidth = "{scale.min_mib:g}MiB/s"\n'
             f'writes_only = {"true" if scale.writes_only else "false"}\n')
+    if scale.writes_only and scale.silk_read_mib >= 0:
+        text += f'read_bandwidth = "{scale.silk_read_mib or scale.kvs_mib:g}MiB/s"\n'
+    return text
 
 
 def driver_args(scale, setup, workload):
@@ -274,7 +336,8 @@ def golden_name(scale):
 
 
 def check_csv(path):
-    """Smoke checks of the combined CSV: header, types, non-zero throughput."""
+    """Smoke checks of the combined CSV: header, types, non-zero throughput (per run)."""
+    col = {k: i for i, k in enumerate(CSV_FIELDS)}
     with open(path, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
@@ -285,8 +348,10 @@ def check_csv(path):
         for i, rec in enumerate(reader, 2):
             if len(rec) != len(CSV_FIELDS):
                 raise ValueError(f"{path}:{i}: {len(rec)} fields")
-            int(rec[0]), float(rec[3]), float(rec[4]), float(rec[5])
-            kops.setdefault((rec[2], rec[1]), []).append(float(rec[3]))
+            int(rec[col["time_s"]]), int(rec[col["run"]])
+            float(rec[col["kops"]]), float(rec[col["p99_us"]]), float(rec[col["p50_us"]])
+            key = (rec[col["workload"]], rec[col["setup"]], f"run {rec[col['run']]}")
+            kops.setdefault(key, []).append(float(rec[col["kops"]]))
             n += 1
     if not n:
         raise ValueError(f"{path}: no rows")
@@ -305,14 +370,16 @@ def write_csv(path, rows):
         w.writeheader()
         for r in rows:
             w.writerow({"time_s": r["time_s"], "setup": r["setup"], "workload": r["workload"],
-                        "kops": f"{float(r['kops']):.3f}", "p99_us": f"{float(r['p99_us']):.1f}",
-                        "p50_us": f"{float(r['p50_us']):.1f}"})
+                        "run": int(r.get("run", 1)), "kops": f"{float(r['kops']):.3f}",
+                        "p99_us": f"{float(r['p99_us']):.1f}", "p50_us": f"{float(r['p50_us']):.1f}"})
 
 
 def read_csv(path):
+    """taillat.csv -> rows; a CSV from before --repeat (no run column) is run 1."""
     with open(path, newline="") as f:
         return [{"time_s": int(r["time_s"]), "setup": r["setup"], "workload": r["workload"],
-                 "kops": float(r["kops"]), "p99_us": float(r["p99_us"]), "p50_us": float(r["p50_us"])}
+                 "run": int(r.get("run") or 1), "kops": float(r["kops"]), "p99_us": float(r["p99_us"]),
+                 "p50_us": float(r["p50_us"])}
                 for r in csv.DictReader(f)]
 
 
@@ -334,8 +401,11 @@ def quantile(xs, q):
     return s[k]
 
 
-def plot_workload(path, rows, workload, scale, lat_max_ms=None):
-    """Fig. 5-7 style: per setup, throughput (top) and p99 latency (bottom) over time."""
+def plot_workload(path, rows, workload, scale, lat_max_ms=None, run=None):
+    """Fig. 5-7 style: per setup, throughput (top) and p99 latency (bottom) over time.
+
+    rows: one run's (run: its number, shown in the title with --repeat > 1).
+    """
     plt = require_matplotlib()
     setups = [s for s in ALL_SETUPS if any(r["setup"] == s for r in rows)]
     fig, axes = plt.subplots(2 * len(setups), 1, figsize=(9, 2.1 * 2 * len(setups)), sharex=True)
@@ -366,7 +436,7 @@ def plot_workload(path, rows, workload, scale, lat_max_ms=None):
         ax_l.legend(loc="upper right", fontsize=7, ncol=2)
     axes[-1].set_xlabel("Time (s)")
     fig.suptitle(f"{LABEL.get(workload, workload)}: throughput and 99th percentile latency "
-                 f"({scale.kvs_mib:g} MiB/s device)", fontsize=10)
+                 f"({scale.kvs_mib:g} MiB/s device)" + (f", run {run}" if run else ""), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -481,10 +551,22 @@ def start_paiod(args, scale, setup_dir, sock_dir):
     return None, None, "paiod did not create its socket within 5 s"
 
 
-def run_setup(args, scale, cgroup, golden, out, workload, setup, notes):
-    setup_dir = out / workload / setup
+def run_dir(out, workload, setup, run=1, repeat=1):
+    """<out>/<workload>/<setup>/, or .../run<k>/ with --repeat > 1."""
+    d = out / workload / setup
+    return d if repeat == 1 else d / f"run{run}"
+
+
+def run_label(workload, setup, run=1, repeat=1):
+    """'<workload>/<setup>', or '<workload>/<setup> run k/N' with --repeat > 1 (progress, errors)."""
+    return f"{workload}/{setup}" + (f" run {run}/{repeat}" if repeat > 1 else "")
+
+
+def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, repeat=1):
+    setup_dir = run_dir(out, workload, setup, run, repeat)
     setup_dir.mkdir(parents=True, exist_ok=True)
-    db = args.data_dir / f"run-{setup}-{workload}"
+    label = run_label(workload, setup, run, repeat)
+    db = args.data_dir / (f"run-{setup}-{workload}" + (f"-run{run}" if repeat > 1 else ""))
     copy_db(golden, db)
     paiod = None
     sock_dir = tempfile.mkdtemp(prefix="paio-taillat-")
@@ -499,20 +581,20 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes):
                         raise RunError(f"{err} (see {setup_dir / 'paiod.log'}); the SILK policy needs "
                                        f"a paiod with `kind = \"silk\"`: {PAIOD_BUILD_CMD}. "
                                        "--paio-control none runs the plugin without a control plane.")
-                    msg = (f"{workload}/paio: {err} -- ran the paio setup WITHOUT paiod "
+                    msg = (f"{label}: {err} -- ran the paio setup WITHOUT paiod "
                            "(plugin installed, no control: pass-through DRLs)")
                     print(f"NOTE: {msg}", flush=True)
                     notes.append(msg)
                 else:
                     extra += ["--paio-socket", str(sock)]
-            else:
+            elif f"{workload}/paio: run without paiod (--paio-control none)" not in notes:
                 notes.append(f"{workload}/paio: run without paiod (--paio-control none)")
         cmd = [str(args.driver), "run"] + driver_args(scale, setup, workload) + extra
         wrapped = cmd
         if cgroup.procs_file:
             wrapped = ["sh", "-c", f'echo $$ > {shlex.quote(cgroup.procs_file)} && exec "$0" "$@"'] + cmd
         (setup_dir / "driver.cmd").write_text(shlex.join(wrapped) + "\n")
-        print(f"[{workload}/{setup}] {scale.duration_s:g} s ...", flush=True)
+        print(f"[{label}] {scale.duration_s:g} s ...", flush=True)
         sampler = IoSampler(cgroup)
         load0 = list(os.getloadavg())
         log = open(setup_dir / "driver.log", "w")
@@ -529,22 +611,22 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes):
                 print("  " + line.rstrip(), flush=True)
             if paiod is not None and paiod.poll() is not None:
                 stop(p)
-                raise RunError(f"paiod died during {workload}/paio (see {setup_dir / 'paiod.log'})")
+                raise RunError(f"paiod died during {label} (see {setup_dir / 'paiod.log'})")
             if time.monotonic() - t0 > scale.duration_s + args.timeout_slack_s:
                 stop(p)
-                raise RunError(f"{workload}/{setup}: driver exceeded {scale.duration_s + args.timeout_slack_s:.0f} s")
+                raise RunError(f"{label}: driver exceeded {scale.duration_s + args.timeout_slack_s:.0f} s")
         rc = p.wait()
         sampler.stop()
         log.close()
         if rc != 0:
-            raise RunError(f"{workload}/{setup}: driver failed ({rc}), see {setup_dir / 'driver.log'}")
+            raise RunError(f"{label}: driver failed ({rc}), see {setup_dir / 'driver.log'}")
         with open(setup_dir / "blkio.csv", "w") as f:
             f.write("time_s,read_mibs,write_mibs\n")
             for t, r, w in sampler.samples:
                 f.write(f"{t},{r:.1f},{w:.1f}\n")
         peak_r = max((r for _, r, _ in sampler.samples), default=0)
         peak_w = max((w for _, _, w in sampler.samples), default=0)
-        return parse_driver_csv((setup_dir / "driver.csv").read_text(), setup, workload), {
+        return parse_driver_csv((setup_dir / "driver.csv").read_text(), setup, workload, run), {
             "wall_s": round(time.monotonic() - t0, 1), "blkio_peak_read_mibs": round(peak_r, 1),
             "blkio_peak_write_mibs": round(peak_w, 1),
             "blkio_mean_read_mibs": round(mean([r for _, r, _ in sampler.samples]), 1),
@@ -571,12 +653,16 @@ def report(out, rows, scale, workloads, no_plot, notes=()):
     if not no_plot:
         for w in workloads:
             wr = [r for r in rows if r["workload"] == w]
-            if wr:
-                plot_workload(out / f"{w}.png", wr, w, scale)
+            run_ids = sorted({int(r.get("run", 1)) for r in wr})
+            # One plot per workload; with repeated runs one per run (<w>-run<k>.png).
+            for k in run_ids:
+                rr = wr if run_ids == [1] else [r for r in wr if int(r.get("run", 1)) == k]
+                name, run = (w, None) if run_ids == [1] else (f"{w}-run{k}", k)
+                plot_workload(out / f"{name}.png", rr, w, scale, run=run)
                 # Same plot with the latency axis cut at 1.5x the 95th percentile
                 # of the per-second p99s: the shape below the largest spikes.
-                cut = 1.5 * quantile([r["p99_us"] / 1000.0 for r in wr], 0.95)
-                plot_workload(out / f"{w}-zoom.png", wr, w, scale, lat_max_ms=cut)
+                cut = 1.5 * quantile([r["p99_us"] / 1000.0 for r in rr], 0.95)
+                plot_workload(out / f"{name}-zoom.png", rr, w, scale, lat_max_ms=cut, run=run)
     return table
 
 
@@ -599,6 +685,9 @@ def parse_args(argv):
     ap.add_argument("--duration-s", type=float, help="per setup (override)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a scale field (e.g. initial_valley_s=10); see Scale in run.py")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="run every workload x setup N times, round-robin (run k of all setups, then "
+                         "run k+1); files in <out>/<workload>/<setup>/run<k>/; the table shows medians")
     ap.add_argument("--keep-db", action="store_true", help="keep each run's DB copy")
     ap.add_argument("--report-only", action="store_true", help="redo table/plots from <out>/taillat.csv")
     ap.add_argument("--no-plot", action="store_true")
@@ -608,6 +697,8 @@ def parse_args(argv):
     a = ap.parse_args(argv)
     a.workloads = a.workloads.split(",") if a.workloads else (["mixture"] if a.short else list(ALL_WORKLOADS))
     a.setups = a.setups.split(",") if a.setups else list(ALL_SETUPS)
+    if a.repeat < 1:
+        ap.error(f"--repeat must be >= 1, not {a.repeat}")
     for w in a.workloads:
         if w not in ALL_WORKLOADS:
             ap.error(f"unknown workload {w}")
@@ -673,7 +764,8 @@ def main(argv=None):
         f"throttle: blkio read_bps_device and write_bps_device {maj}:{mnr} {bps} on /dev/{disk} "
         f"({fstype}), data dir {args.data_dir}",
         f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
-        f"paio control: {args.paio_control}",
+        f"paio control: {args.paio_control}; repeat: {args.repeat}"
+        + (" (round-robin: run k of every workload x setup, then run k+1)" if args.repeat > 1 else ""),
     ]
     (out / "header.txt").write_text("\n".join(header) + "\n")
     print("\n".join(header), flush=True)
@@ -692,17 +784,20 @@ def main(argv=None):
     if cgroup.note:
         notes.append(cgroup.note)
     try:
-        for w in args.workloads:
-            for s in args.setups:
-                r, info = run_setup(args, scale, cgroup, golden, out, w, s, notes)
-                rows += r
-                runs[f"{w}/{s}"] = info
-                print(f"[{w}/{s}] done: mean {mean([x['kops'] for x in r]):.2f} kops/s, max p99 "
-                      f"{max([x['p99_us'] for x in r], default=0) / 1000:.2f} ms; blkio mean/peak read "
-                      f"{info['blkio_mean_read_mibs']}/{info['blkio_peak_read_mibs']}, write "
-                      f"{info['blkio_mean_write_mibs']}/{info['blkio_peak_write_mibs']} MiB/s", flush=True)
-                # Partial results survive an interruption of a long run.
-                report(out, rows, scale, args.workloads, True, notes)
+        # Round-robin, so that the setups' runs are interleaved in time.
+        for k in range(1, args.repeat + 1):
+            for w in args.workloads:
+                for s in args.setups:
+                    r, info = run_setup(args, scale, cgroup, golden, out, w, s, notes, k, args.repeat)
+                    rows += r
+                    key = f"{w}/{s}" + (f"/run{k}" if args.repeat > 1 else "")
+                    runs[key] = info
+                    print(f"[{run_label(w, s, k, args.repeat)}] done: mean {mean([x['kops'] for x in r]):.2f} kops/s, max p99 "
+                          f"{max([x['p99_us'] for x in r], default=0) / 1000:.2f} ms; blkio mean/peak read "
+                          f"{info['blkio_mean_read_mibs']}/{info['blkio_peak_read_mibs']}, write "
+                          f"{info['blkio_mean_write_mibs']}/{info['blkio_peak_write_mibs']} MiB/s", flush=True)
+                    # Partial results survive an interruption of a long run.
+                    report(out, rows, scale, args.workloads, True, notes)
     finally:
         for p in _children:
             stop(p)

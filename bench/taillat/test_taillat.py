@@ -131,10 +131,19 @@ def test_paiod_config_is_the_issue_config():
     assert 'kvs_bandwidth = "200MiB/s"' in text
     assert 'min_bandwidth = "10MiB/s"' in text
     assert 'period = "100ms"' in text
-    assert 'writes_only = false' in text
-    import dataclasses
-    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, writes_only=1))
+    # Default: writes limited by Algorithm 1, compaction reads by the
+    # device's read rate.
     assert 'writes_only = true' in text
+    assert 'read_bandwidth = "200MiB/s"' in text
+    import dataclasses
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=150))
+    assert 'read_bandwidth = "150MiB/s"' in text
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=-1))
+    assert 'writes_only = true' in text and "read_bandwidth" not in text
+    # Algorithm 1 over reads and writes together: no read budget (paiod
+    # refuses one without writes_only).
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, writes_only=0))
+    assert 'writes_only = false' in text and "read_bandwidth" not in text
 
 
 def test_phase_and_per_phase_max():
@@ -153,3 +162,126 @@ def test_quantile():
     assert run.quantile([5, 1, 3, 2, 4], 0.95) == 5
     assert run.quantile([5, 1, 3, 2, 4], 0.5) == 3
     assert run.quantile([7], 0.1) == 7
+
+
+# ------------------------------------------------------------ repeated runs
+
+
+def run_rows(setup, workload, run_no, kops, p99_ms):
+    return [dict(r, run=run_no) for r in rows(setup, workload, kops, p99_ms)]
+
+
+def test_summarize_single_run_keeps_the_old_keys_and_values():
+    sc = run.Scale(num=1, write_buffer_mib=1, level_base_mib=1, target_file_mib=1, block_cache_mib=1,
+                   valley_kops=5, peak_kops=20, initial_valley_s=2, peak_s=2, valley_s=1, duration_s=5)
+    plain = rows("paio", "mixture", [5, 5, 20, 20, 5], [9, 1, 2, 3, 7])
+    old = run.summarize(plain, sc)[0]
+    assert set(old) == {"workload", "setup", "seconds", "mean_kops", "p99_min_ms", "p99_max_ms",
+                        "p99_mean_ms", "p99_std_ms", "p99_mad_ms",
+                        "p99_max_initial_ms", "p99_max_peak_ms", "p99_max_valley_ms"}
+    assert old["seconds"] == 5 and old["p99_max_ms"] == pytest.approx(9.0)
+    # An explicit run 1 is the same as no run column.
+    assert run.summarize([dict(r, run=1) for r in plain], sc)[0] == old
+
+
+def test_summarize_two_runs_gives_medians_and_the_per_run_list():
+    rs = (run_rows("paio", "mixture", 1, [10, 20], [1.0, 3.0])
+          + run_rows("paio", "mixture", 2, [20, 40], [2.0, 6.0]))
+    s = run.summarize(rs)
+    assert len(s) == 1
+    r = s[0]
+    assert r["runs"] == 2
+    assert r["p99_max_runs_ms"] == pytest.approx([3.0, 6.0])
+    assert r["p99_max_ms"] == pytest.approx(4.5)     # median of 3 and 6
+    assert r["p99_min_ms"] == pytest.approx(1.5)     # median of 1 and 2
+    assert r["mean_kops"] == pytest.approx(22.5)     # median of 15 and 30
+    assert r["p99_mean_ms"] == pytest.approx(3.0)    # median of 2 and 4
+    assert r["seconds"] == 2 and isinstance(r["seconds"], int)
+
+
+def test_summarize_three_runs_gives_medians_per_statistic_and_phase():
+    sc = run.Scale(num=1, write_buffer_mib=1, level_base_mib=1, target_file_mib=1, block_cache_mib=1,
+                   valley_kops=5, peak_kops=20, initial_valley_s=1, peak_s=2, valley_s=1, duration_s=4)
+    # seconds 1: initial, 2-3: peak, 4: valley; runs listed out of order on purpose
+    rs = (run_rows("baseline", "writeheavy", 3, [5, 20, 20, 5], [4.0, 2.5, 1.0, 1.0])
+          + run_rows("baseline", "writeheavy", 1, [5, 20, 20, 5], [8.0, 1.0, 2.0, 3.0])
+          + run_rows("baseline", "writeheavy", 2, [4, 18, 20, 5], [2.0, 9.0, 1.0, 0.5]))
+    r = run.summarize(rs, sc)[0]
+    assert r["runs"] == 3
+    assert r["p99_max_runs_ms"] == pytest.approx([8.0, 9.0, 4.0])   # run order 1, 2, 3
+    assert r["p99_max_ms"] == pytest.approx(8.0)
+    assert r["p99_max_initial_ms"] == pytest.approx(4.0)           # of 8, 2, 4
+    assert r["p99_max_peak_ms"] == pytest.approx(2.5)              # of 2, 9, 2.5
+    assert r["p99_max_valley_ms"] == pytest.approx(1.0)            # of 3, 0.5, 1
+    assert r["p99_max_peak_runs_ms"] == pytest.approx([2.0, 9.0, 2.5])
+    assert r["mean_kops"] == pytest.approx(12.5)                   # of 12.5, 11.75, 12.5
+    text = run.format_table([r])
+    assert "median over 3 runs" in text
+    assert "| writeheavy | baseline | 8.00, 9.00, 4.00 |" in text
+    assert "| writeheavy | baseline | 4 | 12.50 | " in text
+
+
+def test_format_table_single_run_has_no_median_note():
+    s = run.summarize(rows("baseline", "mixture", [10, 20], [1.0, 3.0]))
+    text = run.format_table(s)
+    assert "median" not in text and "per run" not in text
+
+
+def test_goal_verdict_compares_medians_over_runs():
+    base = [run_rows("baseline", "mixture", k, [10, 10], [1.0, 40.0]) for k in (1, 2, 3)]
+    auto = [run_rows("autotuned", "mixture", k, [10, 10], [1.0, 8.0]) for k in (1, 2, 3)]
+    # paio's run 2 is bad (30 ms: not 4x below baseline, above auto-tuned), the median (6 ms) is good
+    paio = [run_rows("paio", "mixture", k, [10, 10], [1.0, p]) for k, p in ((1, 5.0), (2, 30.0), (3, 6.0))]
+    rs = sum(base + auto + paio, [])
+    s = run.summarize(rs)
+    v = run.goal_verdict(s)["mixture"]
+    assert v["p99_vs_baseline"] == pytest.approx(40.0 / 6.0)
+    assert v["p99_4x"] is True and v["below_autotuned"] is True and v["met"] is True
+    # The bad run alone fails the goal.
+    alone = run.goal_verdict(run.summarize(base[1] + auto[1] + paio[1]))["mixture"]
+    assert alone["met"] is False and alone["below_autotuned"] is False
+    # With two bad runs of three the median is bad.
+    paio_bad = [run_rows("paio", "mixture", k, [10, 10], [1.0, p]) for k, p in ((1, 5.0), (2, 30.0), (3, 9.0))]
+    v = run.goal_verdict(run.summarize(sum(base + auto + paio_bad, [])))["mixture"]
+    assert v["below_autotuned"] is False and v["met"] is False
+
+
+def test_read_csv_without_run_column_is_run_1(tmp_path):
+    p = tmp_path / "old.csv"
+    p.write_text("time_s,setup,workload,kops,p99_us,p50_us\n1,paio,mixture,5.000,1500.0,100.0\n"
+                 "2,paio,mixture,20.000,2500.0,120.0\n")
+    back = run.read_csv(p)
+    assert [r["run"] for r in back] == [1, 1]
+    assert back[1]["p99_us"] == pytest.approx(2500.0)
+    assert run.summarize(back)[0]["p99_max_ms"] == pytest.approx(2.5)
+    assert "runs" not in run.summarize(back)[0]
+
+
+def test_csv_has_run_column_and_roundtrips_runs(tmp_path):
+    rs = run_rows("paio", "mixture", 1, [5, 20], [1.0, 2.0]) + run_rows("paio", "mixture", 2, [5, 20], [1.5, 2.5])
+    run.write_csv(tmp_path / "t.csv", rs)
+    assert (tmp_path / "t.csv").read_text().splitlines()[0] == "time_s,setup,workload,run,kops,p99_us,p50_us"
+    assert run.check_csv(tmp_path / "t.csv") == 4
+    assert [r["run"] for r in run.read_csv(tmp_path / "t.csv")] == [1, 1, 2, 2]
+    # zero throughput in one run of several is caught
+    run.write_csv(tmp_path / "z.csv", rs + run_rows("paio", "mixture", 3, [0, 0], [0, 0]))
+    with pytest.raises(ValueError, match="zero throughput"):
+        run.check_csv(tmp_path / "z.csv")
+
+
+def test_parse_driver_csv_sets_the_run():
+    text = "time_s,target_kops,kops,p50_us,p99_us,stall_ms\n1,5,4.9,30.5,400.0,0\n"
+    assert run.parse_driver_csv(text, "paio", "mixture")[0]["run"] == 1
+    assert run.parse_driver_csv(text, "paio", "mixture", 3)[0]["run"] == 3
+
+
+def test_repeat_option_and_run_dirs(tmp_path):
+    assert run.parse_args([]).repeat == 1
+    assert run.parse_args(["--repeat", "3"]).repeat == 3
+    for bad in ("0", "-1"):
+        with pytest.raises(SystemExit):
+            run.parse_args(["--repeat", bad])
+    assert run.run_dir(tmp_path, "writeheavy", "paio") == tmp_path / "writeheavy" / "paio"
+    assert run.run_dir(tmp_path, "writeheavy", "paio", 2, 3) == tmp_path / "writeheavy" / "paio" / "run2"
+    assert run.run_label("writeheavy", "paio") == "writeheavy/paio"
+    assert run.run_label("writeheavy", "paio", 2, 3) == "writeheavy/paio run 2/3"
