@@ -802,6 +802,16 @@ name = "metadata"
         }
     }
 
+    /// A view of a live stage `id`: its configuration and a fresh collection.
+    fn live(stage: &Stage, id: StageId) -> StageView {
+        StageView {
+            id,
+            info: stage.info(),
+            stats: Some(stage.collect()),
+            proc_io: None,
+        }
+    }
+
     /// The rate configured for `channel/object` of stage `id`, if sent.
     fn sent(out: &[(StageId, Vec<Rule>)], id: StageId, channel: &str, object: &str) -> Option<u64> {
         out.iter()
@@ -959,12 +969,7 @@ name = "metadata"
     fn stages_without_the_layout_are_ignored_and_missing_objects_skipped() {
         let mut p = policy();
         let preload = Stage::from_policy_str(PRELOAD, "<p>").unwrap();
-        let other = StageView {
-            id: 7,
-            info: preload.info(),
-            stats: Some(preload.collect()),
-            proc_io: None,
-        };
+        let other = live(&preload, 7);
         assert!(p.period(Duration::ZERO, &[other]).is_empty());
         assert!(p.targets().is_empty());
         // A layout whose compaction channel lacks `l0`: l0 is not configured.
@@ -1120,12 +1125,7 @@ name = "metadata"
     fn writes_only_sends_reads_to_a_noop_object_and_measures_writes() {
         let p = policy().writes_only(true);
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
-        let v = |stage: &Stage| StageView {
-            id: 1,
-            info: stage.info(),
-            stats: Some(stage.collect()),
-            proc_io: None,
-        };
+        let v = |stage: &Stage| live(stage, 1);
         // On the full layout only the request-type classifier, the reads
         // objects and their mappings are missing.
         let rules = p.setup(&v(&stage));
@@ -1170,12 +1170,7 @@ name = "metadata"
             .read_bandwidth(Some(150.0 * MIB))
             .unwrap();
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
-        let info = |stage: &Stage| StageView {
-            id: 1,
-            info: stage.info(),
-            stats: Some(stage.collect()),
-            proc_io: None,
-        };
+        let info = |stage: &Stage| live(stage, 1);
         let rules = p.setup(&info(&stage));
         stage.apply_all(&rules).unwrap();
         assert!(p.setup(&info(&stage)).is_empty());
