@@ -174,7 +174,7 @@ fn channel_patterns(n: &Names) -> Vec<(Pattern, u32)> {
                     workflow: p.0,
                     request_type: p.1,
                     request_context: p.2,
-                    file_class: None,
+                    ..Pattern::ANY
                 },
                 i as u32,
             ));

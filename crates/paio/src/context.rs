@@ -1,7 +1,7 @@
 //! Context objects: the classifiers that describe one request (§3.1, §4).
 //!
-//! A [`Context`] is four integers — workflow id, request type, request context
-//! and size — so creating one never allocates and matching it never touches a
+//! A [`Context`] is a handful of integers — workflow id, request type,
+//! request context, file class, criticality and size — so creating one never allocates and matching it never touches a
 //! string. Names ("read", "flush", "compaction_l0") are interned once, at
 //! configuration time, into small integers ([`RequestType`], [`RequestContext`]).
 //!
@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{OnceLock, RwLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub use crate::criticality::Criticality;
 
 /// Identifies a workflow: by default the kernel id of the calling thread.
 pub type WorkflowId = u64;
@@ -309,6 +311,9 @@ fn read(lock: &RwLock<Names>) -> std::sync::RwLockReadGuard<'_, Names> {
 /// The classifiers of one request. `Copy`, 24 bytes, no allocation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Context {
+    /// Whether a latency-critical activity waits for the request (default:
+    /// the calling thread's or process's mark, [`crate::criticality`]).
+    pub criticality: Criticality,
     /// Who issued the request (default: the calling thread's kernel id).
     pub workflow: WorkflowId,
     /// What the request does.
@@ -330,7 +335,8 @@ impl Context {
         THREAD.with(|t| t.context(request_type, size))
     }
 
-    /// A context with the given classifiers and no file class.
+    /// A context with the given classifiers, no file class and normal
+    /// criticality.
     #[inline]
     pub const fn explicit(
         workflow: WorkflowId,
@@ -339,12 +345,20 @@ impl Context {
         size: u64,
     ) -> Self {
         Self {
+            criticality: Criticality::Normal,
             workflow,
             request_type,
             request_context,
             file_class: FileClass::NONE,
             size,
         }
+    }
+
+    /// The same context with another criticality.
+    #[inline]
+    pub const fn with_criticality(mut self, criticality: Criticality) -> Self {
+        self.criticality = criticality;
+        self
     }
 
     /// The same context with another workflow id.
@@ -386,6 +400,9 @@ pub(crate) struct ThreadState {
     id: Cell<u64>,
     /// The propagated request context.
     context: Cell<RequestContext>,
+    /// The thread's criticality marks ([`crate::criticality`]): a switch bit
+    /// and a count of open scopes; 0 when unmarked.
+    pub(crate) critical: Cell<u32>,
     /// Cells of the layer embedding the stage ([`ThreadRef::embedder`]).
     embedder: EmbedderCells,
     /// The thread's counter slot index ([`crate::stats`]); unassigned until
@@ -400,6 +417,7 @@ thread_local! {
         ThreadState {
             id: Cell::new(0),
             context: Cell::new(RequestContext::NONE),
+            critical: Cell::new(0),
             embedder: EmbedderCells {
                 depth: Cell::new(0),
                 countdown: Cell::new(0),
@@ -489,6 +507,7 @@ impl ThreadState {
     #[inline]
     pub(crate) fn context(&self, request_type: RequestType, size: u64) -> Context {
         Context {
+            criticality: crate::criticality::of_cell(self.critical.get()),
             workflow: self.id(),
             request_type,
             request_context: self.context.get(),
@@ -643,6 +662,11 @@ mod tests {
         assert_eq!(current_request_context(), flush);
         clear_request_context();
         assert_eq!(current_request_context(), RequestContext::NONE);
+    }
+
+    #[test]
+    fn context_stays_three_words() {
+        assert_eq!(std::mem::size_of::<Context>(), 24);
     }
 
     #[test]

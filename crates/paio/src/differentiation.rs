@@ -8,8 +8,9 @@
 //!
 //! **Which rule wins.** Among the patterns that match a request, the one that
 //! names the most classifiers wins; between patterns naming the same number,
-//! the order of precedence is workflow, then request context, then file
-//! class, then request type. Two patterns naming the same classifiers with the same values are the
+//! the order of precedence is workflow, then criticality, then request
+//! context, then file class, then request type. Two patterns naming the same
+//! classifiers with the same values are the
 //! same pattern: adding it again replaces its target. So exactly one pattern
 //! wins, whatever order rules arrived in.
 
@@ -19,7 +20,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::{Context, FileClass, RequestContext, RequestType, WorkflowId};
+use crate::context::{Context, Criticality, FileClass, RequestContext, RequestType, WorkflowId};
 
 /// A request classifier (the paper's I/O classifiers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -33,23 +34,29 @@ pub enum Classifier {
     RequestContext,
     /// [`Context::file_class`].
     FileClass,
+    /// [`Context::criticality`].
+    Criticality,
 }
 
 impl Classifier {
     /// All classifiers.
-    pub const ALL: [Classifier; 4] = [
+    pub const ALL: [Classifier; 5] = [
         Classifier::Workflow,
         Classifier::RequestType,
         Classifier::RequestContext,
         Classifier::FileClass,
+        Classifier::Criticality,
     ];
 
+    /// The classifier's bit in a mask; between patterns naming equally many
+    /// classifiers, the larger mask wins (see the module docs).
     const fn bit(self) -> u8 {
         match self {
-            Classifier::Workflow => 0b1000,
-            Classifier::RequestContext => 0b0100,
-            Classifier::FileClass => 0b0010,
-            Classifier::RequestType => 0b0001,
+            Classifier::Workflow => 0b1_0000,
+            Classifier::Criticality => 0b0_1000,
+            Classifier::RequestContext => 0b0_0100,
+            Classifier::FileClass => 0b0_0010,
+            Classifier::RequestType => 0b0_0001,
         }
     }
 }
@@ -61,6 +68,7 @@ impl fmt::Display for Classifier {
             Classifier::RequestType => "request_type",
             Classifier::RequestContext => "request_context",
             Classifier::FileClass => "file_class",
+            Classifier::Criticality => "criticality",
         })
     }
 }
@@ -71,7 +79,7 @@ pub struct ClassifierSet(u8);
 
 impl ClassifierSet {
     /// Every classifier.
-    pub const ALL: ClassifierSet = ClassifierSet(0b1111);
+    pub const ALL: ClassifierSet = ClassifierSet(0b1_1111);
 
     /// The set of `classifiers`.
     pub fn of(classifiers: &[Classifier]) -> Self {
@@ -108,6 +116,9 @@ pub struct Pattern {
     /// Match only this file class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_class: Option<FileClass>,
+    /// Match only this criticality.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub criticality: Option<Criticality>,
 }
 
 impl Pattern {
@@ -117,6 +128,7 @@ impl Pattern {
         request_type: None,
         request_context: None,
         file_class: None,
+        criticality: None,
     };
 
     /// The classifiers this pattern names.
@@ -134,6 +146,9 @@ impl Pattern {
         if self.request_type.is_some() {
             m |= Classifier::RequestType.bit();
         }
+        if self.criticality.is_some() {
+            m |= Classifier::Criticality.bit();
+        }
         ClassifierSet(m)
     }
 
@@ -145,6 +160,7 @@ impl Pattern {
                 .request_context
                 .is_none_or(|c| c == ctx.request_context)
             && self.file_class.is_none_or(|f| f == ctx.file_class)
+            && self.criticality.is_none_or(|c| c == ctx.criticality)
     }
 
     fn key(&self) -> Key {
@@ -154,6 +170,7 @@ impl Pattern {
                 self.request_type.map_or(0, RequestType::raw),
                 self.request_context.map_or(0, RequestContext::raw),
                 self.file_class.map_or(0, FileClass::raw),
+                self.criticality.map_or(0, Criticality::raw),
             ),
         }
     }
@@ -179,6 +196,9 @@ impl fmt::Display for Pattern {
         if let Some(c) = self.file_class {
             parts.push(format!("file_class = {c}"));
         }
+        if let Some(c) = self.criticality {
+            parts.push(format!("criticality = {c}"));
+        }
         if parts.is_empty() {
             f.write_str("{any}")
         } else {
@@ -193,12 +213,20 @@ struct Key {
     kinds: u64,
 }
 
-const fn pack(request_type: u16, request_context: u16, file_class: u16) -> u64 {
-    (request_type as u64) << 32 | (request_context as u64) << 16 | file_class as u64
+const fn pack(request_type: u16, request_context: u16, file_class: u16, criticality: u8) -> u64 {
+    (criticality as u64) << 48
+        | (request_type as u64) << 32
+        | (request_context as u64) << 16
+        | file_class as u64
+}
+
+/// The request type in a packed key.
+const fn type_of(kinds: u64) -> usize {
+    (kinds >> 32) as u16 as usize
 }
 
 /// For each classifier mask, the bits of [`Key::kinds`] it keeps.
-const KIND_MASKS: [u64; 16] = {
+const KIND_MASKS: [u64; 32] = {
     const fn keep(mask: usize, c: Classifier, bits: u64) -> u64 {
         if mask as u8 & c.bit() != 0 {
             bits
@@ -206,12 +234,13 @@ const KIND_MASKS: [u64; 16] = {
             0
         }
     }
-    let mut masks = [0u64; 16];
+    let mut masks = [0u64; 32];
     let mut m = 0;
-    while m < 16 {
-        masks[m] = keep(m, Classifier::RequestType, pack(u16::MAX, 0, 0))
-            | keep(m, Classifier::RequestContext, pack(0, u16::MAX, 0))
-            | keep(m, Classifier::FileClass, pack(0, 0, u16::MAX));
+    while m < 32 {
+        masks[m] = keep(m, Classifier::RequestType, pack(u16::MAX, 0, 0, 0))
+            | keep(m, Classifier::RequestContext, pack(0, u16::MAX, 0, 0))
+            | keep(m, Classifier::FileClass, pack(0, 0, u16::MAX, 0))
+            | keep(m, Classifier::Criticality, pack(0, 0, 0, u8::MAX));
         m += 1;
     }
     masks
@@ -229,7 +258,8 @@ impl Key {
                 ctx.request_type.raw(),
                 ctx.request_context.raw(),
                 ctx.file_class.raw(),
-            ) & KIND_MASKS[(mask & 0b1111) as usize],
+                ctx.criticality.raw(),
+            ) & KIND_MASKS[(mask & 0b1_1111) as usize],
         }
     }
 }
@@ -286,7 +316,7 @@ impl<T: Copy> Table<T> {
     #[inline]
     fn get(&self, key: &Key) -> Option<T> {
         match self {
-            Table::ByType(targets) => targets.get((key.kinds >> 32) as usize).copied().flatten(),
+            Table::ByType(targets) => targets.get(type_of(key.kinds)).copied().flatten(),
             Table::Small(entries) => {
                 for (k, t) in entries {
                     if k == key {
@@ -334,11 +364,11 @@ impl<T: Copy> Matcher<T> {
             .into_iter()
             .map(|(mask, map)| {
                 let by_type = mask == Classifier::RequestType.bit()
-                    && map.keys().all(|k| ((k.kinds >> 32) as usize) < BY_TYPE_MAX);
+                    && map.keys().all(|k| type_of(k.kinds) < BY_TYPE_MAX);
                 let table = if by_type {
                     let mut targets = vec![None; BY_TYPE_MAX];
                     for (k, t) in map {
-                        targets[(k.kinds >> 32) as usize] = Some(t);
+                        targets[type_of(k.kinds)] = Some(t);
                     }
                     Table::ByType(targets.into_boxed_slice())
                 } else if map.len() <= LINEAR_MAX {
@@ -523,12 +553,14 @@ mod tests {
             proptest::option::of(0usize..3),
             proptest::option::of(0u16..3),
             proptest::option::of(0u16..2),
+            proptest::option::of(0u8..2),
         )
-            .prop_map(move |(w, t, c, f)| Pattern {
+            .prop_map(move |(w, t, c, f, k)| Pattern {
                 workflow: w,
                 request_type: t.map(|i| types[i]),
                 request_context: c.map(|i| rc(&format!("dif-prop-{i}"))),
                 file_class: f.map(|i| fc(&format!("dif-prop-file-{i}"))),
+                criticality: k.and_then(Criticality::from_raw),
             })
     }
 
@@ -538,7 +570,7 @@ mod tests {
         #[test]
         fn matcher_agrees_with_brute_force(
             patterns in proptest::collection::vec(pattern(), 0..24),
-            w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3,
+            w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3, k in 0u8..2,
         ) {
             let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
             let ctx = Context::explicit(
@@ -546,7 +578,8 @@ mod tests {
                 if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
                 0,
             )
-            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) });
+            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) })
+            .with_criticality(Criticality::from_raw(k).unwrap());
             let m = Matcher::compile(patterns.iter().enumerate().map(|(i, p)| (p, i)));
             let expect = patterns
                 .iter()

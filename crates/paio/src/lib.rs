@@ -48,6 +48,7 @@ pub mod channel;
 pub mod clock;
 pub mod context;
 pub mod control;
+pub mod criticality;
 pub mod differentiation;
 pub mod object;
 pub mod policy;
@@ -62,6 +63,7 @@ pub use context::{
     clear_request_context, current_request_context, set_request_context, Context, ContextScope,
     FileClass, RequestContext, RequestType, WorkflowId,
 };
+pub use criticality::{CriticalScope, Criticality};
 pub use differentiation::{Classifier, Pattern};
 pub use object::{
     EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,

@@ -602,6 +602,7 @@ name = "fg"
             request_type: t,
             request_context: c,
             file_class: None,
+            criticality: None,
         };
         assert_eq!(
             info.channel_rules,

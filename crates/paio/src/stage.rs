@@ -144,7 +144,7 @@ impl Table {
 
     /// Where `ctx` goes: an index into `entries`, or [`UNMATCHED`]. A pure
     /// function of the table and of the context's workflow, request type,
-    /// request context and file class (never of its size).
+    /// request context, file class and criticality (never of its size).
     fn route(&self, ctx: &Context) -> u32 {
         match self.select_channel_index(ctx) {
             Some(c) => {
@@ -168,8 +168,8 @@ struct RouteMemo([MemoEntry; MEMO_SLOTS]);
 #[derive(Debug, Clone, Copy, Default)]
 struct MemoEntry {
     workflow: u64,
-    /// Type, request context and file class, with bit 48 set (so that the
-    /// zeroed, empty entry never matches).
+    /// Type, request context, file class and criticality, with bit 48 set
+    /// (so that the zeroed, empty entry never matches).
     key: u64,
     route: u32,
 }
@@ -180,7 +180,8 @@ impl RouteMemo {
         let key = u64::from(ctx.request_type.raw())
             | u64::from(ctx.request_context.raw()) << 16
             | u64::from(ctx.file_class.raw()) << 32
-            | 1 << 48;
+            | 1 << 48
+            | u64::from(ctx.criticality.raw()) << 49;
         let e = &mut self.0[ctx.request_type.raw() as usize % MEMO_SLOTS];
         if e.key == key && e.workflow == ctx.workflow {
             return e.route;
@@ -1097,7 +1098,7 @@ mod tests {
         assert_eq!(info.identity.labels["job"], "j1");
         assert_eq!(info.identity.pid, std::process::id());
         assert!(!info.identity.host.is_empty());
-        assert_eq!(info.classifiers.len(), 4);
+        assert_eq!(info.classifiers.len(), Classifier::ALL.len());
     }
 
     #[test]
@@ -1297,7 +1298,7 @@ mod tests {
         ));
         assert_eq!(
             stage.info().classifiers.len(),
-            4,
+            Classifier::ALL.len(),
             "failed rule changed nothing"
         );
     }
@@ -1689,13 +1690,15 @@ mod tests {
             proptest::option::of(prop::sample::select(vec![1u16, 2, 5, 11])),
             proptest::option::of(0u16..2),
             proptest::option::of(0u16..2),
+            proptest::option::of(0u8..2),
         )
-            .prop_map(|(w, t, c, f)| Pattern {
+            .prop_map(|(w, t, c, f, k)| Pattern {
                 workflow: w,
                 request_type: t.map(rtype),
                 request_context: c.map(|i| rc(&format!("memo-prop-{i}"))),
                 file_class: f
                     .map(|i| crate::FileClass::named(&format!("memo-prop-file-{i}")).unwrap()),
+                criticality: k.and_then(crate::Criticality::from_raw),
             })
     }
 
@@ -1706,8 +1709,9 @@ mod tests {
             prop::sample::select(vec![1u16, 2, 5, 11]),
             0u16..3,
             0u16..3,
+            0u8..2,
         )
-            .prop_map(|(w, t, c, f)| {
+            .prop_map(|(w, t, c, f, k)| {
                 let c = if c == 2 {
                     RequestContext::NONE
                 } else {
@@ -1718,7 +1722,9 @@ mod tests {
                 } else {
                     crate::FileClass::named(&format!("memo-prop-file-{f}")).unwrap()
                 };
-                Context::explicit(w, rtype(t), c, 1).with_file_class(f)
+                Context::explicit(w, rtype(t), c, 1)
+                    .with_file_class(f)
+                    .with_criticality(crate::Criticality::from_raw(k).unwrap())
             })
     }
 
