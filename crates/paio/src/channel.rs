@@ -29,7 +29,9 @@ pub(crate) struct ObjectEntry {
     /// request at once: the request path applies it inline, without the
     /// indirect call. (A Noop stays a Noop: it accepts no other
     /// configuration.)
-    noop: bool,
+    pub(crate) noop: bool,
+    /// The object has a complete phase ([`EnforcementObject::two_phase`]).
+    pub(crate) two_phase: bool,
 }
 
 pub(crate) fn next_uid() -> u64 {
@@ -42,6 +44,7 @@ impl ObjectEntry {
         Arc::new(Self {
             uid: next_uid(),
             name,
+            two_phase: object.two_phase(),
             object,
             recorder: ObjectRecorder::default(),
             noop: false,
@@ -56,6 +59,7 @@ impl ObjectEntry {
             object: Arc::new(crate::object::Noop),
             recorder: ObjectRecorder::default(),
             noop: true,
+            two_phase: false,
         })
     }
 }

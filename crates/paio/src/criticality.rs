@@ -29,8 +29,9 @@ use serde::{Deserialize, Serialize};
 use crate::context::with_thread;
 
 /// How much a request matters to latency. One byte.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[derive(Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 #[repr(u8)]
 pub enum Criticality {

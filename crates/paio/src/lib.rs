@@ -44,6 +44,7 @@
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
 
+pub mod admission;
 pub mod channel;
 pub mod clock;
 pub mod context;
@@ -58,6 +59,7 @@ pub mod stage;
 pub mod stats;
 pub mod units;
 
+pub use admission::{Admission, ForeignAdmission};
 pub use clock::{Clock, FakeClock, MonotonicClock, SharedClock};
 pub use context::{
     clear_request_context, current_request_context, set_request_context, Context, ContextScope,

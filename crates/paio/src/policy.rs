@@ -16,10 +16,10 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use crate::differentiation::{Classifier, Pattern};
-use crate::object::{DrlConfig, ObjectConfig};
+use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig};
 use crate::rule::Rule;
 use crate::stage::{Stage, StageBuilder};
-use crate::units::{Rate, Size};
+use crate::units::{HumanDuration, Rate, Size};
 
 /// Largest policy file accepted.
 pub const MAX_POLICY_BYTES: usize = 1 << 20;
@@ -102,7 +102,7 @@ struct ChannelSection {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [[channel.object]] table with name, kind, rate, burst, zero_size_cost and match"
+    expecting = "a [[channel.object]] table with name, kind, its settings and match"
 )]
 struct ObjectSection {
     name: Spanned<String>,
@@ -110,6 +110,11 @@ struct ObjectSection {
     rate: Option<Spanned<Rate>>,
     burst: Option<Spanned<Size>>,
     zero_size_cost: Option<Spanned<u64>>,
+    depth: Option<Spanned<u32>>,
+    busy_depth: Option<Spanned<u32>>,
+    critical_depth: Option<Spanned<u32>>,
+    window: Option<Spanned<HumanDuration>>,
+    starvation: Option<Spanned<HumanDuration>>,
     #[serde(default, rename = "match")]
     matches: Option<Spanned<OneOrMany>>,
 }
@@ -119,7 +124,37 @@ struct ObjectSection {
 enum Kind {
     Noop,
     Drl,
+    Priority,
 }
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Noop => "noop",
+            Kind::Drl => "drl",
+            Kind::Priority => "priority",
+        }
+    }
+
+    /// The settings an object of this kind takes.
+    fn fields(self) -> &'static [&'static str] {
+        match self {
+            Kind::Noop => &[],
+            Kind::Drl => &["rate", "burst", "zero_size_cost"],
+            Kind::Priority => &[
+                "depth",
+                "busy_depth",
+                "critical_depth",
+                "window",
+                "starvation",
+                "rate",
+                "burst",
+            ],
+        }
+    }
+}
+
+const KINDS: [Kind; 3] = [Kind::Noop, Kind::Drl, Kind::Priority];
 
 /// A `match` value: one pattern table, or an array of them (each with its
 /// own span, so errors point at the element).
@@ -426,23 +461,73 @@ fn claim(
 fn object_config(
     obj: &ObjectSection,
 ) -> Result<ObjectConfig, (Range<usize>, &'static str, String)> {
-    match obj.kind.get_ref() {
-        Kind::Noop => {
-            let stray = [
-                obj.rate.as_ref().map(|r| (r.span(), "rate")),
-                obj.burst.as_ref().map(|b| (b.span(), "burst")),
-                obj.zero_size_cost
+    let kind = *obj.kind.get_ref();
+    let given = [
+        obj.rate.as_ref().map(|v| (v.span(), "rate")),
+        obj.burst.as_ref().map(|v| (v.span(), "burst")),
+        obj.zero_size_cost
+            .as_ref()
+            .map(|v| (v.span(), "zero_size_cost")),
+        obj.depth.as_ref().map(|v| (v.span(), "depth")),
+        obj.busy_depth.as_ref().map(|v| (v.span(), "busy_depth")),
+        obj.critical_depth
+            .as_ref()
+            .map(|v| (v.span(), "critical_depth")),
+        obj.window.as_ref().map(|v| (v.span(), "window")),
+        obj.starvation.as_ref().map(|v| (v.span(), "starvation")),
+    ];
+    if let Some((span, field)) = given
+        .iter()
+        .flatten()
+        .find(|(_, f)| !kind.fields().contains(f))
+        .cloned()
+    {
+        let takers: Vec<&str> = KINDS
+            .iter()
+            .filter(|k| k.fields().contains(&field))
+            .map(|k| k.name())
+            .collect();
+        return Err((
+            span,
+            field,
+            format!(
+                "a {} object takes no {field}; only {} objects do",
+                kind.name(),
+                takers.join(" and ")
+            ),
+        ));
+    }
+    match kind {
+        Kind::Noop => Ok(ObjectConfig::Noop),
+        Kind::Priority => {
+            let d = PriorityConfig::default();
+            let config = PriorityConfig {
+                depth: obj.depth.as_ref().map_or(d.depth, |v| *v.get_ref()),
+                busy_depth: obj
+                    .busy_depth
                     .as_ref()
-                    .map(|z| (z.span(), "zero_size_cost")),
-            ];
-            if let Some((span, field)) = stray.into_iter().flatten().next() {
-                return Err((
-                    span,
-                    field,
-                    format!("a noop object takes no {field}; only drl objects do"),
-                ));
-            }
-            Ok(ObjectConfig::Noop)
+                    .map_or(d.busy_depth, |v| *v.get_ref()),
+                critical_depth: obj.critical_depth.as_ref().map(|v| *v.get_ref()),
+                window: obj.window.as_ref().map_or(d.window, |v| *v.get_ref()),
+                starvation: obj
+                    .starvation
+                    .as_ref()
+                    .map_or(d.starvation, |v| *v.get_ref()),
+                rate: obj.rate.as_ref().map(|v| *v.get_ref()),
+                burst: obj.burst.as_ref().map(|v| *v.get_ref()),
+            };
+            config.validate().map_err(|e| {
+                let ConfigError::Invalid { field, reason } = e else {
+                    unreachable!("validate reports only invalid settings")
+                };
+                let span = given
+                    .iter()
+                    .flatten()
+                    .find(|(_, f)| *f == field)
+                    .map_or(obj.kind.span(), |(s, _)| s.clone());
+                (span, field, reason)
+            })?;
+            Ok(ObjectConfig::Priority(config))
         }
         Kind::Drl => {
             let rate = obj.rate.as_ref().ok_or_else(|| {
@@ -875,7 +960,7 @@ name = "fg"
             5,
             8,
             "channel[0].object[0].kind",
-            &["unknown variant `blah`", "`noop` or `drl`"],
+            &["unknown variant `blah`", "`noop`, `drl`, `priority`"],
         );
         fails(
             &format!("{OBJ}kind = \"drl\"\nrate = 5\n"),
@@ -983,18 +1068,82 @@ name = "fg"
     }
 
     #[test]
+    fn priority_objects_take_their_settings_and_defaults() {
+        let text = format!(
+            "{OBJ}kind = \"priority\"\n\
+             [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\ndepth = 8\nbusy_depth = 0\n\
+             critical_depth = 16\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\n"
+        );
+        let stage = Stage::from_policy_str(&text, "t.toml").unwrap();
+        let info = stage.info();
+        let configs: Vec<_> = info.channels[0].objects[1..]
+            .iter()
+            .map(|o| o.config.clone().unwrap())
+            .collect();
+        assert_eq!(
+            configs[0],
+            ObjectConfig::Priority(PriorityConfig::default())
+        );
+        assert_eq!(
+            configs[1],
+            ObjectConfig::Priority(PriorityConfig {
+                depth: 8,
+                busy_depth: 0,
+                critical_depth: Some(16),
+                window: HumanDuration(std::time::Duration::from_micros(500)),
+                starvation: HumanDuration(std::time::Duration::from_millis(20)),
+                rate: Some(Rate::bytes_per_sec(10 << 20)),
+                burst: None,
+            })
+        );
+    }
+
+    #[test]
+    fn priority_settings_out_of_range() {
+        for (settings, line, column, field, needle) in [
+            ("depth = 0\n", 6, 9, "depth", "at least 1"),
+            (
+                "depth = 2\nbusy_depth = 3\n",
+                7,
+                14,
+                "busy_depth",
+                "at most depth (2)",
+            ),
+            (
+                "critical_depth = 0\n",
+                6,
+                18,
+                "critical_depth",
+                "omit it for no limit",
+            ),
+            ("starvation = \"0ms\"\n", 6, 14, "starvation", "more than 0"),
+            ("burst = 10\n", 6, 9, "burst", "needs a rate"),
+            ("window = \"2\"\n", 6, 10, "window", "a unit is required"),
+        ] {
+            fails(
+                &format!("{OBJ}kind = \"priority\"\n{settings}"),
+                line,
+                column,
+                &format!("channel[0].object[0].{field}"),
+                &[needle],
+            );
+        }
+    }
+
+    #[test]
     fn drl_settings_on_a_noop_object() {
-        for (key, value, column) in [
-            ("rate", "\"1MiB/s\"", 8),
-            ("burst", "\"4KiB\"", 9),
-            ("zero_size_cost", "1", 18),
+        for (key, value, column, takers) in [
+            ("rate", "\"1MiB/s\"", 8, "only drl and priority objects"),
+            ("burst", "\"4KiB\"", 9, "only drl and priority objects"),
+            ("zero_size_cost", "1", 18, "only drl objects"),
+            ("depth", "2", 9, "only priority objects"),
         ] {
             fails(
                 &format!("{OBJ}kind = \"noop\"\n{key} = {value}\n"),
                 6,
                 column,
                 &format!("channel[0].object[0].{key}"),
-                &[&format!("takes no {key}"), "only drl objects"],
+                &[&format!("takes no {key}"), takers],
             );
         }
     }

@@ -21,12 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::admission::{Admission, ForeignAdmission};
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
 use crate::clock::{monotonic, SharedClock};
 use crate::context::{with_thread, Context, ThreadRef, ThreadState};
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
 use crate::object::{
-    self, EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,
+    self, Admitted, EnforceError, EnforcementObject, ObjectConfig, Outcome, Request,
+    TryEnforceError,
 };
 use crate::rule::{Rule, RuleError};
 use crate::stats::{thread_slot, ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
@@ -784,6 +786,137 @@ impl Stage {
         })
     }
 
+    /// Admit phase of a two-phase request ([`crate::admission`]): routes
+    /// `ctx` and applies its object's admit phase before the caller issues
+    /// the call, blocking as long as the object's mechanism demands.
+    /// `ctx.size` is the size the call asks for. The request is counted when
+    /// it is completed; a refused request is counted now, and has nothing to
+    /// complete.
+    #[inline]
+    pub fn admit(&self, ctx: &Context) -> Result<Admission, EnforceError> {
+        with_thread(|t| self.admit_in(t, ctx))
+    }
+
+    /// [`Stage::admit`] on the thread whose state `thread` is (the calling
+    /// thread), with no thread-local lookup: the interposer's path.
+    #[inline]
+    pub fn admit_on_thread(
+        &self,
+        thread: ThreadRef<'_>,
+        ctx: &Context,
+    ) -> Result<Admission, EnforceError> {
+        self.admit_in(thread.0, ctx)
+    }
+
+    #[inline]
+    fn admit_in(&self, t: &ThreadState, ctx: &Context) -> Result<Admission, EnforceError> {
+        let (entry, route, admitted) = self.with_table(t, |table, memo| {
+            let route = match memo {
+                Some(memo) => memo.route(table, ctx),
+                None => table.route(ctx),
+            };
+            let Some(e) = table.entries.get(route as usize) else {
+                return Ok((0, route, Admitted::default()));
+            };
+            if e.noop {
+                return Ok((e.uid, route, Admitted::default()));
+            }
+            match e.object.admit(ctx) {
+                Ok(admitted) => Ok((e.uid, route, admitted)),
+                Err(err) => {
+                    e.recorder.record_at(thread_slot(t), ctx.size, 0);
+                    Err(err)
+                }
+            }
+        })?;
+        Ok(Admission {
+            ctx: *ctx,
+            stage: self.uid,
+            entry,
+            route,
+            note: admitted.note,
+            waited_ns: admitted.waited_ns,
+            start_ticks: self.clock.ticks(),
+        })
+    }
+
+    /// Complete phase of a two-phase request: its call returned having moved
+    /// `moved` bytes (0 on error). Runs the object's complete phase (a rate
+    /// limiter refunds what was not moved, a priority object frees the slot)
+    /// and counts the request with `moved` bytes, its wait and the call's
+    /// latency. Never blocks. Works after rule changes, also when the
+    /// admitting object was removed meanwhile.
+    #[inline]
+    pub fn complete(&self, admission: Admission, moved: u64) -> Result<(), ForeignAdmission> {
+        with_thread(|t| self.complete_in(t, admission, moved))
+    }
+
+    /// [`Stage::complete`] on the thread whose state `thread` is (the calling
+    /// thread), with no thread-local lookup: the interposer's path.
+    #[inline]
+    pub fn complete_on_thread(
+        &self,
+        thread: ThreadRef<'_>,
+        admission: Admission,
+        moved: u64,
+    ) -> Result<(), ForeignAdmission> {
+        self.complete_in(thread.0, admission, moved)
+    }
+
+    #[inline]
+    fn complete_in(
+        &self,
+        t: &ThreadState,
+        a: Admission,
+        moved: u64,
+    ) -> Result<(), ForeignAdmission> {
+        let latency = self.clock.ticks().saturating_sub(a.start_ticks);
+        if a.stage != self.uid {
+            return Err(ForeignAdmission);
+        }
+        let slot = thread_slot(t);
+        let finish = |e: &ObjectEntry| {
+            if e.two_phase {
+                e.object.complete(&a.ctx, a.note, moved);
+            }
+            e.recorder
+                .record_completion_at(slot, moved, a.waited_ns, latency);
+        };
+        if a.entry == 0 {
+            self.unmatched
+                .record_completion_at(slot, moved, a.waited_ns, latency);
+            return Ok(());
+        }
+        let found = self.with_table(t, |table, _| match table.entries.get(a.route as usize) {
+            Some(e) if e.uid == a.entry => {
+                finish(e);
+                true
+            }
+            _ => false,
+        });
+        if !found {
+            // The routing changed since admission: find the object itself.
+            if let Some(e) = self.entry_by_uid(a.entry) {
+                finish(&e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The object with uid `uid`, live or removed (the model keeps removed
+    /// objects for their counts).
+    #[cold]
+    fn entry_by_uid(&self, uid: u64) -> Option<Arc<ObjectEntry>> {
+        let model = self.model();
+        model
+            .channels
+            .iter()
+            .chain(&model.removed)
+            .flat_map(|c| c.objects.iter().chain(&c.retired))
+            .find(|e| e.uid == uid)
+            .cloned()
+    }
+
     /// Non-blocking [`Stage::enforce`]: the request is admitted (and counted)
     /// only if its object lets it go at once; otherwise nothing changes and
     /// [`TryEnforceError::Wait`] says how long it would wait, so an
@@ -991,11 +1124,12 @@ impl Stage {
         let mut collected = self.collected.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock.now_ns();
         let interval = now.saturating_sub(collected.at_ns);
+        let ns_per_tick = self.clock.ns_per_tick();
         let mut previous = std::mem::take(&mut collected.previous);
         let mut seen = HashMap::new();
         let mut counts = |key: u64, sample: Sample| {
             let before = previous.remove(&key).unwrap_or_default();
-            let c = sample.counts_since(&before, interval);
+            let c = sample.counts_since(&before, interval, ns_per_tick);
             seen.insert(key, sample);
             c
         };

@@ -315,6 +315,25 @@ impl HistogramSnapshot {
         out
     }
 
+    /// The recorded values as call latencies, each tick worth `ns_per_tick`
+    /// nanoseconds.
+    pub fn latency(&self, ns_per_tick: f64) -> LatencySummary {
+        let ops = self.waited();
+        let ns = |ticks: u64| (ticks as f64 * ns_per_tick).round() as u64;
+        LatencySummary {
+            ops,
+            mean_ns: self.sum_ns.checked_div(ops).map_or(0, ns),
+            p50_ns: ns(self.quantile(0.50, 0)),
+            p99_ns: ns(self.quantile(0.99, 0)),
+            p999_ns: ns(self.quantile(0.999, 0)),
+            max_ns: self
+                .counts
+                .iter()
+                .rposition(|&c| c > 0)
+                .map_or(0, |b| ns(bucket_upper(b))),
+        }
+    }
+
     /// Summary over `total_ops` requests.
     pub fn summary(&self, total_ops: u64) -> WaitSummary {
         let waited = self.waited();
@@ -379,6 +398,13 @@ pub struct Counts {
     pub wait: WaitSummary,
     /// Wait times of all requests since the stage was created.
     pub wait_total: WaitSummary,
+    /// Call latency of the interval's completed requests (two-phase requests
+    /// only: [`crate::Stage::admit`] then [`crate::Stage::complete`]).
+    #[serde(default, skip_serializing_if = "LatencySummary::is_empty")]
+    pub latency: LatencySummary,
+    /// Call latency of every completed request since the stage was created.
+    #[serde(default, skip_serializing_if = "LatencySummary::is_empty")]
+    pub latency_total: LatencySummary,
     /// Cumulative wait distribution since the stage was created, as
     /// Prometheus histogram buckets: `(le_ns, n)` = requests that waited at
     /// most `le_ns` nanoseconds (requests that did not wait included), for
@@ -387,6 +413,34 @@ pub struct Counts {
     /// or low by the requests within 12.5 % above the bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait_buckets: Vec<(u64, u64)>,
+}
+
+/// Call latency over a set of completed requests: the time from the end of
+/// admission (after any wait in the stage) to completion, i.e. the real
+/// call's own time. Percentiles and the maximum are bucket upper bounds (at
+/// most 12.5 % above the true value, plus the clock's conversion error).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LatencySummary {
+    /// Completed requests.
+    pub ops: u64,
+    /// Mean latency.
+    pub mean_ns: u64,
+    /// Median latency.
+    pub p50_ns: u64,
+    /// 99th percentile latency.
+    pub p99_ns: u64,
+    /// 99.9th percentile latency.
+    pub p999_ns: u64,
+    /// Longest latency.
+    pub max_ns: u64,
+}
+
+impl LatencySummary {
+    /// Whether no request was completed.
+    pub fn is_empty(&self) -> bool {
+        self.ops == 0
+    }
 }
 
 /// Upper bounds of [`Counts::wait_buckets`]: 1 µs to 10 s by decades.
@@ -446,11 +500,13 @@ pub struct StageStats {
     pub removed: Counts,
 }
 
-/// Live statistics of one object: its counters and wait histogram.
+/// Live statistics of one object: its counters, wait histogram and the
+/// latency histogram of its completed two-phase requests (in clock ticks).
 #[derive(Debug, Default)]
 pub struct ObjectRecorder {
     counters: ObjectCounters,
     waits: WaitHistogram,
+    latency: WaitHistogram,
 }
 
 impl ObjectRecorder {
@@ -470,6 +526,21 @@ impl ObjectRecorder {
         }
     }
 
+    /// Records one completed two-phase request that moved `bytes`, waited
+    /// `waited_ns` in the stage and took `latency_ticks` (of the stage's
+    /// clock) in its call. The latency histogram takes two atomic adds.
+    #[inline]
+    pub(crate) fn record_completion_at(
+        &self,
+        slot: usize,
+        bytes: u64,
+        waited_ns: u64,
+        latency_ticks: u64,
+    ) {
+        self.record_at(slot, bytes, waited_ns);
+        self.latency.record(latency_ticks);
+    }
+
     /// Cumulative figures.
     pub fn sample(&self) -> Sample {
         let (ops, bytes) = self.counters.totals();
@@ -477,6 +548,7 @@ impl ObjectRecorder {
             ops,
             bytes,
             waits: self.waits.snapshot(),
+            latency: self.latency.snapshot(),
         }
     }
 }
@@ -490,6 +562,8 @@ pub struct Sample {
     pub bytes: u64,
     /// Wait histogram.
     pub waits: HistogramSnapshot,
+    /// Latency histogram of completed two-phase requests, in clock ticks.
+    pub latency: HistogramSnapshot,
 }
 
 impl Sample {
@@ -498,10 +572,13 @@ impl Sample {
         self.ops += other.ops;
         self.bytes = self.bytes.wrapping_add(other.bytes);
         self.waits.merge(&other.waits);
+        self.latency.merge(&other.latency);
     }
 
-    /// Figures of `self` with the interval since `earlier`, `interval_ns` long.
-    pub fn counts_since(&self, earlier: &Sample, interval_ns: u64) -> Counts {
+    /// Figures of `self` with the interval since `earlier`, `interval_ns` long;
+    /// latency ticks are converted at `ns_per_tick`
+    /// ([`crate::Clock::ns_per_tick`]).
+    pub fn counts_since(&self, earlier: &Sample, interval_ns: u64, ns_per_tick: f64) -> Counts {
         let interval_ops = self.ops.saturating_sub(earlier.ops);
         let interval_bytes = self.bytes.wrapping_sub(earlier.bytes);
         let secs = interval_ns as f64 / 1e9;
@@ -516,6 +593,8 @@ impl Sample {
             wait: self.waits.since(&earlier.waits).summary(interval_ops),
             wait_total: self.waits.summary(self.ops),
             wait_buckets: self.waits.cumulative(self.ops, &WAIT_BUCKET_BOUNDS_NS),
+            latency: self.latency.since(&earlier.latency).latency(ns_per_tick),
+            latency_total: self.latency.latency(ns_per_tick),
         }
     }
 }

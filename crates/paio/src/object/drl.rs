@@ -18,6 +18,11 @@
 //!   up to that instant accrues at the old rate, afterwards at the new one,
 //!   and waiting requests are woken to recompute their release time. A rate
 //!   of 0 pauses the bucket: requests wait until the rate is raised.
+//! - In two-phase use ([`crate::Stage::admit`], then
+//!   [`crate::Stage::complete`]) a request is charged its requested size at
+//!   admission, and the bytes its call did not move (a short read, an error)
+//!   are refunded at completion ([`Drl::refund`]), so the rate counts exactly
+//!   the bytes moved.
 //! - The bucket's mutex is held only to update the arithmetic, never while a
 //!   request sleeps, so a control-plane update never waits behind requests.
 
@@ -216,6 +221,26 @@ impl Drl {
         }
     }
 
+    /// Gives back the tokens charged for `ctx` beyond the `moved` bytes its
+    /// call really moved, when the bucket counts bytes (an operation is
+    /// charged in full whatever it moved). The tokens are credited now, so
+    /// waiting requests are released earlier; credit still never exceeds the
+    /// burst, so a refund to a full bucket is lost, as unused tokens are.
+    pub fn refund(&self, ctx: &Context, moved: u64) {
+        if moved >= ctx.size {
+            return;
+        }
+        {
+            let mut b = self.lock();
+            if b.config.rate.unit != RateUnit::Bytes {
+                return;
+            }
+            let unused = (ctx.size - moved) as u128 * NANO;
+            b.credited = (b.credited + unused).min(b.charged + b.burst_nt);
+        }
+        self.released.notify_all();
+    }
+
     /// Wakes blocked requests so they re-read the clock. Needed only with a
     /// clock that jumps (a test's [`crate::FakeClock`]); a real clock wakes
     /// them by itself.
@@ -305,6 +330,16 @@ impl EnforcementObject for Drl {
         self.try_acquire(ctx)
             .map(|()| 0)
             .map_err(TryEnforceError::Wait)
+    }
+
+    fn two_phase(&self) -> bool {
+        true
+    }
+
+    /// Refunds the bytes a byte-rate admission charged but the call did not
+    /// move (a short read, an error): see [`Drl::refund`].
+    fn complete(&self, ctx: &Context, _note: u32, moved: u64) {
+        self.refund(ctx, moved);
     }
 }
 

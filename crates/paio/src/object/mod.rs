@@ -11,9 +11,11 @@
 
 mod drl;
 mod noop;
+mod priority;
 
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
+pub use priority::{Priority, PriorityConfig, PriorityStatus};
 
 use std::fmt;
 use std::sync::Arc;
@@ -174,6 +176,45 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
     ) -> Result<u64, TryEnforceError> {
         self.enforce(ctx, request).map_err(TryEnforceError::Refused)
     }
+
+    /// Whether the object acts in the complete phase of two-phase requests
+    /// ([`EnforcementObject::complete`]). Asked once, when the object joins a
+    /// stage; objects answering `false` (the default) cost the complete
+    /// phase nothing beyond the statistics.
+    fn two_phase(&self) -> bool {
+        false
+    }
+
+    /// Admit phase of a two-phase request ([`crate::Stage::admit`]): applies
+    /// the mechanism before the request's call runs, blocking as long as the
+    /// mechanism demands, with `ctx.size` the size the call asks for. Returns
+    /// how long the request was held back and a note the stage hands back to
+    /// [`EnforcementObject::complete`]. Default: [`EnforcementObject::enforce`]
+    /// without data, note 0.
+    fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
+        self.enforce(ctx, &mut Request::new(None))
+            .map(|waited_ns| Admitted { waited_ns, note: 0 })
+    }
+
+    /// Complete phase: the call of a request this object admitted (`ctx`
+    /// and `note` as at admission) returned having moved `moved` bytes (0 on
+    /// error; at most `ctx.size`). Called exactly once per successful
+    /// [`EnforcementObject::admit`], only on objects whose
+    /// [`EnforcementObject::two_phase`] is `true`; must not block. Default:
+    /// nothing.
+    fn complete(&self, ctx: &Context, note: u32, moved: u64) {
+        let _ = (ctx, note, moved);
+    }
+}
+
+/// What an object's admit phase returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Admitted {
+    /// How long the request was held back, in nanoseconds.
+    pub waited_ns: u64,
+    /// The object's own note about the admission (for instance, which of its
+    /// slots the request took), handed back to its complete phase.
+    pub note: u32,
 }
 
 /// Why a non-blocking enforce did not admit a request.
@@ -195,6 +236,8 @@ pub enum ObjectConfig {
     Noop,
     /// A token-bucket [`Drl`].
     Drl(DrlConfig),
+    /// A critical-first, limited-depth admission [`Priority`].
+    Priority(PriorityConfig),
 }
 
 impl ObjectConfig {
@@ -203,6 +246,7 @@ impl ObjectConfig {
         match self {
             ObjectConfig::Noop => "noop",
             ObjectConfig::Drl(_) => "drl",
+            ObjectConfig::Priority(_) => "priority",
         }
     }
 }
@@ -215,5 +259,6 @@ pub fn build(
     Ok(match config {
         ObjectConfig::Noop => Arc::new(Noop),
         ObjectConfig::Drl(c) => Arc::new(Drl::new(c.clone(), clock.clone())?),
+        ObjectConfig::Priority(c) => Arc::new(Priority::new(c.clone(), clock.clone())?),
     })
 }

@@ -1,0 +1,537 @@
+//! The priority object: critical requests first, and a limited depth of
+//! non-critical ones (RCP §4.4's split admission control and critical-first
+//! queue, FastResponse §3.3's limited-depth tokens).
+//!
+//! Semantics, for requests admitted with [`crate::Stage::admit`] and
+//! completed with [`crate::Stage::complete`] (a one-phase
+//! [`crate::Stage::enforce`] is admitted and completed at once, so it is
+//! ordered but holds no slot):
+//! - **Two classes, two sets of slots.** A request is critical when its
+//!   context says so ([`crate::Criticality`]). At most `critical_depth`
+//!   critical requests (unlimited by default) and at most `depth`
+//!   non-critical requests are admitted and not yet completed at any time;
+//!   neither class ever takes the other's slots.
+//! - **Critical first.** While critical I/O is *active* — a critical request
+//!   waits, is outstanding, or completed less than `window` ago — at most
+//!   `busy_depth` non-critical requests are outstanding, and no non-critical
+//!   request is admitted while a critical one waits.
+//! - **FIFO among equals.** Each class is admitted in arrival order.
+//! - **Starvation guard.** The oldest non-critical request is admitted
+//!   anyway once it, and the class, have gone `starvation` without an
+//!   admission, if fewer than `max(busy_depth, 1)` non-critical requests are
+//!   outstanding: at least one non-critical request per `starvation`
+//!   interval, never more than `depth` outstanding.
+//! - **Promotion.** [`Priority::promote`] turns a workflow's waiting
+//!   non-critical requests into critical ones (a critical activity waits for
+//!   them); they keep their arrival order and take critical slots.
+//! - **Rate.** With `rate`, non-critical requests also pass a token bucket
+//!   ([`crate::object::Drl`] semantics, refunded at completion for bytes not
+//!   moved) before they queue for a slot; critical requests never do.
+//!
+//! Waiting requests sleep on a condition variable; the state's mutex is held
+//! for a few comparisons, never while a request sleeps, so configuration and
+//! completion never wait behind requests.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use serde::{Deserialize, Serialize};
+
+use super::Request;
+use super::{Admitted, ConfigError, Drl, DrlConfig, EnforceError, EnforcementObject, ObjectConfig};
+use crate::clock::SharedClock;
+use crate::context::{Context, WorkflowId};
+use crate::units::{HumanDuration, Rate, Size};
+
+/// Settings of a [`Priority`] object. Every field has a default, so
+/// `kind = "priority"` alone is a working object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityConfig {
+    /// Most non-critical requests outstanding (admitted, not completed)
+    /// while no critical I/O is active: FastResponse's tokens. Larger keeps
+    /// the device busier with background work; smaller shortens the queue a
+    /// critical request finds when it arrives. Default 4; at least 1.
+    #[serde(default = "default_depth")]
+    pub depth: u32,
+    /// Most non-critical requests outstanding while critical I/O is active.
+    /// RCP uses 1. 0 holds background work back entirely while critical I/O
+    /// is active, except for the starvation guard; larger values trade
+    /// critical latency for background throughput. Default 1; at most
+    /// `depth`.
+    #[serde(default = "default_busy_depth")]
+    pub busy_depth: u32,
+    /// Most critical requests outstanding. Absent (the default): unlimited,
+    /// critical requests never wait in the stage. A limit keeps a burst of
+    /// critical requests from flooding the device itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critical_depth: Option<u32>,
+    /// How long critical I/O stays active after the last critical request
+    /// completed. It should cover the gap between a critical thread's
+    /// requests (its think time); longer protects a bursty critical stream
+    /// better and holds background work back longer. 0: active only while a
+    /// critical request waits or is outstanding. Default 2 ms.
+    #[serde(default = "default_window")]
+    pub window: HumanDuration,
+    /// Starvation guard: at least one non-critical request is admitted per
+    /// this interval, whatever critical I/O does. RCP uses 10 ms. Shorter
+    /// lets background work progress faster under constant critical load and
+    /// puts more of it in the critical requests' way. Default 10 ms; more
+    /// than 0.
+    #[serde(default = "default_starvation")]
+    pub starvation: HumanDuration,
+    /// A rate limit on non-critical requests, in bytes or operations per
+    /// second (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<Rate>,
+    /// The burst of `rate`, in tokens (default: 10 ms of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<Size>,
+}
+
+fn default_depth() -> u32 {
+    4
+}
+fn default_busy_depth() -> u32 {
+    1
+}
+fn default_window() -> HumanDuration {
+    HumanDuration(Duration::from_millis(2))
+}
+fn default_starvation() -> HumanDuration {
+    HumanDuration(Duration::from_millis(10))
+}
+
+impl Default for PriorityConfig {
+    fn default() -> Self {
+        Self {
+            depth: default_depth(),
+            busy_depth: default_busy_depth(),
+            critical_depth: None,
+            window: default_window(),
+            starvation: default_starvation(),
+            rate: None,
+            burst: None,
+        }
+    }
+}
+
+impl PriorityConfig {
+    /// Checks the settings' ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| {
+            Err(ConfigError::Invalid {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.depth == 0 {
+            return invalid("depth", "must be at least 1");
+        }
+        if self.busy_depth > self.depth {
+            return invalid(
+                "busy_depth",
+                &format!("must be at most depth ({})", self.depth),
+            );
+        }
+        if self.critical_depth == Some(0) {
+            return invalid(
+                "critical_depth",
+                "must be at least 1 (omit it for no limit)",
+            );
+        }
+        if self.starvation.0.is_zero() {
+            return invalid("starvation", "must be more than 0");
+        }
+        if self.burst == Some(Size(0)) {
+            return invalid("burst", "must be at least one token");
+        }
+        if self.burst.is_some() && self.rate.is_none() {
+            return invalid("burst", "needs a rate");
+        }
+        Ok(())
+    }
+
+    fn drl(&self) -> Option<DrlConfig> {
+        self.rate.map(|rate| DrlConfig {
+            rate,
+            burst: self.burst,
+            zero_size_cost: 0,
+        })
+    }
+}
+
+/// A snapshot of a [`Priority`] object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PriorityStatus {
+    /// Non-critical requests outstanding.
+    pub normal_outstanding: u32,
+    /// Critical requests outstanding.
+    pub critical_outstanding: u32,
+    /// Non-critical requests waiting for a slot.
+    pub normal_waiting: u32,
+    /// Critical requests waiting for a slot.
+    pub critical_waiting: u32,
+    /// Whether critical I/O is active now.
+    pub critical_active: bool,
+    /// Non-critical requests admitted by the starvation guard so far.
+    pub starvation_admissions: u64,
+    /// Requests promoted to critical so far.
+    pub promotions: u64,
+}
+
+/// Note bits: the slot class taken, and whether the rate limiter charged it.
+const NOTE_CRITICAL: u32 = 1;
+const NOTE_RATED: u32 = 2;
+
+#[derive(Debug)]
+struct Waiter {
+    seq: u64,
+    workflow: WorkflowId,
+    critical: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    config: PriorityConfig,
+    /// Outstanding requests: `[normal, critical]`.
+    outstanding: [u32; 2],
+    /// Waiting requests of both classes, in arrival order.
+    waiting: VecDeque<Waiter>,
+    next_seq: u64,
+    /// When the last critical request completed.
+    last_critical_ns: Option<u64>,
+    /// When the last non-critical request was admitted.
+    last_normal_ns: u64,
+    starvation_admissions: u64,
+    promotions: u64,
+}
+
+/// What a waiting request may do now.
+enum Verdict {
+    Admit {
+        critical: bool,
+        starved: bool,
+    },
+    /// Wait; re-check by this time at the latest (`None`: until woken).
+    Wait(Option<u64>),
+}
+
+impl State {
+    fn critical_limit(&self) -> u32 {
+        self.config.critical_depth.unwrap_or(u32::MAX)
+    }
+
+    /// Until when critical I/O stays active through its window alone.
+    fn window_end(&self) -> Option<u64> {
+        self.last_critical_ns
+            .map(|t| t.saturating_add(self.config.window.0.as_nanos() as u64))
+    }
+
+    fn critical_active(&self, now: u64, critical_waiting: bool) -> bool {
+        critical_waiting || self.outstanding[1] > 0 || self.window_end().is_some_and(|e| now < e)
+    }
+
+    /// The verdict for a request of class `critical` that arrived as number
+    /// `seq` (`None`: a new arrival, not queued; it may go only if nobody of
+    /// its class waits).
+    fn verdict(&self, seq: Option<u64>, critical: bool, since_ns: u64, now: u64) -> Verdict {
+        let first_of_class = self.waiting.iter().find(|w| w.critical == critical);
+        let first = match (seq, first_of_class) {
+            (None, None) => true,
+            (None, Some(_)) => false,
+            (Some(s), Some(w)) => w.seq == s,
+            (Some(_), None) => false,
+        };
+        if critical {
+            return if first && self.outstanding[1] < self.critical_limit() {
+                Verdict::Admit {
+                    critical: true,
+                    starved: false,
+                }
+            } else {
+                Verdict::Wait(None)
+            };
+        }
+        if !first {
+            return Verdict::Wait(None);
+        }
+        let critical_waiting = self.waiting.iter().any(|w| w.critical);
+        let active = self.critical_active(now, critical_waiting);
+        let limit = if active {
+            self.config.busy_depth
+        } else {
+            self.config.depth
+        };
+        if !critical_waiting && self.outstanding[0] < limit {
+            return Verdict::Admit {
+                critical: false,
+                starved: false,
+            };
+        }
+        let starvation = self.config.starvation.0.as_nanos() as u64;
+        let starved_at = since_ns.max(self.last_normal_ns).saturating_add(starvation);
+        let guard_slots = self.config.busy_depth.max(1);
+        if now >= starved_at && self.outstanding[0] < guard_slots {
+            return Verdict::Admit {
+                critical: false,
+                starved: true,
+            };
+        }
+        // Re-check when a window that blocks it closes or the guard falls
+        // due; anything else (a completion, a critical waiter leaving)
+        // notifies.
+        let window = if critical_waiting || self.outstanding[1] > 0 {
+            None
+        } else {
+            self.window_end()
+        };
+        let deadline = [window, Some(starved_at)]
+            .into_iter()
+            .flatten()
+            .filter(|&t| t > now)
+            .min();
+        Verdict::Wait(deadline)
+    }
+
+    fn take(&mut self, critical: bool, starved: bool, now: u64) {
+        self.outstanding[usize::from(critical)] += 1;
+        if !critical {
+            self.last_normal_ns = now;
+            if starved {
+                self.starvation_admissions += 1;
+            }
+        }
+    }
+}
+
+/// Critical-first, limited-depth admission (see the module documentation
+/// for its exact semantics).
+#[derive(Debug)]
+pub struct Priority {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// The non-critical rate limiter, when a rate is set.
+    rate: ArcSwapOption<Drl>,
+    clock: SharedClock,
+}
+
+impl Priority {
+    /// `obj_init`: an object with no request outstanding.
+    pub fn new(config: PriorityConfig, clock: SharedClock) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let rate = match config.drl() {
+            Some(c) => Some(Arc::new(Drl::new(c, clock.clone())?)),
+            None => None,
+        };
+        Ok(Self {
+            state: Mutex::new(State {
+                config,
+                outstanding: [0, 0],
+                waiting: VecDeque::new(),
+                next_seq: 0,
+                last_critical_ns: None,
+                last_normal_ns: clock.now_ns(),
+                starvation_admissions: 0,
+                promotions: 0,
+            }),
+            changed: Condvar::new(),
+            rate: ArcSwapOption::new(rate),
+            clock,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Promotes the waiting non-critical requests of `workflow` to critical
+    /// (a critical activity waits for them), keeping their arrival order.
+    /// Returns how many were promoted. Requests still in the rate limiter are
+    /// promoted once they queue for a slot only if this is called again.
+    pub fn promote(&self, workflow: WorkflowId) -> u32 {
+        let mut n = 0;
+        {
+            let mut st = self.lock();
+            for w in st.waiting.iter_mut() {
+                if w.workflow == workflow && !w.critical {
+                    w.critical = true;
+                    n += 1;
+                }
+            }
+            st.promotions += u64::from(n);
+        }
+        if n > 0 {
+            self.changed.notify_all();
+        }
+        n
+    }
+
+    /// Wakes waiting requests so they re-read the clock. Needed only with a
+    /// clock that jumps (a test's [`crate::FakeClock`]); a real clock wakes
+    /// them by itself.
+    pub fn wake_waiters(&self) {
+        self.changed.notify_all();
+        if let Some(drl) = self.rate.load().as_ref() {
+            drl.wake_waiters();
+        }
+    }
+
+    /// The object's current state.
+    pub fn status(&self) -> PriorityStatus {
+        let now = self.clock.now_ns();
+        let st = self.lock();
+        let critical_waiting = st.waiting.iter().filter(|w| w.critical).count() as u32;
+        PriorityStatus {
+            normal_outstanding: st.outstanding[0],
+            critical_outstanding: st.outstanding[1],
+            normal_waiting: st.waiting.len() as u32 - critical_waiting,
+            critical_waiting,
+            critical_active: st.critical_active(now, critical_waiting > 0),
+            starvation_admissions: st.starvation_admissions,
+            promotions: st.promotions,
+        }
+    }
+
+    /// Takes a slot for a request of class `critical`, waiting as long as the
+    /// semantics demand. Returns whether it was admitted as critical (it may
+    /// have been promoted while waiting) and whether it waited.
+    fn acquire(&self, ctx: &Context, critical: bool) -> (bool, bool) {
+        let arrival = self.clock.now_ns();
+        let mut st = self.lock();
+        if let Verdict::Admit { critical, starved } = st.verdict(None, critical, arrival, arrival) {
+            st.take(critical, starved, arrival);
+            return (critical, false);
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.waiting.push_back(Waiter {
+            seq,
+            workflow: ctx.workflow,
+            critical,
+        });
+        let real_time = self.clock.is_real_time();
+        loop {
+            let now = self.clock.now_ns();
+            let pos = st
+                .waiting
+                .iter()
+                .position(|w| w.seq == seq)
+                .expect("a waiter stays queued until it leaves");
+            let class = st.waiting[pos].critical;
+            match st.verdict(Some(seq), class, arrival, now) {
+                Verdict::Admit { critical, starved } => {
+                    st.waiting.remove(pos);
+                    st.take(critical, starved, now);
+                    drop(st);
+                    // The next of either class may now be first in line.
+                    self.changed.notify_all();
+                    return (critical, true);
+                }
+                Verdict::Wait(Some(deadline)) if real_time => {
+                    let ns = deadline.saturating_sub(now).max(1);
+                    st = self
+                        .changed
+                        .wait_timeout(st, Duration::from_nanos(ns))
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+                Verdict::Wait(_) => {
+                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        }
+    }
+}
+
+impl EnforcementObject for Priority {
+    fn kind(&self) -> &'static str {
+        "priority"
+    }
+
+    fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
+        let ObjectConfig::Priority(new) = config else {
+            return Err(ConfigError::WrongKind {
+                object: "priority",
+                given: config.kind(),
+            });
+        };
+        new.validate()?;
+        match (new.drl(), self.rate.load_full()) {
+            (Some(c), Some(drl)) => drl.configure(&ObjectConfig::Drl(c))?,
+            (Some(c), None) => self
+                .rate
+                .store(Some(Arc::new(Drl::new(c, self.clock.clone())?))),
+            (None, Some(drl)) => {
+                self.rate.store(None);
+                // Requests still waiting in the old bucket are released.
+                drl.configure(&ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(
+                    u64::MAX / 1_000_000_000,
+                ))))?;
+            }
+            (None, None) => {}
+        }
+        self.lock().config = new.clone();
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    /// One-phase use: ordered and admitted like a two-phase request, then
+    /// completed at once (it holds no slot while its call runs).
+    fn enforce(&self, ctx: &Context, _request: &mut Request<'_>) -> Result<u64, EnforceError> {
+        let admitted = self.admit(ctx)?;
+        self.complete(ctx, admitted.note, ctx.size);
+        Ok(admitted.waited_ns)
+    }
+
+    fn config(&self) -> ObjectConfig {
+        ObjectConfig::Priority(self.lock().config.clone())
+    }
+
+    fn two_phase(&self) -> bool {
+        true
+    }
+
+    fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
+        let start = self.clock.now_ns();
+        let critical = ctx.criticality.is_critical();
+        let mut note = 0;
+        let mut waited = false;
+        if !critical {
+            if let Some(drl) = self.rate.load_full() {
+                waited = drl.enforce(ctx, &mut Request::new(None))? > 0;
+                note |= NOTE_RATED;
+            }
+        }
+        let (as_critical, queued) = self.acquire(ctx, critical);
+        if as_critical {
+            note |= NOTE_CRITICAL;
+        }
+        let waited_ns = if waited || queued {
+            self.clock.now_ns().saturating_sub(start).max(1)
+        } else {
+            0
+        };
+        Ok(Admitted { waited_ns, note })
+    }
+
+    fn complete(&self, ctx: &Context, note: u32, moved: u64) {
+        let critical = note & NOTE_CRITICAL != 0;
+        {
+            let mut st = self.lock();
+            let slot = &mut st.outstanding[usize::from(critical)];
+            *slot = slot.saturating_sub(1);
+            if critical {
+                st.last_critical_ns = Some(self.clock.now_ns());
+            }
+        }
+        self.changed.notify_all();
+        if note & NOTE_RATED != 0 {
+            if let Some(drl) = self.rate.load().as_ref() {
+                drl.refund(ctx, moved);
+            }
+        }
+    }
+}
