@@ -115,6 +115,7 @@ struct ObjectSection {
     critical_depth: Option<Spanned<u32>>,
     window: Option<Spanned<HumanDuration>>,
     starvation: Option<Spanned<HumanDuration>>,
+    split: Option<Spanned<Size>>,
     #[serde(default, rename = "match")]
     matches: Option<Spanned<OneOrMany>>,
 }
@@ -149,6 +150,7 @@ impl Kind {
                 "starvation",
                 "rate",
                 "burst",
+                "split",
             ],
         }
     }
@@ -475,6 +477,7 @@ fn object_config(
             .map(|v| (v.span(), "critical_depth")),
         obj.window.as_ref().map(|v| (v.span(), "window")),
         obj.starvation.as_ref().map(|v| (v.span(), "starvation")),
+        obj.split.as_ref().map(|v| (v.span(), "split")),
     ];
     if let Some((span, field)) = given
         .iter()
@@ -515,6 +518,7 @@ fn object_config(
                     .map_or(d.starvation, |v| *v.get_ref()),
                 rate: obj.rate.as_ref().map(|v| *v.get_ref()),
                 burst: obj.burst.as_ref().map(|v| *v.get_ref()),
+                split: obj.split.as_ref().map_or(d.split, |v| *v.get_ref()),
             };
             config.validate().map_err(|e| {
                 let ConfigError::Invalid { field, reason } = e else {
@@ -1094,6 +1098,7 @@ name = "fg"
                 starvation: HumanDuration(std::time::Duration::from_millis(20)),
                 rate: Some(Rate::bytes_per_sec(10 << 20)),
                 burst: None,
+                split: Size(32 << 10),
             })
         );
     }

@@ -840,6 +840,26 @@ impl Stage {
         })
     }
 
+    /// The piece size a layer that can split calls should issue a request of
+    /// `ctx` as ([`EnforcementObject::split_size`] of the object it routes
+    /// to), on the calling thread whose state `thread` is; `None`: do not
+    /// split. Routing only: nothing is enforced or counted.
+    #[inline]
+    pub fn split_size_on_thread(&self, thread: ThreadRef<'_>, ctx: &Context) -> Option<u64> {
+        self.with_table(thread.0, |table, memo| {
+            let route = match memo {
+                Some(memo) => memo.route(table, ctx),
+                None => table.route(ctx),
+            };
+            let e = table.entries.get(route as usize)?;
+            if e.noop {
+                None
+            } else {
+                e.object.split_size(ctx)
+            }
+        })
+    }
+
     /// Complete phase of a two-phase request: its call returned having moved
     /// `moved` bytes (0 on error). Runs the object's complete phase (a rate
     /// limiter refunds what was not moved, a priority object frees the slot)

@@ -205,6 +205,15 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
     fn complete(&self, ctx: &Context, note: u32, moved: u64) {
         let _ = (ctx, note, moved);
     }
+
+    /// The size of the pieces a layer that can split calls (the interposer,
+    /// for positional reads and writes of regular files) should issue a
+    /// request of `ctx` as, each admitted separately; `None` (the default):
+    /// do not split. Must be cheap: it is asked before large calls.
+    fn split_size(&self, ctx: &Context) -> Option<u64> {
+        let _ = ctx;
+        None
+    }
 }
 
 /// What an object's admit phase returns.

@@ -33,6 +33,7 @@
 //! completion never wait behind requests.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -89,8 +90,20 @@ pub struct PriorityConfig {
     /// The burst of `rate`, in tokens (default: 10 ms of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Size>,
+    /// Pieces that large non-critical positional reads and writes of regular
+    /// files are split into by the interposer (FastResponse §3.3), each
+    /// admitted separately, so a critical request waits behind at most
+    /// `depth` pieces instead of `depth` whole calls. Smaller pieces cut
+    /// critical latency further and cost background work more system calls;
+    /// FastResponse found 32 KiB keeps a fast SSD at full bandwidth. `"0"`
+    /// turns splitting off. Default 32 KiB.
+    #[serde(default = "default_split")]
+    pub split: Size,
 }
 
+fn default_split() -> Size {
+    Size(32 << 10)
+}
 fn default_depth() -> u32 {
     4
 }
@@ -114,6 +127,7 @@ impl Default for PriorityConfig {
             starvation: default_starvation(),
             rate: None,
             burst: None,
+            split: default_split(),
         }
     }
 }
@@ -312,6 +326,8 @@ impl State {
 #[derive(Debug)]
 pub struct Priority {
     state: Mutex<State>,
+    /// `split` in bytes (0: off), readable without the state's lock.
+    split: AtomicU64,
     changed: Condvar,
     /// The non-critical rate limiter, when a rate is set.
     rate: ArcSwapOption<Drl>,
@@ -327,6 +343,7 @@ impl Priority {
             None => None,
         };
         Ok(Self {
+            split: AtomicU64::new(config.split.0),
             state: Mutex::new(State {
                 config,
                 outstanding: [0, 0],
@@ -473,6 +490,7 @@ impl EnforcementObject for Priority {
             }
             (None, None) => {}
         }
+        self.split.store(new.split.0, Ordering::Relaxed);
         self.lock().config = new.clone();
         self.changed.notify_all();
         Ok(())
@@ -492,6 +510,15 @@ impl EnforcementObject for Priority {
 
     fn two_phase(&self) -> bool {
         true
+    }
+
+    /// `split` for non-critical requests; critical requests are never split.
+    fn split_size(&self, ctx: &Context) -> Option<u64> {
+        match self.split.load(Ordering::Relaxed) {
+            0 => None,
+            _ if ctx.criticality.is_critical() => None,
+            n => Some(n),
+        }
     }
 
     fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
