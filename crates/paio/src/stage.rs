@@ -1236,6 +1236,150 @@ mod tests {
         }
     }
 
+    const TWO_PHASE_POLICY: &str = r#"
+        [[channel]]
+        name = "bg"
+        match = { criticality = "normal" }
+        default_object = "prio"
+        [[channel.object]]
+        name = "prio"
+        kind = "priority"
+        depth = 1
+        [[channel]]
+        name = "limited"
+        match = { request_type = "write", criticality = "normal" }
+        default_object = "limit"
+        [[channel.object]]
+        name = "limit"
+        kind = "drl"
+        rate = "1000B/s"
+        burst = 1000
+    "#;
+
+    fn two_phase_stage() -> (Stage, FakeClock) {
+        let clock = FakeClock::new();
+        let policy = crate::Policy::parse(TWO_PHASE_POLICY, "<two-phase>").unwrap();
+        let stage = policy
+            .build_stage(Stage::builder("tp").clock(Arc::new(clock.clone())))
+            .unwrap();
+        (stage, clock)
+    }
+
+    fn channel_counts(stage: &Stage, name: &str) -> crate::stats::Counts {
+        let s = stage.collect();
+        s.channels
+            .into_iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .counts
+    }
+
+    #[test]
+    fn two_phase_counts_bytes_moved_wait_and_latency() {
+        let (stage, clock) = two_phase_stage();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 4096);
+        let a = stage.admit(&c).unwrap();
+        assert_eq!(a.context(), &c);
+        assert_eq!(a.waited_ns(), 0);
+        assert_eq!(channel_counts(&stage, "bg").ops, 0, "counted at completion");
+        clock.advance(Duration::from_micros(300));
+        stage.complete(a, 1000).unwrap(); // a short read
+        let counts = channel_counts(&stage, "bg");
+        assert_eq!((counts.ops, counts.bytes), (1, 1000));
+        let l = counts.latency_total;
+        assert_eq!(l.ops, 1);
+        // Bucket upper bounds: within 12.5 % above the true 300 µs.
+        assert!((300_000..=337_500).contains(&l.p50_ns), "{l:?}");
+        assert_eq!(l.p999_ns, l.p50_ns);
+        assert_eq!(counts.latency.ops, 1, "interval figures too");
+        // Unmatched requests (critical ones match no channel here) too.
+        let u = stage
+            .admit(
+                &c.with_criticality(crate::Criticality::Critical)
+                    .with_workflow(9),
+            )
+            .unwrap();
+        clock.advance(Duration::from_micros(5));
+        stage.complete(u, 0).unwrap();
+        let s = stage.collect();
+        assert_eq!(s.unmatched.ops, 1);
+        assert_eq!(s.unmatched.latency_total.ops, 1);
+    }
+
+    #[test]
+    fn two_phase_refunds_bytes_not_moved() {
+        let (stage, _clock) = two_phase_stage();
+        let w = ctx(RequestType::WRITE, RequestContext::NONE, 1000);
+        let a = stage.admit(&w).unwrap(); // the whole burst
+        stage.complete(a, 0).unwrap(); // an error: nothing moved
+        let next = stage.try_enforce(&w, None);
+        assert!(next.is_ok(), "the refund paid for the next request");
+        assert!(
+            matches!(stage.try_enforce(&w, None), Err(TryEnforceError::Wait(_))),
+            "without a refund it waits"
+        );
+    }
+
+    #[test]
+    fn completion_finds_its_object_after_rule_changes() {
+        let (stage, _clock) = two_phase_stage();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 10);
+        let held = stage.admit(&c).unwrap(); // takes the only slot
+                                             // A rule change builds a new table; then the object is removed.
+        stage.apply(&channel("other")).unwrap();
+        stage
+            .apply_all(&[
+                Rule::MapChannel {
+                    pattern: by_context(rc("two-phase-x")),
+                    channel: "other".into(),
+                },
+                Rule::SetDefaultObject {
+                    channel: "bg".into(),
+                    object: DEFAULT_OBJECT.into(),
+                },
+                Rule::RemoveObject {
+                    channel: "bg".into(),
+                    name: "prio".into(),
+                },
+            ])
+            .unwrap();
+        stage.complete(held, 10).unwrap();
+        let counts = channel_counts(&stage, "bg");
+        assert_eq!(
+            (counts.ops, counts.bytes),
+            (1, 10),
+            "counted in the removed object"
+        );
+    }
+
+    #[test]
+    fn foreign_admissions_are_refused() {
+        let (a, _) = two_phase_stage();
+        let (b, _) = two_phase_stage();
+        let adm = a
+            .admit(&ctx(RequestType::READ, RequestContext::NONE, 1))
+            .unwrap();
+        assert_eq!(b.complete(adm, 1), Err(ForeignAdmission));
+        assert_eq!(b.collect().channels[0].counts.ops, 0);
+    }
+
+    #[test]
+    fn split_size_follows_the_route() {
+        let (stage, _clock) = two_phase_stage();
+        crate::context::with_thread_ref(|t| {
+            let read = ctx(RequestType::READ, RequestContext::NONE, 1 << 20);
+            assert_eq!(stage.split_size_on_thread(t, &read), Some(32 << 10));
+            let critical = read.with_criticality(crate::Criticality::Critical);
+            assert_eq!(stage.split_size_on_thread(t, &critical), None);
+            let write = ctx(RequestType::WRITE, RequestContext::NONE, 1 << 20);
+            assert_eq!(
+                stage.split_size_on_thread(t, &write),
+                None,
+                "a drl never splits"
+            );
+        });
+    }
+
     #[test]
     fn empty_stage_passes_and_counts_unmatched() {
         let stage = Stage::builder("s").label("job", "j1").build();

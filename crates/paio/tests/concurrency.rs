@@ -231,3 +231,73 @@ fn rate_changes_are_not_blocked_by_waiting_requests() {
         assert!(s.channels[0].counts.wait_total.waited_ops >= 3);
     })
 }
+
+/// Critical and background threads admit and complete through one priority
+/// object on a real clock: background never has more than `depth`
+/// outstanding, critical requests never wait (no critical limit), and every
+/// admission is completed and counted.
+#[test]
+fn priority_depth_holds_under_contention() {
+    use paio::criticality::CriticalScope;
+    use std::sync::atomic::AtomicI64;
+    within(Duration::from_secs(120), || {
+        let stage = Arc::new(
+            Stage::from_policy_str(
+                r#"
+                [stage]
+                default_channel = "all"
+                [[channel]]
+                name = "all"
+                default_object = "prio"
+                [[channel.object]]
+                name = "prio"
+                kind = "priority"
+                depth = 2
+                busy_depth = 1
+                window = "50us"
+                starvation = "1ms"
+                "#,
+                "<conc-priority>",
+            )
+            .unwrap(),
+        );
+        let outstanding = Arc::new(AtomicI64::new(0));
+        let peak = Arc::new(AtomicI64::new(0));
+        let critical_waits = Arc::new(AtomicI64::new(0));
+        let mut handles = Vec::new();
+        for w in 0..6 {
+            let (stage, outstanding, peak, critical_waits) = (
+                stage.clone(),
+                outstanding.clone(),
+                peak.clone(),
+                critical_waits.clone(),
+            );
+            handles.push(thread::spawn(move || {
+                let critical = w < 2;
+                let _scope = critical.then(CriticalScope::enter);
+                for _ in 0..2_000 {
+                    let a = stage.admit(&Context::new(RequestType::READ, 4096)).unwrap();
+                    if critical {
+                        if a.waited_ns() > 0 {
+                            critical_waits.fetch_add(1, Ordering::Relaxed);
+                        }
+                    } else {
+                        let now = outstanding.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        thread::yield_now();
+                        outstanding.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    stage.complete(a, 4096).unwrap();
+                }
+            }));
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert!(peak.load(Ordering::SeqCst) <= 2, "depth exceeded");
+        assert_eq!(critical_waits.load(Ordering::Relaxed), 0);
+        let counts = &stage.collect().channels[0].counts;
+        assert_eq!(counts.ops, 6 * 2_000);
+        assert_eq!(counts.latency_total.ops, 6 * 2_000);
+    });
+}
