@@ -8,6 +8,8 @@
 //! - `profile`: nanoseconds per step of one request (see [`profile`]);
 //! - `drl`: rate-limiter accuracy with the real clock (see [`drl`]);
 //! - `drl-change`: reaction to a rate change while requests wait;
+//! - `criticality`: the two-phase path and the priority object (see
+//!   [`criticality`]);
 //! - `all`: everything, with defaults for `make bench`, plus `targets.csv`.
 //!
 //! Run with `cargo run --release -p paio-bench -- <subcommand> [options]`;
@@ -15,6 +17,7 @@
 
 #![warn(missing_docs)]
 
+mod criticality;
 mod drl;
 mod env;
 mod micro;
@@ -58,11 +61,12 @@ impl Target {
 }
 
 const USAGE: &str = "\
-usage: paio-bench <micro|profile|drl|drl-change|all> [options]
+usage: paio-bench <micro|profile|drl|drl-change|criticality|all> [options]
 
 options (each applies to the subcommands named):
-  --runs N          micro, profile: measured runs per configuration (5 / 7)
-  --seconds S       micro: seconds per run (1); profile: per run and item S/10
+  --runs N          micro, profile, criticality: measured runs per configuration (5 / 7 / 5)
+  --seconds S       micro: seconds per run (1); profile: per run and item S/10;
+                    criticality: per run and item (0.3)
   --warmup S        micro: unmeasured warm-up before each run (0.1)
   --threads LIST    micro: thread counts (1,2,4,... up to available_parallelism)
                     drl: thread counts (1,2)
@@ -156,7 +160,7 @@ pub fn parse_args(args: &[String]) -> Result<Options, String> {
         }
     }
     match o.command.as_str() {
-        "micro" | "profile" | "drl" | "drl-change" | "all" => {}
+        "micro" | "profile" | "drl" | "drl-change" | "criticality" | "all" => {}
         "" => return Err("missing subcommand".into()),
         c => return Err(format!("unknown subcommand {c:?}")),
     }
@@ -245,6 +249,14 @@ fn change_params(o: &Options) -> drl::ChangeParams {
     }
 }
 
+fn criticality_params(o: &Options) -> criticality::CriticalityParams {
+    let q = o.quick;
+    criticality::CriticalityParams {
+        runs: o.runs.unwrap_or(if q { 2 } else { 5 }),
+        seconds: o.seconds.unwrap_or(if q { 0.02 } else { 0.3 }),
+    }
+}
+
 fn print_targets(targets: &[Target]) {
     let rows: Vec<Vec<String>> = targets
         .iter()
@@ -297,6 +309,9 @@ fn main() -> ExitCode {
     }
     if all || o.command == "drl-change" {
         targets.extend(drl::run_change(&change_params(&o), &info, &out));
+    }
+    if all || o.command == "criticality" {
+        targets.extend(criticality::run(&criticality_params(&o), &info, &out));
     }
     print_targets(&targets);
     if all {

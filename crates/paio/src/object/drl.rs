@@ -230,15 +230,19 @@ impl Drl {
         if moved >= ctx.size {
             return;
         }
-        {
+        let waiting = {
             let mut b = self.lock();
             if b.config.rate.unit != RateUnit::Bytes {
                 return;
             }
             let unused = (ctx.size - moved) as u128 * NANO;
             b.credited = (b.credited + unused).min(b.charged + b.burst_nt);
+            b.waiting > 0
+        };
+        // Waking costs a system call even with nobody asleep: only if needed.
+        if waiting {
+            self.released.notify_all();
         }
-        self.released.notify_all();
     }
 
     /// Wakes blocked requests so they re-read the clock. Needed only with a

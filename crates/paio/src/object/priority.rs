@@ -414,13 +414,35 @@ impl Priority {
 
     /// Takes a slot for a request of class `critical`, waiting as long as the
     /// semantics demand. Returns whether it was admitted as critical (it may
-    /// have been promoted while waiting) and whether it waited.
-    fn acquire(&self, ctx: &Context, critical: bool) -> (bool, bool) {
-        let arrival = self.clock.now_ns();
+    /// have been promoted while waiting) and how long it waited (0: not at
+    /// all).
+    fn acquire(&self, ctx: &Context, critical: bool) -> (bool, u64) {
         let mut st = self.lock();
+        // Fast path, nobody waiting: decided without reading the clock where
+        // the answer does not depend on it. (The last admission time matters
+        // only to waiters, which arrive later.)
+        if st.waiting.is_empty() {
+            let go = if critical {
+                st.outstanding[1] < st.critical_limit()
+            } else if st.outstanding[0] < st.config.busy_depth {
+                true
+            } else if st.outstanding[0] < st.config.depth {
+                st.outstanding[1] == 0
+                    && st
+                        .window_end()
+                        .is_none_or(|end| self.clock.now_ns() >= end)
+            } else {
+                false
+            };
+            if go {
+                st.outstanding[usize::from(critical)] += 1;
+                return (critical, 0);
+            }
+        }
+        let arrival = self.clock.now_ns();
         if let Verdict::Admit { critical, starved } = st.verdict(None, critical, arrival, arrival) {
             st.take(critical, starved, arrival);
-            return (critical, false);
+            return (critical, 0);
         }
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -442,10 +464,13 @@ impl Priority {
                 Verdict::Admit { critical, starved } => {
                     st.waiting.remove(pos);
                     st.take(critical, starved, now);
+                    let others = !st.waiting.is_empty();
                     drop(st);
-                    // The next of either class may now be first in line.
-                    self.changed.notify_all();
-                    return (critical, true);
+                    if others {
+                        // The next of either class may now be first in line.
+                        self.changed.notify_all();
+                    }
+                    return (critical, now.saturating_sub(arrival).max(1));
                 }
                 Verdict::Wait(Some(deadline)) if real_time => {
                     let ns = deadline.saturating_sub(now).max(1);
@@ -522,39 +547,41 @@ impl EnforcementObject for Priority {
     }
 
     fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
-        let start = self.clock.now_ns();
         let critical = ctx.criticality.is_critical();
         let mut note = 0;
-        let mut waited = false;
+        let mut waited_ns = 0;
         if !critical {
             if let Some(drl) = self.rate.load_full() {
-                waited = drl.enforce(ctx, &mut Request::new(None))? > 0;
+                waited_ns = drl.enforce(ctx, &mut Request::new(None))?;
                 note |= NOTE_RATED;
             }
         }
-        let (as_critical, queued) = self.acquire(ctx, critical);
+        let (as_critical, queued_ns) = self.acquire(ctx, critical);
         if as_critical {
             note |= NOTE_CRITICAL;
         }
-        let waited_ns = if waited || queued {
-            self.clock.now_ns().saturating_sub(start).max(1)
-        } else {
-            0
-        };
-        Ok(Admitted { waited_ns, note })
+        Ok(Admitted {
+            waited_ns: waited_ns + queued_ns,
+            note,
+        })
     }
 
     fn complete(&self, ctx: &Context, note: u32, moved: u64) {
         let critical = note & NOTE_CRITICAL != 0;
-        {
+        let now = critical.then(|| self.clock.now_ns());
+        let waiters = {
             let mut st = self.lock();
             let slot = &mut st.outstanding[usize::from(critical)];
             *slot = slot.saturating_sub(1);
-            if critical {
-                st.last_critical_ns = Some(self.clock.now_ns());
+            if now.is_some() {
+                st.last_critical_ns = now;
             }
+            !st.waiting.is_empty()
+        };
+        // Waking costs a system call even with nobody asleep: only if needed.
+        if waiters {
+            self.changed.notify_all();
         }
-        self.changed.notify_all();
         if note & NOTE_RATED != 0 {
             if let Some(drl) = self.rate.load().as_ref() {
                 drl.refund(ctx, moved);
