@@ -152,7 +152,8 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
     let path = dir.join("paio-bench-split.dat");
     let file = {
         let mut f = File::create(&path).expect("create the read file");
-        f.write_all(&vec![7u8; 1 << 20]).expect("write the read file");
+        f.write_all(&vec![7u8; 1 << 20])
+            .expect("write the read file");
         File::open(&path).expect("open the read file")
     };
     let noop = ctx("bench-noop", false, 4096);
@@ -220,7 +221,11 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
     };
     for (i, name) in items.iter().enumerate() {
         let s = Summary::of(&results[i]);
-        let unit = if name.starts_with("read_") { "MiB/s" } else { "ns" };
+        let unit = if name.starts_with("read_") {
+            "MiB/s"
+        } else {
+            "ns"
+        };
         csv.push(vec![
             name.to_string(),
             unit.to_string(),

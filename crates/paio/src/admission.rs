@@ -39,6 +39,9 @@ pub struct Admission {
     pub(crate) route: u32,
     /// The object's note ([`crate::object::Admitted::note`]).
     pub(crate) note: u32,
+    /// Whether admission reported it to the process's critical board
+    /// ([`crate::criticality::CriticalBoard`]), so completion does too.
+    pub(crate) on_board: bool,
     pub(crate) waited_ns: u64,
     /// The stage clock's ticks when admission ended.
     pub(crate) start_ticks: u64,

@@ -23,6 +23,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -160,6 +161,146 @@ impl Drop for CriticalScope {
     }
 }
 
+/// The longest name pattern [`CriticalNames`] accepts, in bytes. Linux
+/// truncates a thread's or process's name (its `comm`) to 15 bytes; a pattern
+/// may add a trailing `*`.
+pub const MAX_NAME_PATTERN: usize = 16;
+
+/// The most patterns of each kind [`CriticalNames`] accepts.
+pub const MAX_NAME_PATTERNS: usize = 64;
+
+/// Why a name pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamePatternError {
+    /// Empty, or only `*`: it would mark everything critical.
+    #[error("a name pattern must not be empty or only \"*\" (use `paio run --critical` to mark a whole program)")]
+    Empty,
+    /// Longer than [`MAX_NAME_PATTERN`] bytes.
+    #[error("name pattern {0:?} is longer than {MAX_NAME_PATTERN} bytes; Linux keeps only the first 15 bytes of a thread's or process's name")]
+    TooLong(String),
+    /// A `*` anywhere but at the end.
+    #[error("name pattern {0:?} may hold `*` only as its last character (a prefix match)")]
+    Wildcard(String),
+    /// More than [`MAX_NAME_PATTERNS`] patterns.
+    #[error("more than {MAX_NAME_PATTERNS} name patterns")]
+    TooMany,
+}
+
+/// Which threads and processes are critical by name: a policy's
+/// `[criticality]` table (`processes = [...]`, `threads = [...]`).
+///
+/// A pattern is a name as Linux keeps it (`comm`, at most 15 bytes), matched
+/// exactly, or a prefix followed by `*`. The interposer checks the process's
+/// name when it starts and a thread's name when the thread names itself
+/// (`pthread_setname_np`, `prctl(PR_SET_NAME)`); a match marks the process
+/// ([`set_process_critical`]) or the thread ([`set_thread_critical`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CriticalNames {
+    processes: Vec<String>,
+    threads: Vec<String>,
+}
+
+impl CriticalNames {
+    /// Name rules from process and thread patterns, each checked.
+    pub fn new(processes: Vec<String>, threads: Vec<String>) -> Result<Self, NamePatternError> {
+        for list in [&processes, &threads] {
+            if list.len() > MAX_NAME_PATTERNS {
+                return Err(NamePatternError::TooMany);
+            }
+            for p in list {
+                check_pattern(p)?;
+            }
+        }
+        Ok(Self { processes, threads })
+    }
+
+    /// Whether no names are given.
+    pub fn is_empty(&self) -> bool {
+        self.processes.is_empty() && self.threads.is_empty()
+    }
+
+    /// The process patterns, as given.
+    pub fn processes(&self) -> &[String] {
+        &self.processes
+    }
+
+    /// The thread patterns, as given.
+    pub fn threads(&self) -> &[String] {
+        &self.threads
+    }
+
+    /// Whether a process named `comm` is critical.
+    pub fn process_matches(&self, comm: &str) -> bool {
+        self.processes.iter().any(|p| name_matches(p, comm))
+    }
+
+    /// Whether a thread named `name` is critical.
+    pub fn thread_matches(&self, name: &str) -> bool {
+        self.threads.iter().any(|p| name_matches(p, name))
+    }
+}
+
+fn check_pattern(p: &str) -> Result<(), NamePatternError> {
+    let stem = p.strip_suffix('*').unwrap_or(p);
+    if stem.is_empty() {
+        return Err(NamePatternError::Empty);
+    }
+    if p.len() > MAX_NAME_PATTERN {
+        return Err(NamePatternError::TooLong(p.to_string()));
+    }
+    if stem.contains('*') {
+        return Err(NamePatternError::Wildcard(p.to_string()));
+    }
+    Ok(())
+}
+
+/// Whether `name` matches `pattern` (exact, or a prefix ending in `*`).
+fn name_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
+}
+
+/// Critical activity shared between the processes of one machine: the
+/// cross-process half of a [`Priority`](crate::object::Priority) object's
+/// decision.
+///
+/// Every stage of a process reports its critical requests to the board as they
+/// are admitted and completed; a priority object asks it whether critical I/O
+/// is active anywhere before admitting a non-critical request beyond its busy
+/// depth. The implementation (a shared-memory board that every stage maps) is
+/// installed once per process with [`install_board`]; without one, only the
+/// process's own critical I/O counts.
+///
+/// Implementations must be cheap (no system call on [`CriticalBoard::critical_admitted`]
+/// and [`CriticalBoard::critical_completed`] beyond a clock read) and must
+/// never block.
+pub trait CriticalBoard: Send + Sync + fmt::Debug {
+    /// A critical request of this process was admitted below a stage.
+    fn critical_admitted(&self);
+    /// A critical request of this process completed (after
+    /// [`CriticalBoard::critical_admitted`]).
+    fn critical_completed(&self);
+    /// Whether critical I/O of *another* process is in flight, or completed
+    /// less than `window_ns` ago.
+    fn others_active(&self, window_ns: u64) -> bool;
+}
+
+static BOARD: OnceLock<Arc<dyn CriticalBoard>> = OnceLock::new();
+
+/// Installs the process's board. Only the first call takes effect; returns
+/// whether it was this one.
+pub fn install_board(board: Arc<dyn CriticalBoard>) -> bool {
+    BOARD.set(board).is_ok()
+}
+
+/// The process's board, if one was installed.
+#[inline]
+pub fn board() -> Option<&'static Arc<dyn CriticalBoard>> {
+    BOARD.get()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,5 +353,35 @@ mod tests {
         }
         assert_eq!(Criticality::from_raw(2), None);
         assert!(serde_json::from_str::<Criticality>("\"urgent\"").is_err());
+    }
+
+    #[test]
+    fn name_patterns_match_exactly_or_by_prefix() {
+        let n = CriticalNames::new(vec!["postgres".into()], vec!["rocksdb:low*".into()]).unwrap();
+        assert!(n.process_matches("postgres"));
+        assert!(!n.process_matches("postgres2"), "exact without *");
+        assert!(n.thread_matches("rocksdb:low"));
+        assert!(n.thread_matches("rocksdb:low12"));
+        assert!(!n.thread_matches("rocksdb:high"));
+        assert!(!n.is_empty());
+        assert!(CriticalNames::default().is_empty());
+    }
+
+    #[test]
+    fn bad_name_patterns_are_refused() {
+        let one = |p: &str| CriticalNames::new(vec![p.into()], vec![]);
+        assert_eq!(one(""), Err(NamePatternError::Empty));
+        assert_eq!(one("*"), Err(NamePatternError::Empty));
+        assert!(matches!(one("a*b"), Err(NamePatternError::Wildcard(_))));
+        assert!(matches!(
+            one("abcdefghijklmnopq"),
+            Err(NamePatternError::TooLong(_))
+        ));
+        assert!(one("abcdefghijklmno*").is_ok(), "15 bytes and a star");
+        let many = vec!["x".to_string(); MAX_NAME_PATTERNS + 1];
+        assert_eq!(
+            CriticalNames::new(vec![], many),
+            Err(NamePatternError::TooMany)
+        );
     }
 }

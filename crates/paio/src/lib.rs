@@ -65,7 +65,7 @@ pub use context::{
     clear_request_context, current_request_context, set_request_context, Context, ContextScope,
     FileClass, RequestContext, RequestType, WorkflowId,
 };
-pub use criticality::{CriticalScope, Criticality};
+pub use criticality::{CriticalBoard, CriticalNames, CriticalScope, Criticality};
 pub use differentiation::{Classifier, Pattern};
 pub use object::{
     EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,

@@ -15,6 +15,7 @@ use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use crate::criticality::CriticalNames;
 use crate::differentiation::{Classifier, Pattern};
 use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig};
 use crate::rule::Rule;
@@ -49,6 +50,9 @@ pub struct Policy {
     pub name: Option<String>,
     /// Stage labels (`[stage.labels]`).
     pub labels: BTreeMap<String, String>,
+    /// Threads and processes critical by name (`[criticality]`), applied by
+    /// the layer that sees names (the interposer).
+    pub critical_names: CriticalNames,
     rules: Vec<Rule>,
     /// For each rule, where in the file it came from.
     sources: Vec<Source>,
@@ -63,11 +67,12 @@ struct Source {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a policy: a [stage] table and [[channel]] tables"
+    expecting = "a policy: a [stage] table, a [criticality] table and [[channel]] tables"
 )]
 struct PolicyFile {
     #[serde(default)]
     stage: StageSection,
+    criticality: Option<Spanned<CriticalitySection>>,
     #[serde(default)]
     channel: Vec<ChannelSection>,
 }
@@ -83,6 +88,18 @@ struct StageSection {
     default_channel: Option<Spanned<String>>,
     #[serde(default)]
     labels: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a [criticality] table with processes and threads (lists of names)"
+)]
+struct CriticalitySection {
+    #[serde(default)]
+    processes: Vec<String>,
+    #[serde(default)]
+    threads: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -272,11 +289,21 @@ impl Policy {
             let inner = e.into_inner();
             error(inner.span(), field, inner.message().trim().to_string())
         })?;
+        let critical_names = match file.criticality {
+            Some(c) => {
+                let span = c.span();
+                let c = c.into_inner();
+                CriticalNames::new(c.processes, c.threads)
+                    .map_err(|e| error(Some(span), "criticality".into(), e.to_string()))?
+            }
+            None => CriticalNames::default(),
+        };
         let mut p = Policy {
             origin: origin.to_string(),
             text: text.to_string(),
             name: file.stage.name,
             labels: file.stage.labels,
+            critical_names,
             rules: Vec::new(),
             sources: Vec::new(),
         };
@@ -1101,6 +1128,23 @@ name = "fg"
                 split: Size(32 << 10),
             })
         );
+    }
+
+    #[test]
+    fn criticality_names_are_read_and_checked() {
+        let p = Policy::parse(
+            "[criticality]\nprocesses = [\"postgres\"]\nthreads = [\"rocksdb:high*\"]\n",
+            "<t>",
+        )
+        .unwrap();
+        assert!(p.critical_names.process_matches("postgres"));
+        assert!(p.critical_names.thread_matches("rocksdb:high0"));
+        assert!(Policy::parse("", "<t>").unwrap().critical_names.is_empty());
+        let e = Policy::parse("[criticality]\nthreads = [\"a*b\"]\n", "<t>").unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (1, "criticality"));
+        assert!(e.message.contains("only as its last character"), "{e}");
+        let e = Policy::parse("[criticality]\nthread = [\"x\"]\n", "<t>").unwrap_err();
+        assert!(e.message.contains("unknown field `thread`"), "{e}");
     }
 
     #[test]

@@ -829,12 +829,20 @@ impl Stage {
                 }
             }
         })?;
+        // Other processes' priority objects hold their non-critical requests
+        // back while this one is in flight.
+        let board = if ctx.criticality.is_critical() {
+            crate::criticality::board().inspect(|b| b.critical_admitted())
+        } else {
+            None
+        };
         Ok(Admission {
             ctx: *ctx,
             stage: self.uid,
             entry,
             route,
             note: admitted.note,
+            on_board: board.is_some(),
             waited_ns: admitted.waited_ns,
             start_ticks: self.clock.ticks(),
         })
@@ -893,6 +901,11 @@ impl Stage {
         let latency = self.clock.ticks().saturating_sub(a.start_ticks);
         if a.stage != self.uid {
             return Err(ForeignAdmission);
+        }
+        if a.on_board {
+            if let Some(b) = crate::criticality::board() {
+                b.critical_completed();
+            }
         }
         let slot = thread_slot(t);
         let finish = |e: &ObjectEntry| {

@@ -38,6 +38,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+
+use crate::criticality::{self, CriticalBoard};
 use serde::{Deserialize, Serialize};
 
 use super::Request;
@@ -248,10 +250,26 @@ impl State {
         critical_waiting || self.outstanding[1] > 0 || self.window_end().is_some_and(|e| now < e)
     }
 
+    /// How often a non-critical waiter held back by other processes' critical
+    /// I/O re-reads the board (nothing notifies across processes): half the
+    /// window, between 50 µs and 1 ms.
+    fn board_poll_ns(&self) -> u64 {
+        (self.config.window.0.as_nanos() as u64 / 2).clamp(50_000, 1_000_000)
+    }
+
     /// The verdict for a request of class `critical` that arrived as number
     /// `seq` (`None`: a new arrival, not queued; it may go only if nobody of
     /// its class waits).
-    fn verdict(&self, seq: Option<u64>, critical: bool, since_ns: u64, now: u64) -> Verdict {
+    /// `others`: whether critical I/O of other processes is active (the
+    /// board's answer; read only for non-critical requests).
+    fn verdict(
+        &self,
+        seq: Option<u64>,
+        critical: bool,
+        since_ns: u64,
+        now: u64,
+        others: bool,
+    ) -> Verdict {
         let first_of_class = self.waiting.iter().find(|w| w.critical == critical);
         let first = match (seq, first_of_class) {
             (None, None) => true,
@@ -273,7 +291,7 @@ impl State {
             return Verdict::Wait(None);
         }
         let critical_waiting = self.waiting.iter().any(|w| w.critical);
-        let active = self.critical_active(now, critical_waiting);
+        let active = others || self.critical_active(now, critical_waiting);
         let limit = if active {
             self.config.busy_depth
         } else {
@@ -302,7 +320,8 @@ impl State {
         } else {
             self.window_end()
         };
-        let deadline = [window, Some(starved_at)]
+        let poll = others.then(|| now.saturating_add(self.board_poll_ns()));
+        let deadline = [window, Some(starved_at), poll]
             .into_iter()
             .flatten()
             .filter(|&t| t > now)
@@ -332,6 +351,9 @@ pub struct Priority {
     /// The non-critical rate limiter, when a rate is set.
     rate: ArcSwapOption<Drl>,
     clock: SharedClock,
+    /// The board to ask about other processes' critical I/O; `None`: the
+    /// process's ([`criticality::board`]), if installed.
+    board: Option<Arc<dyn CriticalBoard>>,
 }
 
 impl Priority {
@@ -357,7 +379,29 @@ impl Priority {
             changed: Condvar::new(),
             rate: ArcSwapOption::new(rate),
             clock,
+            board: None,
         })
+    }
+
+    /// Like [`Priority::new`], asking `board` (instead of the process's
+    /// installed one) about other processes' critical I/O.
+    pub fn with_board(
+        config: PriorityConfig,
+        clock: SharedClock,
+        board: Arc<dyn CriticalBoard>,
+    ) -> Result<Self, ConfigError> {
+        Ok(Self {
+            board: Some(board),
+            ..Self::new(config, clock)?
+        })
+    }
+
+    /// Whether critical I/O of other processes is active, per the board.
+    fn others_active(&self, window: Duration) -> bool {
+        self.board
+            .as_ref()
+            .or_else(|| criticality::board())
+            .is_some_and(|b| b.others_active(window.as_nanos() as u64))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -428,9 +472,8 @@ impl Priority {
                 true
             } else if st.outstanding[0] < st.config.depth {
                 st.outstanding[1] == 0
-                    && st
-                        .window_end()
-                        .is_none_or(|end| self.clock.now_ns() >= end)
+                    && st.window_end().is_none_or(|end| self.clock.now_ns() >= end)
+                    && !self.others_active(st.config.window.0)
             } else {
                 false
             };
@@ -440,7 +483,10 @@ impl Priority {
             }
         }
         let arrival = self.clock.now_ns();
-        if let Verdict::Admit { critical, starved } = st.verdict(None, critical, arrival, arrival) {
+        let others = !critical && self.others_active(st.config.window.0);
+        if let Verdict::Admit { critical, starved } =
+            st.verdict(None, critical, arrival, arrival, others)
+        {
             st.take(critical, starved, arrival);
             return (critical, 0);
         }
@@ -460,7 +506,8 @@ impl Priority {
                 .position(|w| w.seq == seq)
                 .expect("a waiter stays queued until it leaves");
             let class = st.waiting[pos].critical;
-            match st.verdict(Some(seq), class, arrival, now) {
+            let others = !class && self.others_active(st.config.window.0);
+            match st.verdict(Some(seq), class, arrival, now, others) {
                 Verdict::Admit { critical, starved } => {
                     st.waiting.remove(pos);
                     st.take(critical, starved, now);
@@ -723,6 +770,48 @@ mod tests {
         hc.join().unwrap();
     }
 
+    /// A board whose answer the test sets.
+    #[derive(Debug, Default)]
+    struct FakeBoard {
+        others: std::sync::atomic::AtomicBool,
+    }
+
+    impl CriticalBoard for FakeBoard {
+        fn critical_admitted(&self) {}
+        fn critical_completed(&self) {}
+        fn others_active(&self, _window_ns: u64) -> bool {
+            self.others.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn other_processes_critical_io_holds_background_to_busy_depth() {
+        let board = Arc::new(FakeBoard::default());
+        let clock = FakeClock::new();
+        let config = PriorityConfig {
+            depth: 4,
+            busy_depth: 1,
+            ..PriorityConfig::default()
+        };
+        let p = Arc::new(Priority::with_board(config, Arc::new(clock), board.clone()).unwrap());
+        board.others.store(true, Ordering::Relaxed);
+        let a = p.admit(&ctx(1, false, 1)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let h = spawn_admit(&p, ctx(2, false, 1), 2, &tx);
+        no_more(&rx);
+        // Critical requests of this process are not held by others' I/O.
+        let c = p.admit(&ctx(3, true, 1)).unwrap();
+        assert_eq!(c.note, NOTE_CRITICAL);
+        p.complete(&ctx(3, true, 1), c.note, 1);
+        board.others.store(false, Ordering::Relaxed);
+        // Still inside this process's own window after its critical request.
+        p.wake_waiters();
+        no_more(&rx);
+        p.complete(&ctx(1, false, 1), a.note, 1);
+        assert_eq!(rx.recv().unwrap().0, 2, "a busy-depth slot freed");
+        h.join().unwrap();
+    }
+
     #[test]
     fn window_holds_background_to_busy_depth() {
         let (p, clock) = object(PriorityConfig {
@@ -884,7 +973,7 @@ mod tests {
             let seq = self.st.next_seq;
             self.st.next_seq += 1;
             if let Verdict::Admit { critical, starved } =
-                self.st.verdict(None, critical, self.now, self.now)
+                self.st.verdict(None, critical, self.now, self.now, false)
             {
                 self.check_admission(critical, starved);
                 self.st.take(critical, starved, self.now);
@@ -943,7 +1032,7 @@ mod tests {
                 for (seq, class) in seqs {
                     let since = self.queued.iter().find(|q| q.0 == seq).unwrap().2;
                     if let Verdict::Admit { critical, starved } =
-                        self.st.verdict(Some(seq), class, since, self.now)
+                        self.st.verdict(Some(seq), class, since, self.now, false)
                     {
                         self.check_admission(critical, starved);
                         let pos = self.st.waiting.iter().position(|w| w.seq == seq).unwrap();
