@@ -47,7 +47,50 @@ pub struct Admission {
     pub(crate) start_ticks: u64,
 }
 
+/// An [`Admission`] taken apart into plain words, for layers that must hold
+/// it where a Rust value cannot live (a C caller's ticket). Only
+/// [`Admission::from_raw`] of a value that [`Admission::into_raw`] returned
+/// means anything: `internal` is opaque, and a forged one can make the stage
+/// release a slot or refund bytes it never reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawAdmission {
+    /// The request's context, as admitted.
+    pub ctx: Context,
+    /// Everything else, opaque.
+    pub internal: [u64; 5],
+}
+
 impl Admission {
+    /// Takes the admission apart (see [`RawAdmission`]).
+    pub fn into_raw(self) -> RawAdmission {
+        RawAdmission {
+            ctx: self.ctx,
+            internal: [
+                self.stage,
+                self.entry,
+                u64::from(self.route) | u64::from(self.note) << 32,
+                self.waited_ns << 1 | u64::from(self.on_board),
+                self.start_ticks,
+            ],
+        }
+    }
+
+    /// Puts back an admission that [`Admission::into_raw`] took apart, to be
+    /// completed exactly once.
+    pub fn from_raw(raw: RawAdmission) -> Self {
+        let [stage, entry, route_note, waited, start_ticks] = raw.internal;
+        Self {
+            ctx: raw.ctx,
+            stage,
+            entry,
+            route: route_note as u32,
+            note: (route_note >> 32) as u32,
+            on_board: waited & 1 != 0,
+            waited_ns: waited >> 1,
+            start_ticks,
+        }
+    }
+
     /// The request's context, as admitted.
     pub fn context(&self) -> &Context {
         &self.ctx
@@ -57,5 +100,36 @@ impl Admission {
     /// nanoseconds (0 if not at all).
     pub fn waited_ns(&self) -> u64 {
         self.waited_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{RequestContext, RequestType};
+
+    #[test]
+    fn raw_round_trip_keeps_every_field() {
+        let a = Admission {
+            ctx: Context::explicit(7, RequestType::WRITE, RequestContext::NONE, 4096),
+            stage: 3,
+            entry: u64::MAX - 1,
+            route: 0xdead_beef,
+            note: 0x8000_0001,
+            on_board: true,
+            waited_ns: (1 << 62) + 5,
+            start_ticks: 42,
+        };
+        let b = Admission {
+            ctx: a.ctx,
+            stage: a.stage,
+            entry: a.entry,
+            route: a.route,
+            note: a.note,
+            on_board: a.on_board,
+            waited_ns: a.waited_ns,
+            start_ticks: a.start_ticks,
+        };
+        assert_eq!(Admission::from_raw(a.into_raw()), b);
     }
 }

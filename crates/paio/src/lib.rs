@@ -59,7 +59,7 @@ pub mod stage;
 pub mod stats;
 pub mod units;
 
-pub use admission::{Admission, ForeignAdmission};
+pub use admission::{Admission, ForeignAdmission, RawAdmission};
 pub use clock::{Clock, FakeClock, MonotonicClock, SharedClock};
 pub use context::{
     clear_request_context, current_request_context, set_request_context, Context, ContextScope,
