@@ -1168,6 +1168,7 @@ name = "fg"
             ("starvation = \"0ms\"\n", 6, 14, "starvation", "more than 0"),
             ("burst = 10\n", 6, 9, "burst", "needs a rate"),
             ("window = \"2\"\n", 6, 10, "window", "a unit is required"),
+            ("split = \"5000B\"\n", 6, 9, "split", "multiple of 4 KiB"),
         ] {
             fails(
                 &format!("{OBJ}kind = \"priority\"\n{settings}"),

@@ -167,6 +167,12 @@ impl PriorityConfig {
         if self.burst.is_some() && self.rate.is_none() {
             return invalid("burst", "needs a rate");
         }
+        if self.split.0 % SPLIT_ALIGN != 0 {
+            return invalid(
+                "split",
+                "must be 0 (off) or a multiple of 4 KiB, so pieces of direct I/O stay aligned",
+            );
+        }
         Ok(())
     }
 
@@ -208,6 +214,10 @@ struct Waiter {
     workflow: WorkflowId,
     critical: bool,
 }
+
+/// Pieces of a split call are multiples of this many bytes, so a piece of an
+/// `O_DIRECT` call keeps the alignment the whole call had.
+pub const SPLIT_ALIGN: u64 = 4096;
 
 #[derive(Debug)]
 struct State {
