@@ -111,6 +111,11 @@ struct RunArgs {
     /// paiod is absent; the stage connects when it appears.
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
     control: Option<PathBuf>,
+    /// Mark every request of the command critical (PAIO_CRITICAL=1): priority
+    /// objects admit them first, and other programs' priority objects hold
+    /// their background requests back while they run (docs/criticality.md).
+    #[arg(long)]
+    critical: bool,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -305,6 +310,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     }
     if let Some(n) = &name {
         cmd.env("PAIO_STAGE_NAME", &n.0);
+    }
+    if a.critical {
+        cmd.env("PAIO_CRITICAL", "1");
     }
     if let Some(sock) = &a.control {
         let sock = if sock.as_os_str().is_empty() {

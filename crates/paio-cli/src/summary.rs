@@ -217,14 +217,24 @@ impl Sum {
 fn header(out: &mut String) {
     let _ = writeln!(
         out,
-        "  {:<13} {:>10} {:>11} {:>9} {:>9} {:>9} {:>9}",
-        "channel", "ops", "bytes", "MiB/s", "waited", "wait p50", "wait p99"
+        "  {:<13} {:>10} {:>11} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "channel",
+        "ops",
+        "bytes",
+        "MiB/s",
+        "waited",
+        "wait p50",
+        "wait p99",
+        "lat p50",
+        "lat p99",
+        "lat p99.9"
     );
 }
 
-/// One table row; `waits` is (time waited, p50, p99), already formatted.
-fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, waits: [&str; 3]) {
-    let [wait, p50, p99] = waits;
+/// One table row; `times` is (time waited, wait p50, wait p99, latency p50,
+/// p99, p99.9), already formatted.
+fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, times: [&str; 6]) {
+    let [wait, p50, p99, l50, l99, l999] = times;
     let mibps = if secs > 0.0 {
         format!("{:.1}", bytes as f64 / (1u64 << 20) as f64 / secs)
     } else {
@@ -237,7 +247,7 @@ fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, waits:
     };
     let _ = writeln!(
         out,
-        "  {name:<13} {ops:>10} {:>11} {mibps:>9} {wait:>9} {p50:>9} {p99:>9}",
+        "  {name:<13} {ops:>10} {:>11} {mibps:>9} {wait:>9} {p50:>9} {p99:>9} {l50:>9} {l99:>9} {l999:>9}",
         human_bytes(bytes)
     );
 }
@@ -245,8 +255,10 @@ fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, waits:
 /// The summary of a run that lasted `elapsed`: per process (pid, exe) and
 /// per channel operations, bytes, MiB/s over the run, time spent waiting and
 /// wait p50/p99 (over all the channel's requests, including those that did
-/// not wait); then per-channel totals over all processes (percentiles do
-/// not add up across processes, so totals give the total time waited).
+/// not wait), and the latency p50/p99/p99.9 of its calls (requests issued in
+/// two phases; `-` when none was); then per-channel totals over all
+/// processes (percentiles do not add up across processes, so totals give the
+/// total time waited).
 /// Requests that matched no channel appear as `(unmatched)`.
 pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
     let secs = elapsed.as_secs_f64();
@@ -283,6 +295,14 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
         header(&mut out);
         for c in &f.stats.channels {
             let w = &c.counts.wait_total;
+            let l = &c.counts.latency_total;
+            let lat = |ns: u64| {
+                if l.is_empty() {
+                    "-".to_string()
+                } else {
+                    human_ns(ns)
+                }
+            };
             row(
                 &mut out,
                 &c.name,
@@ -292,6 +312,9 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
                     &human_ns(w.total_ns),
                     &human_ns(w.p50_ns),
                     &human_ns(w.p99_ns),
+                    &lat(l.p50_ns),
+                    &lat(l.p99_ns),
+                    &lat(l.p999_ns),
                 ],
             );
         }
@@ -302,7 +325,7 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
                 "(unmatched)",
                 (u.ops, u.bytes),
                 secs,
-                ["-", "-", "-"],
+                ["-", "-", "-", "-", "-", "-"],
             );
         }
     }
@@ -343,7 +366,7 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
             name,
             (s.ops, s.bytes),
             secs,
-            [&human_ns(s.wait_ns), "-", "-"],
+            [&human_ns(s.wait_ns), "-", "-", "-", "-", "-"],
         );
         all.ops += s.ops;
         all.bytes = all.bytes.wrapping_add(s.bytes);
@@ -355,7 +378,7 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
             "(unmatched)",
             (unmatched.ops, unmatched.bytes),
             secs,
-            ["-", "-", "-"],
+            ["-", "-", "-", "-", "-", "-"],
         );
     }
     row(
@@ -363,7 +386,7 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
         "all channels",
         (all.ops, all.bytes),
         secs,
-        [&human_ns(all.wait_ns), "-", "-"],
+        [&human_ns(all.wait_ns), "-", "-", "-", "-", "-"],
     );
     out
 }
@@ -430,18 +453,18 @@ mod tests {
         let expected = "\
 paio: summary: 1 process with statistics, 2.00 s
 pid 4242 (ppid 4200) /usr/bin/dd  stage \"paio\"
-  channel              ops       bytes     MiB/s    waited  wait p50  wait p99
-  read                1024    1.00 GiB     512.0    19.50s    19.9ms    21.0ms
-  write               1024    1.00 GiB     512.0         0         0         0
-  metadata               7         0 B       0.0         0         0         0
-  (unmatched)            3         0 B       0.0         -         -         -
+  channel              ops       bytes     MiB/s    waited  wait p50  wait p99   lat p50   lat p99 lat p99.9
+  read                1024    1.00 GiB     512.0    19.50s    19.9ms    21.0ms         -         -         -
+  write               1024    1.00 GiB     512.0         0         0         0         -         -         -
+  metadata               7         0 B       0.0         0         0         0         -         -         -
+  (unmatched)            3         0 B       0.0         -         -         -         -         -         -
 total over 1 process
-  channel              ops       bytes     MiB/s    waited  wait p50  wait p99
-  read                1024    1.00 GiB     512.0    19.50s         -         -
-  write               1024    1.00 GiB     512.0         0         -         -
-  metadata               7         0 B       0.0         0         -         -
-  (unmatched)            3         0 B       0.0         -         -         -
-  all channels        2055    2.00 GiB    1024.0    19.50s         -         -
+  channel              ops       bytes     MiB/s    waited  wait p50  wait p99   lat p50   lat p99 lat p99.9
+  read                1024    1.00 GiB     512.0    19.50s         -         -         -         -         -
+  write               1024    1.00 GiB     512.0         0         -         -         -         -         -
+  metadata               7         0 B       0.0         0         -         -         -         -         -
+  (unmatched)            3         0 B       0.0         -         -         -         -         -         -
+  all channels        2055    2.00 GiB    1024.0    19.50s         -         -         -         -         -
 ";
         assert_eq!(s, expected, "\n{s}");
     }

@@ -41,43 +41,166 @@ fn stream_fd(stream: *mut FILE) -> c_int {
 
 // ------------------------------------------------------------ data calls
 
+/// A data call on the file offset (`read`, `writev`, ...): two phases,
+/// never split. `$size` computes the requested size (only when a stage is
+/// active).
 macro_rules! data_hook {
-    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, $size:expr, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> ssize_t {
             let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
                 return nosys() as ssize_t;
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real($($a),*) };
-            rt::after_data(RequestType::$rt, $fd, r as i64);
-            r
+            rt::data_call(RequestType::$rt, $fd, || $size, rt::Split::Never, &mut |_, _| {
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                unsafe { real($($a),*) as i64 }
+            }) as ssize_t
         }
     };
 }
 
-data_hook!(read, c"read", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t));
-data_hook!(write, c"write", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t));
-data_hook!(pread, c"pread", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off_t));
-data_hook!(pread64, c"pread64", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off64_t));
-data_hook!(pwrite, c"pwrite", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t, off: off_t));
-data_hook!(pwrite64, c"pwrite64", WRITE, fd, (fd: c_int, buf: *const c_void, count: size_t, off: off64_t));
-data_hook!(readv, c"readv", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int));
-data_hook!(writev, c"writev", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int));
-data_hook!(preadv, c"preadv", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t));
-data_hook!(preadv64, c"preadv64", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t));
-data_hook!(preadv2, c"preadv2", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int));
-data_hook!(preadv64v2, c"preadv64v2", READ, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int));
-data_hook!(pwritev, c"pwritev", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t));
-data_hook!(pwritev64, c"pwritev64", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t));
-data_hook!(pwritev2, c"pwritev2", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off_t, flags: c_int));
-data_hook!(pwritev64v2, c"pwritev64v2", WRITE, fd, (fd: c_int, iov: *const iovec, cnt: c_int, off: off64_t, flags: c_int));
+data_hook!(read, c"read", READ, fd, count as u64, (fd: c_int, buf: *mut c_void, count: size_t));
+data_hook!(write, c"write", WRITE, fd, count as u64, (fd: c_int, buf: *const c_void, count: size_t));
+data_hook!(readv, c"readv", READ, fd, iov_len_of(iov, cnt), (fd: c_int, iov: *const iovec, cnt: c_int));
+data_hook!(writev, c"writev", WRITE, fd, iov_len_of(iov, cnt), (fd: c_int, iov: *const iovec, cnt: c_int));
 // _FORTIFY_SOURCE variants: the real ones check and call libc's internal
 // read, which no preload sees, so nothing is counted twice.
-data_hook!(__read_chk, c"__read_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t));
-data_hook!(__pread_chk, c"__pread_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off_t, buflen: size_t));
-data_hook!(__pread64_chk, c"__pread64_chk", READ, fd, (fd: c_int, buf: *mut c_void, count: size_t, off: off64_t, buflen: size_t));
+data_hook!(__read_chk, c"__read_chk", READ, fd, count as u64, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t));
+
+/// A positional call with one buffer (`pread`, `pwrite64`, ...): two
+/// phases; split into pieces when the stage asks and the file allows.
+/// `$extra` are trailing arguments passed unchanged (a fortify length).
+macro_rules! positional_hook {
+    ($name:ident, $sym:literal, $rt:ident, $buf:ty, $off:ty, ($($extra:ident : $et:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, buf: $buf, count: size_t, off: $off $(, $extra: $et)*) -> ssize_t {
+            let Some(real) = real_fn!($sym, fn(c_int, $buf, size_t, $off $(, $et)*) -> ssize_t) else {
+                return nosys() as ssize_t;
+            };
+            rt::data_call(RequestType::$rt, fd, || count as u64, rt::Split::IfRegular, &mut |at, len| {
+                if len == u64::MAX {
+                    // SAFETY: the caller's arguments, unchanged.
+                    return unsafe { real(fd, buf, count, off $(, $extra)*) as i64 };
+                }
+                // A piece: `len` bytes at `at` into the caller's buffer and
+                // file range, both within what the caller passed.
+                // SAFETY: `at + len <= count`, so the piece lies inside the
+                // caller's buffer; a fortify length shrinks by the same `at`.
+                unsafe {
+                    real(fd, buf.byte_add(at as usize), len as size_t, off + at as $off
+                        $(, $extra - at as $et)*) as i64
+                }
+            }) as ssize_t
+        }
+    };
+}
+
+positional_hook!(pread, c"pread", READ, *mut c_void, off_t, ());
+positional_hook!(pread64, c"pread64", READ, *mut c_void, off64_t, ());
+positional_hook!(pwrite, c"pwrite", WRITE, *const c_void, off_t, ());
+positional_hook!(pwrite64, c"pwrite64", WRITE, *const c_void, off64_t, ());
+positional_hook!(__pread_chk, c"__pread_chk", READ, *mut c_void, off_t, (buflen: size_t));
+positional_hook!(__pread64_chk, c"__pread64_chk", READ, *mut c_void, off64_t, (buflen: size_t));
+
+/// Linux's limit on a vectored call's iovec count (`UIO_MAXIOV`).
+const IOV_MAX: c_int = 1024;
+
+/// Total length of an iovec array (0 when the array is invalid by count or
+/// NULL: the real call then fails with EINVAL/EFAULT by itself).
+///
+/// # Safety
+/// `iov` points to `cnt` iovecs when `0 < cnt <= IOV_MAX` and it is not NULL.
+unsafe fn iov_len(iov: *const iovec, cnt: c_int) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { iovecs(iov, cnt) }
+        .iter()
+        .fold(0u64, |n, v| n.saturating_add(v.iov_len as u64))
+}
+
+/// [`iov_len`] of the iovec array a hook's caller passed (the real call
+/// reads the same array).
+#[inline]
+fn iov_len_of(iov: *const iovec, cnt: c_int) -> u64 {
+    // SAFETY: called only from vectored hooks with the caller's arguments,
+    // which the libc contract requires to describe `cnt` iovecs.
+    unsafe { iov_len(iov, cnt) }
+}
+
+/// The caller's iovec array as a slice (empty when invalid by count or
+/// NULL).
+///
+/// # Safety
+/// As [`iov_len`].
+unsafe fn iovecs<'a>(iov: *const iovec, cnt: c_int) -> &'a [iovec] {
+    if iov.is_null() || cnt <= 0 || cnt > IOV_MAX {
+        return &[];
+    }
+    // SAFETY: the caller's contract: `cnt` valid iovecs at `iov`.
+    unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
+}
+
+/// The iovecs covering bytes `at .. at + len` of `iov` (a piece of a split
+/// vectored call).
+fn iov_piece(iov: &[iovec], at: u64, len: u64) -> Vec<iovec> {
+    let mut out = Vec::new();
+    let (mut skip, mut left) = (at, len);
+    for v in iov {
+        if left == 0 {
+            break;
+        }
+        let n = v.iov_len as u64;
+        if skip >= n {
+            skip -= n;
+            continue;
+        }
+        let take = (n - skip).min(left);
+        out.push(iovec {
+            iov_base: v.iov_base.wrapping_byte_add(skip as usize),
+            iov_len: take as size_t,
+        });
+        left -= take;
+        skip = 0;
+    }
+    out
+}
+
+/// A positional vectored call (`preadv`, `pwritev2`, ...): two phases; split
+/// into pieces when the stage asks, the file allows and (for the `v2` calls)
+/// `flags` is 0: RWF_APPEND, RWF_NOWAIT and the others change what a piece
+/// would mean.
+macro_rules! positional_vec_hook {
+    ($name:ident, $sym:literal, $rt:ident, $off:ty, ($($flags:ident : $ft:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, iov: *const iovec, cnt: c_int, off: $off $(, $flags: $ft)*) -> ssize_t {
+            let Some(real) = real_fn!($sym, fn(c_int, *const iovec, c_int, $off $(, $ft)*) -> ssize_t) else {
+                return nosys() as ssize_t;
+            };
+            let split = if true $(&& $flags == 0)* { rt::Split::IfRegular } else { rt::Split::Never };
+            let size = || iov_len_of(iov, cnt);
+            rt::data_call(RequestType::$rt, fd, size, split, &mut |at, len| {
+                if len == u64::MAX {
+                    // SAFETY: the caller's arguments, unchanged.
+                    return unsafe { real(fd, iov, cnt, off $(, $flags)*) as i64 };
+                }
+                // SAFETY: the caller's iovec array, as the real call reads it.
+                let piece = iov_piece(unsafe { iovecs(iov, cnt) }, at, len);
+                // SAFETY: the piece's iovecs lie inside the caller's buffers;
+                // the array lives until the call returns.
+                unsafe { real(fd, piece.as_ptr(), piece.len() as c_int, off + at as $off $(, $flags)*) as i64 }
+            }) as ssize_t
+        }
+    };
+}
+
+positional_vec_hook!(preadv, c"preadv", READ, off_t, ());
+positional_vec_hook!(preadv64, c"preadv64", READ, off64_t, ());
+positional_vec_hook!(preadv2, c"preadv2", READ, off_t, (flags: c_int));
+positional_vec_hook!(preadv64v2, c"preadv64v2", READ, off64_t, (flags: c_int));
+positional_vec_hook!(pwritev, c"pwritev", WRITE, off_t, ());
+positional_vec_hook!(pwritev64, c"pwritev64", WRITE, off64_t, ());
+positional_vec_hook!(pwritev2, c"pwritev2", WRITE, off_t, (flags: c_int));
+positional_vec_hook!(pwritev64v2, c"pwritev64v2", WRITE, off64_t, (flags: c_int));
 
 /// Calls moving bytes between two descriptors: counted as a read of `fd_in`
 /// and a write of `fd_out`.
@@ -701,5 +824,70 @@ pub unsafe extern "C" fn closedir(d: *mut libc::DIR) -> c_int {
     // SAFETY: the caller's argument to the real closedir.
     let r = unsafe { real(d) };
     fdtable::set(fd, 0);
+    r
+}
+
+// ------------------------------------------------------------ thread names
+// A policy's `[criticality] threads` marks threads critical by name: these
+// calls are where names are given.
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_setname_np(thread: libc::pthread_t, name: *const c_char) -> c_int {
+    let Some(real) = real_fn!(
+        c"pthread_setname_np",
+        fn(libc::pthread_t, *const c_char) -> c_int
+    ) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    let r = unsafe { real(thread, name) };
+    if r == 0 && !name.is_null() {
+        // SAFETY: pthread_self has no preconditions.
+        if thread == unsafe { libc::pthread_self() } {
+            // SAFETY: the name the real call accepted is NUL-terminated.
+            rt::thread_named_self(unsafe { CStr::from_ptr(name) });
+        } else {
+            rt::thread_named_other();
+        }
+    }
+    r
+}
+
+// prctl is variadic: its optional arguments are unsigned longs, passed on in
+// the registers they arrived in (as for fcntl above).
+#[no_mangle]
+pub unsafe extern "C" fn prctl(
+    option: c_int,
+    a2: c_ulong,
+    a3: c_ulong,
+    a4: c_ulong,
+    a5: c_ulong,
+) -> c_int {
+    let Some(real) = real_fn!(c"prctl", fn(c_int; ...) -> c_int) else {
+        return nosys();
+    };
+    // SAFETY: the caller's arguments to the real variadic prctl.
+    let r = unsafe { real(option, a2, a3, a4, a5) };
+    if r == 0 && option == libc::PR_SET_NAME && a2 != 0 {
+        // PR_SET_NAME copies at most 16 bytes, NUL-terminated by the kernel:
+        // read the name back from the kernel rather than trust the buffer.
+        let mut buf = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes to `buf`.
+        let got = unsafe {
+            real(
+                libc::PR_GET_NAME,
+                buf.as_mut_ptr() as c_ulong,
+                0 as c_ulong,
+                0 as c_ulong,
+                0 as c_ulong,
+            )
+        };
+        if got == 0 {
+            if let Ok(name) = CStr::from_bytes_until_nul(&buf) {
+                rt::thread_named_self(name);
+            }
+        }
+        // The real PR_GET_NAME leaves errno alone on success.
+    }
     r
 }

@@ -8,9 +8,14 @@
 //! constructor from `PAIO_POLICY` (or the embedded pass-through policy).
 //!
 //! Rules this crate keeps (each is tested in tests/):
-//! - data calls are charged *after* the real call with the bytes it actually
-//!   moved (see [`rt::after_data`]), so statistics are exact and a rate limit
-//!   holds over time; open/close/metadata calls are charged *before* the call;
+//! - descriptor data calls go through the stage in two phases
+//!   ([`rt::data_call`]): admitted before the real call (where a priority
+//!   object orders and limits them and a rate limiter charges the requested
+//!   size), completed after it with the bytes it really moved (refund, call
+//!   latency); large non-critical positional calls may be split into pieces
+//!   with the semantics of one call; nothing of the library is held across
+//!   the real call. stdio and copy calls are charged after the call;
+//!   open/close/metadata calls before it;
 //! - errno is saved and restored around everything the library does itself;
 //! - a per-thread depth guard lets the library's own I/O (and Rust std's)
 //!   through untouched;
@@ -26,3 +31,4 @@ mod fdtable;
 mod hooks;
 mod real;
 mod rt;
+mod tsc;

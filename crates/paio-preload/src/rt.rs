@@ -11,6 +11,13 @@ use paio::context::{FileClass, ThreadRef};
 use paio::{Context, Policy, RequestContext, RequestType, Stage, StageStats};
 
 use crate::fdtable;
+use crate::tsc::TscClock;
+
+/// The policy's `[criticality]` names, when it has any.
+static NAMES: std::sync::OnceLock<paio::CriticalNames> = std::sync::OnceLock::new();
+/// Bumped when a thread names *another* thread: every thread re-checks its
+/// own name against [`NAMES`] at its next data call.
+static NAMES_GENERATION: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// The embedded policy used when `PAIO_POLICY` is not set: pass-through with
 /// statistics per kind of call.
@@ -71,6 +78,8 @@ pub(crate) struct Config {
     default_context: RequestContext,
     /// (canonical prefix, class) sorted longest first.
     class_rules: Vec<(String, u16)>,
+    /// `PAIO_CRITICAL=1`: the whole process is critical.
+    critical: bool,
     /// Interned classes; table class `i` is `classes[i - 1]`.
     classes: Vec<FileClass>,
 }
@@ -160,6 +169,20 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// The errno this guard restores when dropped.
+    #[inline]
+    pub(crate) fn restore_errno_to(&mut self, e: c_int) {
+        self.errno = e;
+    }
+
+    /// The errno the thread had when the guard was entered.
+    #[inline]
+    pub(crate) fn saved_errno(&self) -> c_int {
+        self.errno
+    }
+}
+
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
@@ -220,6 +243,7 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
             CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
             match cfg.build_stage() {
                 Ok(stage) => {
+                    mark_process(cfg);
                     let stage = Box::into_raw(Box::new(stage));
                     STAGE.store(stage, Ordering::Release);
                     reset_process();
@@ -385,6 +409,15 @@ impl Config {
             None => RequestContext::NONE,
         };
         let log = env_get(env, "PAIO_LOG").is_some_and(|s| !s.is_empty() && s != "0");
+        let critical = match env_get(env, "PAIO_CRITICAL").unwrap_or("") {
+            "" | "0" => false,
+            "1" => true,
+            other => {
+                return Err(format!(
+                    "PAIO_CRITICAL {other:?}: expected 1 (the process is critical) or 0"
+                ))
+            }
+        };
         let mut class_names: Vec<String> = Vec::new();
         let mut class_rules = Vec::new();
         for item in env_get(env, "PAIO_FILE_CLASSES")
@@ -431,6 +464,7 @@ impl Config {
             log,
             default_context,
             class_rules,
+            critical,
             classes: class_names
                 .iter()
                 .map(|n| FileClass::named(n).map_err(|e| format!("PAIO_FILE_CLASSES: {e}")))
@@ -445,11 +479,17 @@ impl Config {
         let name = (self.stage_name.clone())
             .or_else(|| policy.name.clone())
             .unwrap_or_else(|| "preload".to_string());
-        let mut builder = Stage::builder(name);
+        let mut builder = Stage::builder(name).clock(std::sync::Arc::new(TscClock::new()));
         for (k, v) in &self.labels {
             builder = builder.label(k.clone(), v.clone());
         }
-        policy.build_stage(builder).map_err(|e| e.to_string())
+        let names = policy.critical_names.clone();
+        let stage = policy.build_stage(builder).map_err(|e| e.to_string())?;
+        if !names.is_empty() {
+            // Leaked once per process (a forked child keeps its parent's).
+            let _ = NAMES.set(names);
+        }
+        Ok(stage)
     }
 
     /// The class of an absolute, canonical path: longest prefix wins.
@@ -571,18 +611,216 @@ fn with_class(cfg: &Config, ctx: Context, class: u16) -> Context {
     }
 }
 
-/// A data call returned `result` (bytes moved, or -1): charge it now. The
-/// real call runs before the stage sees it, so statistics count exactly the
-/// bytes moved and a limiter that makes the caller wait delays its next call;
-/// over any window longer than one request the rate is the same.
+// ---------------------------------------------------------------- data calls
+
+/// A piece of a data call: `(offset into the call, length) -> result` of the
+/// real call for that range (bytes moved, or -1 with errno set).
+pub(crate) type Piece<'a> = &'a mut dyn FnMut(u64, u64) -> i64;
+
+/// How a data call may be split (positional calls only).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// Never: a call on the file offset, or with flags.
+    Never,
+    /// If the descriptor is a regular file opened without `O_APPEND`.
+    IfRegular,
+}
+
+/// Runs a data call of `size` bytes on `fd` through the stage in two phases:
+/// admitted before the real call (where a priority object may hold it and a
+/// rate limiter charges `size`), completed after it with the bytes it really
+/// moved (refunds, latency). A large non-critical positional call whose
+/// object asks for pieces is issued as pieces, each admitted on its own
+/// ([`split_call`]). The caller's errno after this function is the real
+/// call's; nothing of this library is held across the real call.
 #[inline]
-pub(crate) fn after_data(rt: RequestType, fd: c_int, result: i64) {
-    if let Some(g) = Guard::enter() {
-        submit(&g, rt, result.max(0) as u64, fdtable::get(fd));
+pub(crate) fn data_call(
+    rt: RequestType,
+    fd: c_int,
+    size: impl FnOnce() -> u64,
+    split: Split,
+    piece: Piece<'_>,
+) -> i64 {
+    let Some(g) = Guard::enter() else {
+        return piece(0, u64::MAX);
+    };
+    let (Some(cfg), Some(stage)) = (config(), stage()) else {
+        drop(g);
+        return piece(0, u64::MAX);
+    };
+    check_thread_name(&g);
+    let size = size();
+    let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
+    if split == Split::IfRegular {
+        if let Some(p) = stage.split_size_on_thread(g.thread, &ctx) {
+            if p > 0 && size > p && splittable(fd) {
+                return split_call(g, cfg, stage, ctx, p, piece);
+            }
+        }
+    }
+    let admission = stage.admit_on_thread(g.thread, &ctx);
+    // Restores the caller's errno before the real call: a wait in the stage
+    // leaves no trace.
+    drop(g);
+    let r = piece(0, u64::MAX);
+    if let Ok(a) = admission {
+        // The guard saves the real call's errno and restores it on drop.
+        if let Some(g) = Guard::enter_always() {
+            let _ = stage.complete_on_thread(g.thread, a, r.max(0) as u64);
+            maybe_push(&g, cfg);
+        }
+    }
+    r
+}
+
+/// Whether `fd` is a regular file opened without `O_APPEND` (Linux ignores
+/// a positional write's offset under `O_APPEND`: pieces would append out of
+/// order). Raw system calls: nothing interposed, errno restored by the guard.
+fn splittable(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no third argument.
+    let flags = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
+    if flags < 0 || flags as c_int & libc::O_APPEND != 0 {
+        return false;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
+    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) };
+    // SAFETY: fstat succeeded, so it filled `st`.
+    r == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
+/// Issues the call as pieces of `piece_size` bytes, each admitted and
+/// completed on its own, with the semantics of one call: a short piece ends
+/// it with the bytes done so far; an error after some progress returns the
+/// progress with the caller's errno untouched; an error before any returns
+/// -1 with the real errno.
+#[cold]
+fn split_call(
+    g: Guard,
+    cfg: &Config,
+    stage: &'static Stage,
+    ctx: Context,
+    piece_size: u64,
+    piece: Piece<'_>,
+) -> i64 {
+    let caller_errno = g.saved_errno();
+    let total = ctx.size;
+    let mut g = Some(g);
+    let mut done = 0u64;
+    let mut failed = None;
+    while done < total {
+        let len = piece_size.min(total - done);
+        let Some(guard) = g.take().or_else(Guard::enter) else {
+            // Cannot happen on this thread (the depth is ours); issue the
+            // rest as one piece, unadmitted, rather than lose it.
+            let r = piece(done, total - done);
+            return finish(done, r);
+        };
+        let admission = stage.admit_on_thread(guard.thread, &Context { size: len, ..ctx });
+        drop(guard);
+        let r = piece(done, len);
+        let real_errno = errno();
+        if let Some(mut guard) = Guard::enter_always() {
+            if let Ok(a) = admission {
+                let _ = stage.complete_on_thread(guard.thread, a, r.max(0) as u64);
+            }
+            maybe_push(&guard, cfg);
+            // What the caller sees: the caller's errno unless the whole call
+            // fails below.
+            guard.restore_errno_to(caller_errno);
+        }
+        if r < 0 {
+            failed = Some(real_errno);
+            break;
+        }
+        done += r as u64;
+        if (r as u64) < len {
+            break;
+        }
+    }
+    match failed {
+        Some(e) if done == 0 => {
+            set_errno(e);
+            -1
+        }
+        _ => done as i64,
     }
 }
 
-/// As [`after_data`] for calls that move bytes from `fd_in` to `fd_out`
+/// The result of a split call whose remainder `r` ran as one piece.
+fn finish(done: u64, r: i64) -> i64 {
+    match (done, r) {
+        (0, r) => r,
+        (d, r) if r < 0 => d as i64,
+        (d, r) => d as i64 + r,
+    }
+}
+
+// ---------------------------------------------------------------- criticality by name
+
+/// `PAIO_CRITICAL=1`, or the process's name matching the policy's
+/// `[criticality] processes`, marks the whole process critical.
+fn mark_process(cfg: &Config) {
+    let by_name = NAMES.get().is_some_and(|n| {
+        std::fs::read_to_string("/proc/self/comm")
+            .is_ok_and(|comm| n.process_matches(comm.trim_end_matches('\n')))
+    });
+    if cfg.critical || by_name {
+        paio::criticality::set_process_critical(true);
+    }
+}
+
+/// The calling thread named itself `name`: it is critical iff the name
+/// matches the policy's `[criticality] threads`.
+pub(crate) fn thread_named_self(name: &CStr) {
+    let Some(names) = NAMES.get() else { return };
+    if let Some(g) = Guard::enter() {
+        apply_thread_name(&g, names, name);
+    }
+}
+
+/// A thread named another thread: every thread re-reads its own name at its
+/// next data call.
+pub(crate) fn thread_named_other() {
+    if NAMES.get().is_some() {
+        NAMES_GENERATION.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn apply_thread_name(g: &Guard, names: &paio::CriticalNames, name: &CStr) {
+    let critical = name.to_str().is_ok_and(|n| names.thread_matches(n));
+    paio::criticality::set_thread_critical(critical);
+    g.thread
+        .embedder()
+        .names
+        .set(NAMES_GENERATION.load(Ordering::Acquire));
+}
+
+/// Re-reads the calling thread's name if another thread renamed some thread
+/// since it last looked (one relaxed load otherwise).
+#[inline]
+fn check_thread_name(g: &Guard) {
+    let generation = NAMES_GENERATION.load(Ordering::Relaxed);
+    if generation != g.thread.embedder().names.get() {
+        reread_thread_name(g);
+    }
+}
+
+#[cold]
+fn reread_thread_name(g: &Guard) {
+    let Some(names) = NAMES.get() else { return };
+    let mut buf = [0u8; 16];
+    // A raw system call: this library's own `prctl` is not needed here.
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, to `buf`.
+    let r = unsafe { libc::syscall(libc::SYS_prctl, libc::PR_GET_NAME, buf.as_mut_ptr()) };
+    if r == 0 {
+        if let Ok(name) = CStr::from_bytes_until_nul(&buf) {
+            apply_thread_name(g, names, name);
+        }
+    }
+}
+
+/// Charges a call that moved bytes from `fd_in` to `fd_out`
 /// (sendfile, copy_file_range, splice): a read and a write.
 #[inline]
 pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {

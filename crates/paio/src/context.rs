@@ -421,6 +421,7 @@ thread_local! {
             embedder: EmbedderCells {
                 depth: Cell::new(0),
                 countdown: Cell::new(0),
+            names: Cell::new(0),
                 word: Cell::new(0),
             },
             slot: Cell::new(crate::stats::UNASSIGNED),
@@ -451,6 +452,9 @@ pub struct EmbedderCells {
     /// Free for the embedder (the interposer: the address of the thread's
     /// `errno`, looked up once).
     pub word: Cell<usize>,
+    /// Free for the embedder (the interposer: the generation of thread names
+    /// it last checked this thread's name against).
+    pub names: Cell<u32>,
 }
 
 /// The calling thread's per-thread state (from [`with_thread_ref`]): its

@@ -1,0 +1,219 @@
+//! The two-phase data path under the interposer: splitting with the
+//! semantics of one call, call latency in the statistics, and criticality
+//! from PAIO_CRITICAL and from a policy's thread and process names.
+
+mod support;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use support::*;
+
+/// A policy sending every request to one priority object splitting at
+/// `split`.
+fn split_policy(dir: &Path, split: &str) -> PathBuf {
+    let p = dir.join(format!("split-{split}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+[[channel]]
+name = "all"
+match = {{}}
+default_object = "p"
+[[channel.object]]
+name = "p"
+kind = "priority"
+depth = 2
+split = "{split}"
+"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn compile(dir: &Path, name: &str) -> String {
+    require("cc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
+    let exe = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc {name}.c failed");
+    exe.to_str().unwrap().to_string()
+}
+
+fn ops_of(stats: &[Stats], channel: &str) -> u64 {
+    stats.iter().map(|s| s.channel(channel).0).sum()
+}
+
+#[test]
+fn split_calls_return_what_one_call_returns() {
+    let dir = scratch("split");
+    let exe = compile(&dir, "split");
+    // Short reads at end of file, an error after progress and before any,
+    // vectored calls, O_APPEND and pipes: stdout (results, errno, checksums)
+    // equals the plain run's.
+    let pieces = split_policy(&dir, "4KiB");
+    let out = same(&dir, &[&exe], &[("PAIO_POLICY", pieces.to_str().unwrap())]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pread-fault-after 4096 777"), "{text}");
+    assert!(text.contains("pread-fault-before -1 14"), "{text}");
+    let split_ops = ops_of(&take_stats(&dir), "all");
+    // The same program without splitting: the difference is the pieces.
+    let whole = split_policy(&dir, "0B");
+    same(&dir, &[&exe], &[("PAIO_POLICY", whole.to_str().unwrap())]);
+    let whole_ops = ops_of(&take_stats(&dir), "all");
+    assert!(
+        split_ops >= whole_ops + 40,
+        "split into 4 KiB pieces: {split_ops} requests, whole: {whole_ops}"
+    );
+}
+
+/// fio with verification under a priority object splitting at `split`:
+/// (requests, bytes) the stage counted.
+fn fio_run(dir: &Path, engine: &str, split: &str) -> (u64, u64) {
+    let policy = split_policy(dir, split);
+    let args = [
+        "fio",
+        "--name=job",
+        &format!("--ioengine={engine}"),
+        "--rw=randrw",
+        "--bs=256k",
+        "--size=8m",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--filename=fio.dat",
+        "--output-format=terse",
+    ];
+    let out = run(
+        dir,
+        &args,
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(
+        out.status.success(),
+        "fio {engine} failed under the interposer: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // terse field 5 (1-based) is the error code.
+    let err = String::from_utf8_lossy(&out.stdout)
+        .split(';')
+        .nth(4)
+        .unwrap_or("?")
+        .to_string();
+    assert_eq!(err, "0", "fio {engine} reported an error");
+    take_stats(dir).iter().fold((0, 0), |(o, b), s| {
+        let (so, sb) = s.channel("all");
+        (o + so, b + sb)
+    })
+}
+
+fn fio_split(engine: &str) {
+    require("fio");
+    let dir = scratch(&format!("split-fio-{engine}"));
+    let (split_ops, split_bytes) = fio_run(&dir, engine, "4KiB");
+    let (whole_ops, whole_bytes) = fio_run(&dir, engine, "0B");
+    // 8 MiB of 256 KiB calls (reads, writes, then verification reads):
+    // as 4 KiB pieces, at least 63 more requests per 256 KiB of data.
+    assert!(split_bytes >= 8 << 20, "fio {engine}: {split_bytes} bytes");
+    assert!(
+        split_ops >= whole_ops + 63 * ((8 << 20) / (256 << 10)),
+        "fio {engine}: {split_ops} requests split, {whole_ops} whole ({split_bytes} / {whole_bytes} bytes)"
+    );
+}
+
+#[test]
+fn fio_psync_verifies_through_pieces() {
+    fio_split("psync");
+}
+
+#[test]
+fn fio_pvsync_verifies_through_pieces() {
+    fio_split("pvsync");
+}
+
+#[test]
+fn data_calls_have_latency_percentiles() {
+    let dir = scratch("latency");
+    random_file(&dir.join("in.bin"), 1 << 20);
+    run(&dir, &["dd", "if=in.bin", "of=out.bin", "bs=4k"], true, &[]);
+    let stats = take_stats(&dir);
+    let read = stats[0].json["stats"]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "read")
+        .unwrap()
+        .clone();
+    let lat = &read["latency_total"];
+    assert_eq!(lat["ops"].as_u64(), Some(257), "{read}");
+    let (p50, p99, max) = (
+        lat["p50_ns"].as_u64().unwrap(),
+        lat["p99_ns"].as_u64().unwrap(),
+        lat["max_ns"].as_u64().unwrap(),
+    );
+    // A page-cache read of 4 KiB takes microseconds, not nothing and not
+    // seconds; percentiles are ordered.
+    assert!((100..1_000_000).contains(&p50), "{lat}");
+    assert!(p50 <= p99 && p99 <= max, "{lat}");
+}
+
+const ROUTE_BY_CRITICALITY: &str = r#"
+[[channel]]
+name = "critical-reads"
+match = { criticality = "critical", request_type = "read" }
+[[channel]]
+name = "normal-reads"
+match = { criticality = "normal", request_type = "read" }
+"#;
+
+fn routed(dir: &Path, extra: &str, env: &[(&str, &str)], argv: &[&str]) -> (u64, u64, Output) {
+    let policy = dir.join("route.toml");
+    std::fs::write(&policy, format!("{extra}\n{ROUTE_BY_CRITICALITY}")).unwrap();
+    let mut env = env.to_vec();
+    env.push(("PAIO_POLICY", policy.to_str().unwrap()));
+    let out = run(dir, argv, true, &env);
+    let stats = take_stats(dir);
+    let bytes = |c: &str| stats.iter().map(|s| s.channel(c).1).sum::<u64>();
+    (bytes("critical-reads"), bytes("normal-reads"), out)
+}
+
+#[test]
+fn paio_critical_marks_the_process() {
+    let dir = scratch("critical-env");
+    random_file(&dir.join("in.bin"), 100_000);
+    let dd = ["dd", "if=in.bin", "of=/dev/null", "bs=10000"];
+    let (c, n, _) = routed(&dir, "", &[("PAIO_CRITICAL", "1")], &dd);
+    assert_eq!((c, n), (100_000, 0));
+    let (c, n, _) = routed(&dir, "", &[("PAIO_CRITICAL", "0")], &dd);
+    assert_eq!((c, n), (0, 100_000));
+    let (c, n, _) = routed(&dir, "[criticality]\nprocesses = [\"dd\"]", &[], &dd);
+    assert_eq!((c, n), (100_000, 0), "the process name matches");
+}
+
+#[test]
+fn a_bad_paio_critical_is_refused_with_its_reason() {
+    let dir = scratch("critical-bad");
+    let out = run(&dir, &["true"], true, &[("PAIO_CRITICAL", "yes")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PAIO_CRITICAL \"yes\": expected 1 (the process is critical) or 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn thread_names_mark_threads_critical() {
+    let dir = scratch("critical-names");
+    let exe = compile(&dir, "names");
+    let (c, n, out) = routed(&dir, "[criticality]\nthreads = [\"crit-*\"]", &[], &[&exe]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    // Critical: the worker its parent named (10 × 1000 bytes) and the main
+    // thread while it called itself crit-main (10 × 300); not the
+    // background worker (10 × 70) nor main once renamed (10 × 5).
+    assert_eq!((c, n), (13_000, 750));
+}
