@@ -27,6 +27,7 @@
 #![allow(clippy::missing_safety_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod board;
 mod fdtable;
 mod hooks;
 mod real;

@@ -3,15 +3,19 @@
 //! file.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use paio::context::{FileClass, ThreadRef};
 use paio::{Context, Policy, RequestContext, RequestType, Stage, StageStats};
 
+use crate::board::{self, Board};
 use crate::fdtable;
 use crate::tsc::TscClock;
+
+/// The shared board of critical I/O, once opened.
+static BOARD: std::sync::OnceLock<std::sync::Arc<Board>> = std::sync::OnceLock::new();
 
 /// The policy's `[criticality]` names, when it has any.
 static NAMES: std::sync::OnceLock<paio::CriticalNames> = std::sync::OnceLock::new();
@@ -80,6 +84,8 @@ pub(crate) struct Config {
     class_rules: Vec<(String, u16)>,
     /// `PAIO_CRITICAL=1`: the whole process is critical.
     critical: bool,
+    /// The shared board's path (`PAIO_BOARD`; `None` for `off`).
+    board: Option<PathBuf>,
     /// Interned classes; table class `i` is `classes[i - 1]`.
     classes: Vec<FileClass>,
 }
@@ -244,6 +250,7 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
             match cfg.build_stage() {
                 Ok(stage) => {
                     mark_process(cfg);
+                    open_board(cfg);
                     let stage = Box::into_raw(Box::new(stage));
                     STAGE.store(stage, Ordering::Release);
                     reset_process();
@@ -302,6 +309,28 @@ extern "C" fn atfork_child() {
     PUSHING.store(false, Ordering::Relaxed);
     paio::context::forget_thread_id();
     reset_process();
+    if let Some(b) = BOARD.get() {
+        // The child's critical requests are its own: a slot of its own.
+        b.claim_slot();
+    }
+}
+
+/// Opens the shared board and makes it the process's
+/// ([`paio::criticality::install_board`]); says why on stderr if it cannot:
+/// then only this process's critical I/O holds its background requests.
+fn open_board(cfg: &Config) {
+    let Some(path) = &cfg.board else { return };
+    match Board::open(path) {
+        Ok(b) => {
+            let b = std::sync::Arc::new(b);
+            if BOARD.set(b.clone()).is_ok() {
+                paio::criticality::install_board(b);
+            }
+        }
+        Err(e) => raw_stderr(&format!(
+            "paio: {e}; critical I/O of other processes is not seen (PAIO_BOARD=off silences this)\n"
+        )),
+    }
 }
 
 fn reset_process() {
@@ -409,6 +438,15 @@ impl Config {
             None => RequestContext::NONE,
         };
         let log = env_get(env, "PAIO_LOG").is_some_and(|s| !s.is_empty() && s != "0");
+        let board = match env_get(env, "PAIO_BOARD") {
+            Some("off") => None,
+            Some(p) if !p.is_empty() && !p.starts_with('/') => {
+                return Err(format!(
+                    "PAIO_BOARD {p:?}: expected an absolute path, or \"off\""
+                ))
+            }
+            other => Some(board::default_path(other)),
+        };
         let critical = match env_get(env, "PAIO_CRITICAL").unwrap_or("") {
             "" | "0" => false,
             "1" => true,
@@ -465,6 +503,7 @@ impl Config {
             default_context,
             class_rules,
             critical,
+            board,
             classes: class_names
                 .iter()
                 .map(|n| FileClass::named(n).map_err(|e| format!("PAIO_FILE_CLASSES: {e}")))

@@ -217,3 +217,132 @@ fn thread_names_mark_threads_critical() {
     // background worker (10 × 70) nor main once renamed (10 × 5).
     assert_eq!((c, n), (13_000, 750));
 }
+
+/// A background program under a priority object with `busy_depth = 0` holds
+/// its reads while another program's critical read is in flight (seen through
+/// the shared board), and goes on once it completed.
+fn background_and_critical(kill_critical: bool) {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let dir = scratch(if kill_critical { "board-kill" } else { "board" });
+    let board = dir.join("test.board");
+    let board = board.to_str().unwrap();
+    random_file(&dir.join("in.bin"), 40_960);
+    std::fs::write(
+        dir.join("bg.toml"),
+        r#"
+[[channel]]
+name = "all"
+match = {}
+default_object = "p"
+[[channel.object]]
+name = "p"
+kind = "priority"
+busy_depth = 0
+starvation = "60s"
+"#,
+    )
+    .unwrap();
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // The critical program blocks in read(2) on the FIFO: its request is
+    // admitted and in flight until the test writes.
+    let mut critical = Command::new("dd")
+        .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_CRITICAL", "1")
+        .env("PAIO_BOARD", board)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    // Wait until the critical read is on the board (its pid's slot counts
+    // one request in flight): poll the board's in-flight word.
+    let t0 = Instant::now();
+    loop {
+        let words = std::fs::read(dir.join("test.board")).unwrap_or_default();
+        if words.len() == 4096 && u64::from_le_bytes(words[16..24].try_into().unwrap()) == 1 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the critical read never showed on the board"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut background = Command::new("dd")
+        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_POLICY", dir.join("bg.toml"))
+        .env("PAIO_BOARD", board)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        background.try_wait().unwrap().is_none(),
+        "the background read went ahead of the critical one in flight"
+    );
+    if kill_critical {
+        // Dies with its request in flight: the board takes it back.
+        critical.kill().unwrap();
+        critical.wait().unwrap();
+    } else {
+        writer.write_all(b"x").unwrap();
+        drop(writer);
+        assert!(critical.wait().unwrap().success());
+    }
+    let t1 = Instant::now();
+    let status = loop {
+        if let Some(s) = background.try_wait().unwrap() {
+            break s;
+        }
+        // The starvation guard would release it only after 60 s.
+        assert!(
+            t1.elapsed() < Duration::from_secs(30),
+            "background still held"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(status.success());
+}
+
+#[test]
+fn background_waits_for_another_programs_critical_io() {
+    background_and_critical(false);
+}
+
+/// A critical program killed with a request in flight does not hold the
+/// others back: readers reclaim a dead process's count (within a second).
+#[test]
+fn a_dead_critical_program_is_reclaimed() {
+    background_and_critical(true);
+}
+
+#[test]
+fn a_board_others_can_read_is_refused() {
+    let dir = scratch("board-mode");
+    let board = dir.join("open.board");
+    std::fs::write(&board, vec![0u8; 4096]).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&board, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(
+        &dir,
+        &["true"],
+        true,
+        &[("PAIO_BOARD", board.to_str().unwrap())],
+    );
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mode 644 lets other users in: remove it")
+            && err.contains("critical I/O of other processes is not seen"),
+        "{err}"
+    );
+}
