@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat taillat-driver lint bench experiment-bandwidth experiment-taillat fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality fuzz header clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-c test-python test-rocksdb test-taillat
+test: setup lint test-rust test-c test-python test-rocksdb test-taillat test-criticality
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -41,7 +41,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth bench/taillat
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
@@ -57,6 +57,12 @@ taillat-driver: release-bins test-rocksdb
 ## (RocksDB + plugin + paiod's SILK policy, CSV, plots), not the numbers.
 test-taillat: taillat-driver
 	python3 bench/taillat/run.py --short
+
+## A 20-second smoke run of the criticality experiment: checks the pipeline
+## (fio critical and background jobs, paio run --critical, the board, CSV,
+## table, plots), not the numbers.
+test-criticality: release-bins
+	python3 bench/criticality/run.py --quick --out target/criticality-smoke --data-dir target/criticality-smoke-data
 
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup
@@ -76,6 +82,14 @@ experiment-bandwidth: release-bins
 TAILLAT_REPEAT ?= 1
 experiment-taillat: taillat-driver
 	python3 bench/taillat/run.py --repeat $(TAILLAT_REPEAT)
+
+## Critical I/O first (issue 11, about 25 minutes): critical fio reads, RocksDB
+## readrandom and sqlite commits against background fio and dd, in five setups
+## (vanilla, ionice with BFQ and mq-deadline, a static limit, paio), 3 rounds;
+## results and plots in bench/results/criticality/. Root (scheduler switch).
+CRITICALITY_ROUNDS ?= 3
+experiment-criticality: release-bins
+	python3 bench/criticality/run.py --rounds $(CRITICALITY_ROUNDS)
 
 ## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
 fuzz:

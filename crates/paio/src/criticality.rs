@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
@@ -285,6 +285,47 @@ pub trait CriticalBoard: Send + Sync + fmt::Debug {
     /// Whether critical I/O of *another* process is in flight, or completed
     /// less than `window_ns` ago.
     fn others_active(&self, window_ns: u64) -> bool;
+}
+
+/// The critical requests of one stage, whichever channel and object they
+/// went through: a [`Priority`](crate::object::Priority) object holds its
+/// non-critical requests back while any critical request of its stage is in
+/// flight or completed less than its window ago, also when critical requests
+/// are routed to another channel.
+#[derive(Debug, Default)]
+pub struct CriticalActivity {
+    in_flight: AtomicU64,
+    /// Stage-clock nanoseconds of the latest completion, plus one (0: none).
+    last: AtomicU64,
+}
+
+impl CriticalActivity {
+    /// A critical request was admitted.
+    #[inline]
+    pub fn admitted(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A critical request admitted before completed at `now_ns` (the
+    /// stage's clock).
+    #[inline]
+    pub fn completed(&self, now_ns: u64) {
+        self.last.fetch_max(now_ns.saturating_add(1), Ordering::Relaxed);
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+
+    /// Whether a critical request is in flight, or one completed less than
+    /// `window_ns` before `now_ns`.
+    #[inline]
+    pub fn active(&self, now_ns: u64, window_ns: u64) -> bool {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return true;
+        }
+        let last = self.last.load(Ordering::Relaxed);
+        last != 0 && now_ns < (last - 1).saturating_add(window_ns)
+    }
 }
 
 static BOARD: OnceLock<Arc<dyn CriticalBoard>> = OnceLock::new();

@@ -17,7 +17,7 @@ use toml::Spanned;
 
 use crate::criticality::CriticalNames;
 use crate::differentiation::{Classifier, Pattern};
-use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig};
+use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig, SplitWhen};
 use crate::rule::Rule;
 use crate::stage::{Stage, StageBuilder};
 use crate::units::{HumanDuration, Rate, Size};
@@ -133,6 +133,7 @@ struct ObjectSection {
     window: Option<Spanned<HumanDuration>>,
     starvation: Option<Spanned<HumanDuration>>,
     split: Option<Spanned<Size>>,
+    split_when: Option<Spanned<SplitWhen>>,
     #[serde(default, rename = "match")]
     matches: Option<Spanned<OneOrMany>>,
 }
@@ -168,6 +169,7 @@ impl Kind {
                 "rate",
                 "burst",
                 "split",
+                "split_when",
             ],
         }
     }
@@ -505,6 +507,7 @@ fn object_config(
         obj.window.as_ref().map(|v| (v.span(), "window")),
         obj.starvation.as_ref().map(|v| (v.span(), "starvation")),
         obj.split.as_ref().map(|v| (v.span(), "split")),
+        obj.split_when.as_ref().map(|v| (v.span(), "split_when")),
     ];
     if let Some((span, field)) = given
         .iter()
@@ -546,6 +549,10 @@ fn object_config(
                 rate: obj.rate.as_ref().map(|v| *v.get_ref()),
                 burst: obj.burst.as_ref().map(|v| *v.get_ref()),
                 split: obj.split.as_ref().map_or(d.split, |v| *v.get_ref()),
+                split_when: obj
+                    .split_when
+                    .as_ref()
+                    .map_or(d.split_when, |v| *v.get_ref()),
             };
             config.validate().map_err(|e| {
                 let ConfigError::Invalid { field, reason } = e else {
@@ -1103,7 +1110,7 @@ name = "fg"
         let text = format!(
             "{OBJ}kind = \"priority\"\n\
              [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\ndepth = 8\nbusy_depth = 0\n\
-             critical_depth = 16\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\n"
+             critical_depth = 16\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\nsplit_when = \"always\"\n"
         );
         let stage = Stage::from_policy_str(&text, "t.toml").unwrap();
         let info = stage.info();
@@ -1126,6 +1133,7 @@ name = "fg"
                 rate: Some(Rate::bytes_per_sec(10 << 20)),
                 burst: None,
                 split: Size(32 << 10),
+                split_when: SplitWhen::Always,
             })
         );
     }

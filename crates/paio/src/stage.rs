@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
+use crate::criticality::CriticalActivity;
 use crate::admission::{Admission, ForeignAdmission};
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
 use crate::clock::{monotonic, SharedClock};
@@ -244,7 +245,12 @@ impl Model {
     }
 
     /// Applies `rule` to this model; `Ok(true)` when the routing changed.
-    fn apply(&mut self, rule: &Rule, clock: &SharedClock) -> Result<bool, RuleError> {
+    fn apply(
+        &mut self,
+        rule: &Rule,
+        clock: &SharedClock,
+        activity: &Arc<CriticalActivity>,
+    ) -> Result<bool, RuleError> {
         match rule {
             Rule::CreateChannel { name } => {
                 check_name(name)?;
@@ -291,7 +297,7 @@ impl Model {
                         name: name.clone(),
                     });
                 }
-                let object = object::build(config, clock).map_err(|source| RuleError::Config {
+                let object = object::build(config, clock, activity).map_err(|source| RuleError::Config {
                     channel: channel.clone(),
                     object: name.clone(),
                     source,
@@ -473,6 +479,8 @@ pub struct Stage {
     identity: StageIdentity,
     uid: u64,
     clock: SharedClock,
+    /// Its critical requests, whichever object they go through.
+    activity: Arc<CriticalActivity>,
     model: Mutex<Model>,
     table: ArcSwap<Table>,
     generation: AtomicU64,
@@ -653,6 +661,7 @@ impl StageBuilder {
                 previous: HashMap::new(),
             }),
             clock,
+            activity: Arc::default(),
             model: Mutex::new(model),
             table: ArcSwap::from_pointee(table),
             generation: AtomicU64::new(0),
@@ -832,6 +841,7 @@ impl Stage {
         // Other processes' priority objects hold their non-critical requests
         // back while this one is in flight.
         let board = if ctx.criticality.is_critical() {
+            self.activity.admitted();
             crate::criticality::board().inspect(|b| b.critical_admitted())
         } else {
             None
@@ -902,9 +912,12 @@ impl Stage {
         if a.stage != self.uid {
             return Err(ForeignAdmission);
         }
-        if a.on_board {
-            if let Some(b) = crate::criticality::board() {
-                b.critical_completed();
+        if a.ctx.criticality.is_critical() {
+            self.activity.completed(self.clock.now_ns());
+            if a.on_board {
+                if let Some(b) = crate::criticality::board() {
+                    b.critical_completed();
+                }
             }
         }
         let slot = thread_slot(t);
@@ -1069,7 +1082,7 @@ impl Stage {
                     undo.push((entry.clone(), entry.object.config()));
                 }
             }
-            match next.apply(rule, &self.clock) {
+            match next.apply(rule, &self.clock, &self.activity) {
                 Ok(changed) => rerouted |= changed,
                 Err(e) => {
                     for (entry, config) in undo.into_iter().rev() {
@@ -1381,6 +1394,14 @@ mod tests {
         let (stage, _clock) = two_phase_stage();
         crate::context::with_thread_ref(|t| {
             let read = ctx(RequestType::READ, RequestContext::NONE, 1 << 20);
+            assert_eq!(
+                stage.split_size_on_thread(t, &read),
+                None,
+                "nothing critical in flight"
+            );
+            let busy = stage
+                .admit(&read.with_criticality(crate::Criticality::Critical))
+                .unwrap();
             assert_eq!(stage.split_size_on_thread(t, &read), Some(32 << 10));
             let critical = read.with_criticality(crate::Criticality::Critical);
             assert_eq!(stage.split_size_on_thread(t, &critical), None);
@@ -1390,6 +1411,7 @@ mod tests {
                 None,
                 "a drl never splits"
             );
+            stage.complete(busy, 0).unwrap();
         });
     }
 

@@ -15,8 +15,9 @@ mod priority;
 
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
-pub use priority::{Priority, PriorityConfig, PriorityStatus};
+pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen};
 
+use crate::criticality::CriticalActivity;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,14 +261,19 @@ impl ObjectConfig {
     }
 }
 
-/// `obj_init`: creates a built-in object from its configuration.
+/// `obj_init`: creates a built-in object from its configuration, for a
+/// stage whose clock is `clock` and whose critical requests `activity`
+/// counts.
 pub fn build(
     config: &ObjectConfig,
     clock: &SharedClock,
+    activity: &Arc<CriticalActivity>,
 ) -> Result<Arc<dyn EnforcementObject>, ConfigError> {
     Ok(match config {
         ObjectConfig::Noop => Arc::new(Noop),
         ObjectConfig::Drl(c) => Arc::new(Drl::new(c.clone(), clock.clone())?),
-        ObjectConfig::Priority(c) => Arc::new(Priority::new(c.clone(), clock.clone())?),
+        ObjectConfig::Priority(c) => Arc::new(
+            Priority::new(c.clone(), clock.clone())?.with_activity(activity.clone()),
+        ),
     })
 }

@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 
-use crate::criticality::{self, CriticalBoard};
+use crate::criticality::{self, CriticalActivity, CriticalBoard};
 use serde::{Deserialize, Serialize};
 
 use super::Request;
@@ -101,6 +101,32 @@ pub struct PriorityConfig {
     /// turns splitting off. Default 32 KiB.
     #[serde(default = "default_split")]
     pub split: Size,
+    /// When large non-critical calls are split: see [`SplitWhen`].
+    #[serde(default, skip_serializing_if = "SplitWhen::is_busy")]
+    pub split_when: SplitWhen,
+}
+
+/// When a [`Priority`] object asks for large non-critical calls to be split.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitWhen {
+    /// Only while critical I/O is active (here, or in another process per
+    /// the board), the default: the pieces of one call are issued one after
+    /// another, which costs background throughput, and are worth it only
+    /// when a critical request may be waiting behind the call. A call that
+    /// starts whole while nothing is critical stays whole.
+    #[default]
+    Busy,
+    /// Always: the wait of a critical request that arrives behind a call is
+    /// bounded even before the stage has seen any critical I/O, at the
+    /// throughput cost at all times.
+    Always,
+}
+
+impl SplitWhen {
+    fn is_busy(&self) -> bool {
+        *self == SplitWhen::Busy
+    }
 }
 
 fn default_split() -> Size {
@@ -130,6 +156,7 @@ impl Default for PriorityConfig {
             rate: None,
             burst: None,
             split: default_split(),
+            split_when: SplitWhen::Busy,
         }
     }
 }
@@ -364,6 +391,8 @@ pub struct Priority {
     /// The board to ask about other processes' critical I/O; `None`: the
     /// process's ([`criticality::board`]), if installed.
     board: Option<Arc<dyn CriticalBoard>>,
+    /// The critical requests of the object's stage, whatever their route.
+    activity: Option<Arc<CriticalActivity>>,
 }
 
 impl Priority {
@@ -390,7 +419,18 @@ impl Priority {
             rate: ArcSwapOption::new(rate),
             clock,
             board: None,
+            activity: None,
         })
+    }
+
+    /// The same object, also holding non-critical requests back while
+    /// `activity` (its stage's critical requests, whichever object they go
+    /// through) is active.
+    pub fn with_activity(self, activity: Arc<CriticalActivity>) -> Self {
+        Self {
+            activity: Some(activity),
+            ..self
+        }
     }
 
     /// Like [`Priority::new`], asking `board` (instead of the process's
@@ -406,8 +446,17 @@ impl Priority {
         })
     }
 
-    /// Whether critical I/O of other processes is active, per the board.
+    /// Whether critical I/O outside this object is active: its stage's
+    /// requests through other objects, or other processes' per the board.
     fn others_active(&self, window: Duration) -> bool {
+        let window_ns = window.as_nanos() as u64;
+        if self
+            .activity
+            .as_ref()
+            .is_some_and(|a| a.active(self.clock.now_ns(), window_ns))
+        {
+            return true;
+        }
         self.board
             .as_ref()
             .or_else(|| criticality::board())
@@ -594,13 +643,26 @@ impl EnforcementObject for Priority {
         true
     }
 
-    /// `split` for non-critical requests; critical requests are never split.
+    /// `split` for a non-critical request larger than it while critical I/O
+    /// is active (here, or in another process per the board): splitting
+    /// bounds how long a critical request waits behind it, and costs
+    /// throughput (pieces are issued one after another), so a request is
+    /// issued whole when nothing critical runs. Critical requests are never
+    /// split.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
-        match self.split.load(Ordering::Relaxed) {
-            0 => None,
-            _ if ctx.criticality.is_critical() => None,
-            n => Some(n),
+        let n = self.split.load(Ordering::Relaxed);
+        if n == 0 || ctx.size <= n || ctx.criticality.is_critical() {
+            return None;
         }
+        if self.lock().config.split_when == SplitWhen::Always {
+            return Some(n);
+        }
+        let active = {
+            let st = self.lock();
+            let critical_waiting = st.waiting.iter().any(|w| w.critical);
+            st.critical_active(self.clock.now_ns(), critical_waiting)
+        };
+        (active || self.others_active(self.lock().config.window.0)).then_some(n)
     }
 
     fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
@@ -917,7 +979,7 @@ mod tests {
 
     #[test]
     fn configure_validates_and_changes_limits() {
-        let (p, _) = object(PriorityConfig::default());
+        let (p, clock) = object(PriorityConfig::default());
         let bad = PriorityConfig {
             busy_depth: 9,
             ..PriorityConfig::default()
@@ -944,8 +1006,23 @@ mod tests {
         assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), None);
         p.configure(&ObjectConfig::Priority(PriorityConfig::default()))
             .unwrap();
+        // Split only while critical I/O is active, and only what is larger
+        // than a piece; never a critical request.
+        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), None, "nothing critical");
+        let c = p.admit(&ctx(2, true, 1)).unwrap();
         assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10));
+        assert_eq!(p.split_size(&ctx(1, false, 32 << 10)), None, "one piece");
         assert_eq!(p.split_size(&ctx(1, true, 1 << 20)), None);
+        p.complete(&ctx(2, true, 1), c.note, 1);
+        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10), "window");
+        clock.advance(Duration::from_millis(2));
+        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), None, "window over");
+        p.configure(&ObjectConfig::Priority(PriorityConfig {
+            split_when: SplitWhen::Always,
+            ..PriorityConfig::default()
+        }))
+        .unwrap();
+        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10), "always");
     }
 
     /// A single-threaded model of waiting threads: requests arrive, queue,

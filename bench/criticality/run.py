@@ -1,0 +1,458 @@
+#!/usr/bin/env python3
+"""Critical I/O first (issue 11; RCP FAST'17, FastResponse ICS'22).
+
+A latency-critical job and a background job share this machine's disk.
+Critical workloads (one at a time):
+
+  fio      small random reads at queue depth 1 (4 KiB, O_DIRECT, psync):
+           completion-latency percentiles from fio
+  rocksdb  db_bench readrandom on an existing database with direct reads
+           (one thread, a small block cache): percentiles from db_bench
+  sqlite   sqlite3 commits with fsync (a Python loop timing each commit)
+
+Background, separate unmodified processes started first: fio with two
+sequential 1 MiB readers and two sequential 512 KiB writers (O_DIRECT,
+psync), and a buffered `dd` writer.
+
+Setups, interleaved and rotated per round:
+
+  vanilla          nothing
+  ionice-bfq       BFQ scheduler, background under `ionice -c3` (idle class)
+  ionice-deadline  mq-deadline (the default), background under `ionice -c3`
+  static           background under `paio run --limit read=R --limit write=W`
+  paio             critical job under `paio run --critical`, background under
+                   `paio run --policy bench/criticality/background.toml`
+
+For each setup and round the background also runs alone, for its
+throughput without critical work.  Results in bench/results/criticality/.
+Stdlib + matplotlib.  Run as root (the scheduler switch); the scheduler is
+restored on exit, SIGINT and errors.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import math
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import expt  # noqa: E402
+from expt import block_device_of, commit_info, machine_info  # noqa: E402
+
+REPO = expt.REPO
+HERE = Path(__file__).resolve().parent
+MIB = 1 << 20
+ALL_SETUPS = ("vanilla", "ionice-bfq", "ionice-deadline", "static", "paio")
+ALL_WORKLOADS = ("fio", "rocksdb", "sqlite")
+PERCENTILES = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 99.5, 99.9, 99.99)
+DriverError = expt.ExperimentError
+
+
+# ---------------------------------------------------------------- pure parts
+
+def fio_clat_us(doc):
+    """{percentile: microseconds} and ops/s of the first job's reads in a
+    fio JSON document."""
+    job = doc["jobs"][0]["read"]
+    pct = job["clat_ns"].get("percentile")
+    if not pct:
+        raise DriverError("fio reported no completion-latency percentiles")
+    return {float(k): v / 1e3 for k, v in pct.items()}, job["iops"]
+
+
+def fio_bandwidth_mib(doc):
+    """Sum of read and write bandwidth over a fio JSON document's jobs, MiB/s."""
+    return sum(j["read"]["bw"] + j["write"]["bw"] for j in doc["jobs"]) / 1024.0
+
+
+def db_bench_percentiles(text):
+    """{percentile: microseconds} and ops/s from db_bench's output with
+    --histogram (the `Percentiles:` line and the benchmark's result line)."""
+    pct, ops = {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Percentiles:") and not pct:
+            parts = line.split()[1:]
+            for name, value in zip(parts[::2], parts[1::2]):
+                pct[float(name.rstrip(":")[1:])] = float(value)
+        if line.startswith("readrandom") and "ops/sec" in line:
+            ops = float(line.split("ops/sec")[0].split(";")[-1].split()[-1])
+    if not pct or ops is None:
+        raise DriverError(f"db_bench printed no percentiles or rate:\n{text[-2000:]}")
+    return pct, ops
+
+
+def percentiles_of(samples, points=PERCENTILES):
+    """{percentile: value} of `samples` (nearest rank)."""
+    if not samples:
+        raise DriverError("no samples")
+    s = sorted(samples)
+    out = {}
+    for p in points:
+        k = max(0, min(len(s) - 1, math.ceil(p * len(s) / 100.0 - 1e-9) - 1))
+        out[float(p)] = s[k]
+    return out
+
+
+def summarize(rows):
+    """Per (workload, setup): median and extremes of p50/p99/p99.9, critical
+    ops/s and background MiB/s (with and without critical work), plus ratios
+    against vanilla's medians."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["workload"], r["setup"]), []).append(r)
+    fields = ("p50_us", "p99_us", "p999_us", "crit_ops", "bg_mib", "bg_alone_mib")
+    out = []
+    for (w, s), rs in sorted(groups.items()):
+        e = {"workload": w, "setup": s, "rounds": len(rs)}
+        for f in fields:
+            vals = [float(r[f]) for r in rs]
+            e[f] = (statistics.median(vals), min(vals), max(vals))
+        out.append(e)
+    base = {e["workload"]: e for e in out if e["setup"] == "vanilla"}
+    for e in out:
+        b = base.get(e["workload"])
+        if b:
+            e["p999_vs_vanilla"] = b["p999_us"][0] / e["p999_us"][0] if e["p999_us"][0] else 0.0
+            e["bg_vs_vanilla"] = e["bg_mib"][0] / b["bg_mib"][0] if b["bg_mib"][0] else 0.0
+            e["bg_alone_vs_vanilla"] = (e["bg_alone_mib"][0] / b["bg_alone_mib"][0]
+                                        if b["bg_alone_mib"][0] else 0.0)
+    return out
+
+
+def markdown(summary):
+    """The summary table."""
+    def cell(t, digits=0):
+        m, lo, hi = t
+        return f"{m:.{digits}f} ({lo:.{digits}f}..{hi:.{digits}f})"
+    lines = [
+        "| workload | setup | rounds | p50 µs | p99 µs | p99.9 µs | p99.9 vanilla/setup "
+        "| critical ops/s | background MiB/s | bg % of vanilla | bg alone MiB/s | alone % |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for e in summary:
+        lines.append(
+            f"| {e['workload']} | {e['setup']} | {e['rounds']} | {cell(e['p50_us'])} "
+            f"| {cell(e['p99_us'])} | {cell(e['p999_us'])} "
+            f"| {e.get('p999_vs_vanilla', 0):.1f}x | {cell(e['crit_ops'])} "
+            f"| {cell(e['bg_mib'])} | {100 * e.get('bg_vs_vanilla', 0):.0f} % "
+            f"| {cell(e['bg_alone_mib'])} | {100 * e.get('bg_alone_vs_vanilla', 0):.0f} % |")
+    return "\n".join(lines) + "\n"
+
+
+def rotation(setups, round_index):
+    """The setups' order in round `round_index`: rotated by one each round."""
+    k = round_index % len(setups)
+    return list(setups[k:]) + list(setups[:k])
+
+
+# ---------------------------------------------------------------- running
+
+class Run:
+    def __init__(self, args, data, out):
+        self.args, self.data, self.out = args, data, out
+        self.paio = str(Path(args.bin_dir) / "paio")
+        self.children = []
+        self.disk = block_device_of(data)[2]
+        self.sched_file = Path(f"/sys/block/{self.disk}/queue/scheduler")
+        self.sched_orig = self.current_scheduler()
+
+    def current_scheduler(self):
+        try:
+            text = self.sched_file.read_text()
+        except OSError:
+            return None
+        return text[text.index("[") + 1:text.index("]")] if "[" in text else None
+
+    def set_scheduler(self, name):
+        if self.current_scheduler() == name:
+            return
+        try:
+            self.sched_file.write_text(name)
+        except OSError as e:
+            raise DriverError(f"cannot select the {name} scheduler in {self.sched_file}: {e} "
+                              "(root needed)") from e
+
+    def restore(self):
+        for c in self.children:
+            if c.poll() is None:
+                c.kill()
+                c.wait()
+        self.children = []
+        if self.sched_orig:
+            try:
+                self.set_scheduler(self.sched_orig)
+            except DriverError as e:
+                print(f"WARNING: {e}", file=sys.stderr)
+
+    def prepare(self):
+        """Data files (once) and the RocksDB database (once)."""
+        for name, mib in (("crit.dat", self.args.crit_mib), ("bg-read.dat", self.args.bg_mib)):
+            f = self.data / name
+            if not f.exists() or f.stat().st_size != mib * MIB:
+                print(f"preparing {f} ({mib} MiB)", flush=True)
+                subprocess.run(["fio", "--name=prep", f"--filename={f}", f"--size={mib}m",
+                                "--rw=write", "--bs=1m", "--direct=1",
+                                "--output-format=terse"], check=True, stdout=subprocess.DEVNULL)
+        if "rocksdb" in self.args.workloads and not (self.data / "db" / "CURRENT").exists():
+            print("preparing the RocksDB database (fillrandom)", flush=True)
+            subprocess.run(["db_bench", "--benchmarks=fillrandom", f"--db={self.data / 'db'}",
+                            f"--num={self.args.db_keys}", "--value_size=400",
+                            "--compression_type=none", "--disable_wal=1"],
+                           check=True, stdout=subprocess.DEVNULL)
+
+    def wrap_background(self, setup, argv):
+        if setup.startswith("ionice"):
+            return ["ionice", "-c3"] + argv
+        if setup == "static":
+            return [self.paio, "run", "--limit", f"read={self.args.static_read}",
+                    "--limit", f"write={self.args.static_write}", "--"] + argv
+        if setup == "paio":
+            return [self.paio, "run", "--policy", self.args.paio_policy, "--"] + argv
+        return argv
+
+    def wrap_critical(self, setup, argv):
+        if setup == "paio":
+            return [self.paio, "run", "--critical", "--"] + argv
+        return argv
+
+    def start_background(self, setup, seconds, tag):
+        """fio readers and writers plus a buffered dd; returns (fio process,
+        its JSON path, dd process)."""
+        j = self.out / "raw" / f"{tag}.bg.json"
+        fio = ["fio", "--output-format=json", f"--output={j}", "--direct=1",
+               "--ioengine=psync", "--time_based", f"--runtime={seconds}",
+               f"--write_bw_log={self.out / 'raw' / tag}", "--log_avg_msec=1000",
+               "--name=readers", f"--filename={self.data / 'bg-read.dat'}", "--rw=read",
+               "--bs=1m", "--numjobs=2",
+               "--name=writers", f"--filename={self.data / 'bg-write.dat'}", "--rw=write",
+               "--bs=512k", f"--size={self.args.bg_mib}m", "--numjobs=2"]
+        dd = ["dd", "if=/dev/zero", f"of={self.data / 'bg-dd.dat'}", "bs=1M",
+              f"count={self.args.dd_mib}", "status=none"]
+        p = subprocess.Popen(self.wrap_background(setup, fio), stdout=subprocess.DEVNULL)
+        d = subprocess.Popen(self.wrap_background(setup, dd), stdout=subprocess.DEVNULL)
+        self.children += [p, d]
+        return p, j, d
+
+    def finish_background(self, fio, j, dd):
+        if fio.wait() != 0:
+            raise DriverError(f"background fio failed (exit {fio.returncode})")
+        dd.kill()
+        dd.wait()
+        return fio_bandwidth_mib(json.loads(j.read_text()))
+
+    def critical(self, setup, workload, seconds, tag):
+        """Runs the critical job; ({percentile: µs}, ops/s)."""
+        if workload == "fio":
+            j = self.out / "raw" / f"{tag}.crit.json"
+            argv = ["fio", "--name=crit", f"--filename={self.data / 'crit.dat'}",
+                    "--rw=randread", "--bs=4k", "--direct=1", "--ioengine=psync",
+                    "--time_based", f"--runtime={seconds}",
+                    "--percentile_list=" + ":".join(f"{p:g}" for p in PERCENTILES),
+                    "--output-format=json", f"--output={j}"]
+            self.check(subprocess.run(self.wrap_critical(setup, argv)), "fio")
+            return fio_clat_us(json.loads(j.read_text()))
+        if workload == "rocksdb":
+            argv = ["db_bench", "--benchmarks=readrandom", f"--db={self.data / 'db'}",
+                    "--use_existing_db=1", "--use_direct_reads=1", "--threads=1",
+                    f"--num={self.args.db_keys}", f"--duration={seconds}",
+                    "--cache_size=8388608", "--histogram=1", "--value_size=400"]
+            r = subprocess.run(self.wrap_critical(setup, argv), capture_output=True, text=True)
+            self.check(r, "db_bench", r.stderr)
+            (self.out / "raw" / f"{tag}.crit.txt").write_text(r.stdout)
+            return db_bench_percentiles(r.stdout)
+        if workload == "sqlite":
+            argv = [sys.executable, str(HERE / "commits.py"), str(self.data / "commits.db"),
+                    str(seconds)]
+            r = subprocess.run(self.wrap_critical(setup, argv), capture_output=True, text=True)
+            self.check(r, "commits.py", r.stderr)
+            samples = json.loads(r.stdout)
+            (self.out / "raw" / f"{tag}.crit.json").write_text(r.stdout)
+            return percentiles_of(samples), len(samples) / seconds
+        raise DriverError(f"unknown workload {workload}")
+
+    @staticmethod
+    def check(result, what, err=""):
+        if result.returncode != 0:
+            raise DriverError(f"{what} failed (exit {result.returncode}): {err[-1000:]}")
+
+    def one(self, rnd, setup, workload):
+        """Background alone (once per setup and round), then background with
+        the critical job started `lead` seconds in."""
+        a = self.args
+        self.set_scheduler("bfq" if setup == "ionice-bfq" else a.scheduler)
+        tag = f"r{rnd}-{setup}-{workload}"
+        bg = self.start_background(setup, a.seconds + 2 * a.lead, tag)
+        time.sleep(a.lead)
+        pct, ops = self.critical(setup, workload, a.seconds, tag)
+        bg_mib = self.finish_background(*bg)
+        return {"round": rnd, "setup": setup, "workload": workload,
+                "p50_us": pct[50.0], "p99_us": pct[99.0], "p999_us": pct[99.9],
+                "crit_ops": ops, "bg_mib": bg_mib, "percentiles": pct}
+
+    def alone(self, rnd, setup):
+        a = self.args
+        self.set_scheduler("bfq" if setup == "ionice-bfq" else a.scheduler)
+        bg = self.start_background(setup, a.alone_seconds, f"r{rnd}-{setup}-alone")
+        return self.finish_background(*bg)
+
+
+def plot(out, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    workloads = sorted({r["workload"] for r in rows})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        for setup in ALL_SETUPS:
+            rs = [r for r in rows if r["workload"] == w and r["setup"] == setup]
+            if not rs:
+                continue
+            # The round with the median p99.9.
+            r = sorted(rs, key=lambda r: r["p999_us"])[len(rs) // 2]
+            pts = sorted(r["percentiles"].items())
+            ax.plot([v for _, v in pts], [p for p, _ in pts], marker=".", label=setup)
+        ax.set_xscale("log")
+        ax.set_xlabel("latency (µs, log)")
+        ax.set_ylabel("percentile")
+        ax.set_title(f"critical {w}: latency CDF (median round)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "latency-cdf.png", dpi=110)
+    plt.close(fig)
+    # Per-second background throughput of round 0's fio workload per setup.
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for setup in ALL_SETUPS:
+        logs = sorted((out / "raw").glob(f"r0-{setup}-fio_bw.*.log"))
+        per_s = {}
+        for log in logs:
+            for line in log.read_text().splitlines():
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) >= 2:
+                    sec = int(parts[0]) // 1000
+                    per_s[sec] = per_s.get(sec, 0.0) + int(parts[1]) / 1024.0
+        if per_s:
+            xs = sorted(per_s)
+            ax.plot(xs, [per_s[x] for x in xs], label=setup)
+    ax.set_xlabel("s")
+    ax.set_ylabel("background MiB/s (fio)")
+    ax.set_title("background throughput per second (round 0, critical fio from the lead)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "background-throughput.png", dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--setups", default=",".join(ALL_SETUPS))
+    ap.add_argument("--workloads", default=",".join(ALL_WORKLOADS))
+    ap.add_argument("--seconds", type=int, default=15, help="critical job duration")
+    ap.add_argument("--lead", type=int, default=2,
+                    help="seconds the background runs before (and after) the critical job")
+    ap.add_argument("--alone-seconds", type=int, default=8)
+    ap.add_argument("--data-dir", default="/var/tmp/paio-criticality")
+    ap.add_argument("--out", default=str(REPO / "bench/results/criticality"))
+    ap.add_argument("--bin-dir", default=str(REPO / "target/release"))
+    ap.add_argument("--scheduler", default="mq-deadline",
+                    help="scheduler of every setup but ionice-bfq")
+    ap.add_argument("--paio-policy", default=str(HERE / "background.toml"),
+                    help="the background's policy in the paio setup")
+    ap.add_argument("--static-read", default="200MiB/s")
+    ap.add_argument("--static-write", default="100MiB/s")
+    ap.add_argument("--crit-mib", type=int, default=512)
+    ap.add_argument("--bg-mib", type=int, default=2048)
+    ap.add_argument("--dd-mib", type=int, default=4096)
+    ap.add_argument("--db-keys", type=int, default=2_000_000)
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke check: 1 round, vanilla and paio, fio only, 2 s")
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.rounds, a.setups, a.workloads = 1, "vanilla,paio", "fio"
+        a.seconds, a.lead, a.alone_seconds = 2, 1, 2
+        a.crit_mib, a.bg_mib, a.dd_mib = 64, 128, 64
+    a.setups = a.setups.split(",")
+    a.workloads = a.workloads.split(",")
+    for s in a.setups:
+        if s not in ALL_SETUPS:
+            ap.error(f"unknown setup {s!r}; expected some of {','.join(ALL_SETUPS)}")
+    for w in a.workloads:
+        if w not in ALL_WORKLOADS:
+            ap.error(f"unknown workload {w!r}; expected some of {','.join(ALL_WORKLOADS)}")
+    return a
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    for tool in ["fio", "ionice"] + (["db_bench"] if "rocksdb" in args.workloads else []):
+        if not shutil.which(tool):
+            raise DriverError(f"{tool} is not installed (make setup installs it)")
+    if not (Path(args.bin_dir) / "paio").is_file():
+        raise DriverError(f"{args.bin_dir}/paio not found: build with `make release-bins`")
+    data = Path(args.data_dir)
+    data.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    run = Run(args, data, out)
+    header = [
+        f"command: {shlex.join([sys.executable] + sys.argv)}",
+        f"date (UTC): {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}",
+        f"machine: {machine_info(data)}",
+        f"commit: {commit_info()}",
+        f"scheduler: {run.sched_orig} (ionice-bfq switches to bfq and back)",
+        f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
+        f"rounds: {args.rounds}; critical {args.seconds} s inside {args.seconds + 2 * args.lead} s "
+        f"of background; static limits read {args.static_read} write {args.static_write}",
+    ]
+    (out / "header.txt").write_text("\n".join(header) + "\n")
+    print("\n".join(header), flush=True)
+    rows = []
+    total = args.rounds * len(args.setups) * (len(args.workloads) + 1)
+    done, t0 = 0, time.monotonic()
+    try:
+        run.prepare()
+        for rnd in range(args.rounds):
+            for setup in rotation(args.setups, rnd):
+                alone = run.alone(rnd, setup)
+                done += 1
+                for w in args.workloads:
+                    r = run.one(rnd, setup, w)
+                    r["bg_alone_mib"] = alone
+                    rows.append(r)
+                    done += 1
+                    print(f"[{done}/{total} {time.monotonic() - t0:.0f}s] round {rnd} {setup:16} "
+                          f"{w:8} p50 {r['p50_us']:9.0f} µs  p99 {r['p99_us']:9.0f}  "
+                          f"p99.9 {r['p999_us']:9.0f}  crit {r['crit_ops']:7.0f}/s  "
+                          f"bg {r['bg_mib']:6.0f} MiB/s (alone {alone:.0f})", flush=True)
+    finally:
+        run.restore()
+    fields = ["round", "setup", "workload", "p50_us", "p99_us", "p999_us", "crit_ops",
+              "bg_mib", "bg_alone_mib"]
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    (out / "runs.json").write_text(json.dumps(rows, indent=1))
+    table = markdown(summarize(rows))
+    (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
+    print("\n" + table)
+    if not args.no_plot:
+        plot(out, rows)
+        print(f"plots: {out / 'latency-cdf.png'}, {out / 'background-throughput.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    expt.run_main(main)

@@ -1,0 +1,81 @@
+"""Tests of bench/criticality/run.py's parsing and summary (no I/O)."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
+
+
+def test_fio_clat_percentiles_in_microseconds():
+    doc = {"jobs": [{"read": {"iops": 1234.5, "clat_ns": {"percentile": {
+        "50.000000": 54000, "99.000000": 85000, "99.900000": 171000}}}}]}
+    pct, ops = run.fio_clat_us(doc)
+    assert pct == {50.0: 54.0, 99.0: 85.0, 99.9: 171.0}
+    assert ops == 1234.5
+
+
+def test_fio_without_percentiles_is_an_error():
+    with pytest.raises(run.DriverError):
+        run.fio_clat_us({"jobs": [{"read": {"iops": 1, "clat_ns": {}}}]})
+
+
+def test_fio_bandwidth_sums_reads_and_writes_of_every_job():
+    doc = {"jobs": [{"read": {"bw": 1024}, "write": {"bw": 0}},
+                    {"read": {"bw": 0}, "write": {"bw": 2048}}]}
+    assert run.fio_bandwidth_mib(doc) == 3.0
+
+
+DB_BENCH = """\
+readrandom   :     295.653 micros/op 3382 ops/sec 3.000 seconds 10147 operations;    1.3 MB/s (10147 of 10147 found)
+Microseconds per read:
+Count: 10147 Average: 295.6 StdDev: 200.1
+Min: 50  Median: 298.2  Max: 9000
+Percentiles: P50: 298.20 P75: 410.00 P99: 756.00 P99.9: 1223.00 P99.99: 4000.00
+"""
+
+
+def test_db_bench_percentiles_and_rate():
+    pct, ops = run.db_bench_percentiles(DB_BENCH)
+    assert pct[50.0] == 298.2 and pct[99.0] == 756.0 and pct[99.9] == 1223.0
+    assert pct[99.99] == 4000.0
+    assert ops == 3382.0
+
+
+def test_db_bench_without_percentiles_is_an_error():
+    with pytest.raises(run.DriverError):
+        run.db_bench_percentiles("readrandom : 1 micros/op 5 ops/sec\n")
+
+
+def test_percentiles_of_samples_nearest_rank():
+    pct = run.percentiles_of(list(range(1, 1001)), points=(50, 99, 99.9))
+    assert pct == {50.0: 500, 99.0: 990, 99.9: 999}
+
+
+def test_rotation_moves_the_first_setup_each_round():
+    s = ("a", "b", "c")
+    assert run.rotation(s, 0) == ["a", "b", "c"]
+    assert run.rotation(s, 1) == ["b", "c", "a"]
+    assert run.rotation(s, 3) == ["a", "b", "c"]
+
+
+def row(setup, p999, bg, alone, rnd=0):
+    return {"round": rnd, "setup": setup, "workload": "fio", "p50_us": 1, "p99_us": 2,
+            "p999_us": p999, "crit_ops": 10, "bg_mib": bg, "bg_alone_mib": alone}
+
+
+def test_summary_medians_extremes_and_ratios_against_vanilla():
+    rows = [row("vanilla", 3000, 1000, 1000, 0), row("vanilla", 6000, 1200, 1100, 1),
+            row("vanilla", 9000, 800, 900, 2),
+            row("paio", 1000, 900, 1000, 0), row("paio", 500, 700, 1000, 1),
+            row("paio", 2000, 950, 1050, 2)]
+    s = {e["setup"]: e for e in run.summarize(rows)}
+    assert s["vanilla"]["p999_us"] == (6000, 3000, 9000)
+    assert s["paio"]["p999_us"] == (1000, 500, 2000)
+    assert s["paio"]["p999_vs_vanilla"] == 6.0
+    assert s["paio"]["bg_vs_vanilla"] == 0.9
+    assert s["paio"]["bg_alone_vs_vanilla"] == 1.0
+    table = run.markdown(run.summarize(rows))
+    assert "| fio | paio | 3 | 1 (1..1) | 2 (2..2) | 1000 (500..2000) | 6.0x |" in table
