@@ -748,12 +748,21 @@ fn split_call(
     let mut done = 0u64;
     let mut failed = None;
     while done < total {
-        let len = piece_size.min(total - done);
         let Some(guard) = g.take().or_else(Guard::enter) else {
             // Cannot happen on this thread (the depth is ours); issue the
             // rest as one piece, unadmitted, rather than lose it.
             let r = piece(done, total - done);
             return finish(done, r);
+        };
+        // The object is asked again before each later piece: once critical
+        // I/O is over, the rest goes as one piece.
+        let rest = total - done;
+        let len = if done == 0 {
+            piece_size.min(rest)
+        } else {
+            stage
+                .split_size_on_thread(guard.thread, &Context { size: rest, ..ctx })
+                .map_or(rest, |p| p.clamp(1, rest))
         };
         let admission = stage.admit_on_thread(guard.thread, &Context { size: len, ..ctx });
         drop(guard);

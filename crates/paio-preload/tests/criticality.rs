@@ -24,6 +24,7 @@ name = "p"
 kind = "priority"
 depth = 2
 split = "{split}"
+split_when = "always"
 "#
         ),
     )
