@@ -130,6 +130,23 @@
 #define PAIO_FILE_CLASS_NONE 0
 
 /**
+ * `paio_context.criticality` of background work: may be held back, split
+ * and rate limited by a priority object.
+ */
+#define PAIO_NORMAL 0
+
+/**
+ * `paio_context.criticality` of a request a latency-critical activity waits
+ * for: a priority object admits it first (docs/criticality.md).
+ */
+#define PAIO_CRITICAL 1
+
+/**
+ * `paio_ticket.state` of an admitted, not yet completed ticket.
+ */
+#define PAIO_TICKET_LIVE 8097869532404212587
+
+/**
  * The result of a libpaio call. `PAIO_OK` (0) means success; every other
  * value is an error whose message `paio_last_error()` returns on the same
  * thread. Values are stable: new codes are only ever appended.
@@ -212,6 +229,15 @@ typedef struct paio_context {
      */
     uint16_t file_class;
     /**
+     * `PAIO_NORMAL` or `PAIO_CRITICAL`: whether a latency-critical activity
+     * waits for the request. `paio_context_new` sets the calling thread's
+     * mark (`paio_set_thread_critical`, `paio_set_process_critical`);
+     * `paio_context_explicit` sets `PAIO_NORMAL`. Any other value is
+     * refused. (It sits in what was padding: the struct's size and the
+     * other fields' offsets are unchanged.)
+     */
+    uint8_t criticality;
+    /**
      * Size in bytes (0 for requests without data, such as `open`).
      */
     uint64_t size;
@@ -238,6 +264,29 @@ typedef struct paio_outcome {
      */
     size_t len;
 } paio_outcome;
+
+/**
+ * A request admitted by `paio_stage_admit` and not yet completed. A plain
+ * value the caller keeps (on its stack, in its request object) between the
+ * two calls; its fields other than `ctx` are opaque. Complete each ticket
+ * exactly once, on the stage that admitted it, also when the call failed
+ * (with `moved` = 0): an admitted request holds what its object reserved
+ * for it (a priority object's slot) until then.
+ */
+typedef struct paio_ticket {
+    /**
+     * The request's context, as admitted.
+     */
+    struct paio_context ctx;
+    /**
+     * Opaque.
+     */
+    uint64_t internal[5];
+    /**
+     * Opaque: `PAIO_TICKET_LIVE` from admission to completion, 0 after.
+     */
+    uint64_t state;
+} paio_ticket;
 
 #ifdef __cplusplus
 extern "C" {
@@ -597,6 +646,74 @@ enum paio_status paio_clear_request_context(void);
  * `out_id` is NULL or valid for writing a `uint16_t`.
  */
 enum paio_status paio_get_request_context(uint16_t *out_id);
+
+/**
+ * Admit phase of a two-phase request: routes the request of `ctx` and
+ * applies its object's admit phase *before* you issue the call, blocking as
+ * long as the object's mechanism demands (a rate limit, a priority object's
+ * depth; critical requests first). `ctx->size` is the size the call asks
+ * for. Issue the call after it returns `PAIO_OK`, then pass the ticket to
+ * `paio_stage_complete` with the bytes the call moved. A request is
+ * counted when it is completed (with its bytes, wait and the call's
+ * latency).
+ *
+ * Returns `PAIO_OK` and a live ticket in `*out`; `PAIO_ERR_ENFORCE` if an
+ * object refused the request (counted now; nothing to complete);
+ * `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or a context field is
+ * invalid. On error `out->state` is 0.
+ *
+ * Thread-safe: call it from any number of threads on the same stage.
+ *
+ * # Safety
+ * `stage` is NULL or a live stage; `ctx` is NULL or points to a
+ * `paio_context`; `out` is NULL or valid for writing a `paio_ticket`.
+ */
+enum paio_status paio_stage_admit(const struct paio_stage *stage,
+                                  const struct paio_context *ctx,
+                                  struct paio_ticket *out);
+
+/**
+ * Complete phase of a two-phase request: the call admitted with `ticket`
+ * returned, having moved `moved` bytes (0 on error). Runs the object's
+ * complete phase (a rate limiter refunds what was charged and not moved, a
+ * priority object frees the slot and lets the next request in) and counts
+ * the request with `moved` bytes, its wait and the call's latency (the time
+ * since admission ended). Never blocks. Marks the ticket completed.
+ *
+ * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (nothing counted or
+ * released) if an argument is NULL, the ticket is not live (completed
+ * already, or never admitted) or was admitted by another stage.
+ *
+ * Thread-safe, and callable from another thread than the admitting one.
+ *
+ * # Safety
+ * `stage` is NULL or a live stage; `ticket` is NULL or points to a
+ * `paio_ticket` filled by `paio_stage_admit` and not changed since.
+ */
+enum paio_status paio_stage_complete(const struct paio_stage *stage,
+                                     struct paio_ticket *ticket,
+                                     uint64_t moved);
+
+/**
+ * Marks the calling thread critical (`critical` non-zero) or not: the
+ * contexts `paio_context_new` builds on it then carry `PAIO_CRITICAL`
+ * (RCP's enlightenment API; docs/criticality.md). Other threads are not
+ * affected. Always returns `PAIO_OK`.
+ */
+enum paio_status paio_set_thread_critical(int critical);
+
+/**
+ * Returns 1 if the calling thread is marked critical (by
+ * `paio_set_thread_critical`; the process mark is not counted), else 0.
+ */
+int paio_thread_critical(void);
+
+/**
+ * Marks every thread of the process critical (`critical` non-zero) or
+ * not; a thread marked critical itself stays critical either way. Always
+ * returns `PAIO_OK`.
+ */
+enum paio_status paio_set_process_critical(int critical);
 
 /**
  * Returns the message of the calling thread's last failed libpaio call, as

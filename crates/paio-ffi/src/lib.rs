@@ -18,6 +18,11 @@
 #![warn(missing_docs)]
 
 mod args;
+// The shared board of critical I/O, the interposer's own module compiled in
+// here too (libpaio cannot be linked into the interposer: its exported
+// symbols would come along).
+#[path = "../../paio-preload/src/board.rs"]
+mod board;
 mod status;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -25,7 +30,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use paio::{Context, Stage};
 
 use args::{c_bytes, c_str, out_ptr};
-use status::{guard, guard_ptr, guard_void, rule_json_error, Error};
+use status::{guard, guard_value, guard_void, rule_json_error, Error};
 pub use status::{paio_last_error, paio_status, paio_status_str};
 
 /// Request type id of `other`: requests of no more specific type.
@@ -109,9 +114,23 @@ pub struct paio_context {
     /// `paio_context_new` and `paio_context_explicit` set) or an id returned
     /// by `paio_file_class`.
     pub file_class: u16,
+    /// `PAIO_NORMAL` or `PAIO_CRITICAL`: whether a latency-critical activity
+    /// waits for the request. `paio_context_new` sets the calling thread's
+    /// mark (`paio_set_thread_critical`, `paio_set_process_critical`);
+    /// `paio_context_explicit` sets `PAIO_NORMAL`. Any other value is
+    /// refused. (It sits in what was padding: the struct's size and the
+    /// other fields' offsets are unchanged.)
+    pub criticality: u8,
     /// Size in bytes (0 for requests without data, such as `open`).
     pub size: u64,
 }
+
+/// `paio_context.criticality` of background work: may be held back, split
+/// and rate limited by a priority object.
+pub const PAIO_NORMAL: u8 = 0;
+/// `paio_context.criticality` of a request a latency-critical activity waits
+/// for: a priority object admits it first (docs/criticality.md).
+pub const PAIO_CRITICAL: u8 = 1;
 
 impl paio_context {
     fn from_rust(c: &Context) -> Self {
@@ -120,6 +139,7 @@ impl paio_context {
             request_type: c.request_type.raw(),
             request_context: c.request_context.raw(),
             file_class: c.file_class.raw(),
+            criticality: c.criticality.raw(),
             size: c.size,
         }
     }
@@ -131,7 +151,15 @@ impl paio_context {
             args::request_context(self.request_context)?,
             self.size,
         )
-        .with_file_class(args::file_class(self.file_class)?))
+        .with_file_class(args::file_class(self.file_class)?)
+        .with_criticality(
+            paio::Criticality::from_raw(self.criticality).ok_or_else(|| {
+                Error::invalid(format!(
+                    "criticality {} is neither PAIO_NORMAL (0) nor PAIO_CRITICAL (1)",
+                    self.criticality
+                ))
+            })?,
+        ))
     }
 }
 
@@ -169,7 +197,7 @@ const VERSION: &CStr =
 /// freed. Thread-safe; does not change the last error.
 #[no_mangle]
 pub extern "C" fn paio_version() -> *const c_char {
-    guard_ptr(c"".as_ptr(), || VERSION.as_ptr())
+    guard_value(c"".as_ptr(), || VERSION.as_ptr())
 }
 
 /// Writes `value` to the non-NULL `out`.
@@ -221,11 +249,55 @@ unsafe fn origin_str<'a>(origin: *const c_char) -> Result<&'a str, Error> {
     unsafe { c_str(origin, "origin") }
 }
 
+/// The process's board, opened by its first stage.
+static BOARD: std::sync::OnceLock<std::sync::Arc<board::Board>> = std::sync::OnceLock::new();
+
+/// Opens the user's board of critical I/O (`PAIO_BOARD`: a path, or `off`;
+/// default `/dev/shm/paio-<uid>.board`) once per process and installs it,
+/// so this process's priority objects see other programs' critical I/O and
+/// its critical requests hold theirs. A board that cannot be used is
+/// reported once on stderr: the stages work, without the cross-process view.
+fn open_board_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let env = std::env::var("PAIO_BOARD").ok();
+        let path = match env.as_deref() {
+            Some("off") => return,
+            Some(p) if !p.is_empty() && !p.starts_with('/') => {
+                eprintln!("paio: PAIO_BOARD {p:?}: expected an absolute path, or \"off\"");
+                return;
+            }
+            other => board::default_path(other),
+        };
+        match board::Board::open(&path) {
+            Ok(b) => {
+                let b = std::sync::Arc::new(b);
+                if BOARD.set(b.clone()).is_ok() {
+                    paio::criticality::install_board(b);
+                    // SAFETY: registering a plain extern "C" handler.
+                    unsafe { libc::pthread_atfork(None, None, Some(board_after_fork)) };
+                }
+            }
+            Err(e) => eprintln!(
+                "paio: {e}; critical I/O of other processes is not seen (PAIO_BOARD=off silences this)"
+            ),
+        }
+    });
+}
+
+/// A forked child's critical requests are its own: a slot of its own.
+extern "C" fn board_after_fork() {
+    if let Some(b) = BOARD.get() {
+        b.claim_slot();
+    }
+}
+
 /// Returns a new handle for `stage` through `out`.
 ///
 /// # Safety
 /// `out` is non-NULL and valid for writes.
 unsafe fn put_stage(out: *mut *mut paio_stage, stage: Stage) {
+    open_board_once();
     let handle = Box::into_raw(Box::new(paio_stage {
         stage: std::sync::Arc::new(stage),
         control: std::sync::Mutex::new(None),
@@ -807,6 +879,7 @@ pub unsafe extern "C" fn paio_context_explicit(
             request_type,
             request_context,
             file_class: PAIO_FILE_CLASS_NONE,
+            criticality: PAIO_NORMAL,
             size,
         };
         ctx.to_rust()?;
@@ -951,6 +1024,155 @@ pub unsafe extern "C" fn paio_get_request_context(out_id: *mut u16) -> paio_stat
         let out = out_ptr(out_id, "out_id")?;
         // SAFETY: checked non-NULL; writable by this function's contract.
         unsafe { put(out, paio::current_request_context().raw()) };
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- two phases
+
+/// A request admitted by `paio_stage_admit` and not yet completed. A plain
+/// value the caller keeps (on its stack, in its request object) between the
+/// two calls; its fields other than `ctx` are opaque. Complete each ticket
+/// exactly once, on the stage that admitted it, also when the call failed
+/// (with `moved` = 0): an admitted request holds what its object reserved
+/// for it (a priority object's slot) until then.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct paio_ticket {
+    /// The request's context, as admitted.
+    pub ctx: paio_context,
+    /// Opaque.
+    pub internal: [u64; 5],
+    /// Opaque: `PAIO_TICKET_LIVE` from admission to completion, 0 after.
+    pub state: u64,
+}
+
+/// `paio_ticket.state` of an admitted, not yet completed ticket.
+pub const PAIO_TICKET_LIVE: u64 = 0x7061_696f_7469_636b;
+
+/// Admit phase of a two-phase request: routes the request of `ctx` and
+/// applies its object's admit phase *before* you issue the call, blocking as
+/// long as the object's mechanism demands (a rate limit, a priority object's
+/// depth; critical requests first). `ctx->size` is the size the call asks
+/// for. Issue the call after it returns `PAIO_OK`, then pass the ticket to
+/// `paio_stage_complete` with the bytes the call moved. A request is
+/// counted when it is completed (with its bytes, wait and the call's
+/// latency).
+///
+/// Returns `PAIO_OK` and a live ticket in `*out`; `PAIO_ERR_ENFORCE` if an
+/// object refused the request (counted now; nothing to complete);
+/// `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or a context field is
+/// invalid. On error `out->state` is 0.
+///
+/// Thread-safe: call it from any number of threads on the same stage.
+///
+/// # Safety
+/// `stage` is NULL or a live stage; `ctx` is NULL or points to a
+/// `paio_context`; `out` is NULL or valid for writing a `paio_ticket`.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_admit(
+    stage: *const paio_stage,
+    ctx: *const paio_context,
+    out: *mut paio_ticket,
+) -> paio_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { (*out).state = 0 };
+        // SAFETY: `stage` is NULL or live (this function's contract).
+        let stage = unsafe { stage_ref(stage) }?;
+        if ctx.is_null() {
+            return Err(Error::invalid("ctx is NULL"));
+        }
+        // SAFETY: non-NULL and points to a paio_context (this function's
+        // contract); plain old data.
+        let ctx = unsafe { ctx.read() }.to_rust()?;
+        let raw = stage.admit(&ctx)?.into_raw();
+        let ticket = paio_ticket {
+            ctx: paio_context::from_rust(&raw.ctx),
+            internal: raw.internal,
+            state: PAIO_TICKET_LIVE,
+        };
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { put(out, ticket) };
+        Ok(())
+    })
+}
+
+/// Complete phase of a two-phase request: the call admitted with `ticket`
+/// returned, having moved `moved` bytes (0 on error). Runs the object's
+/// complete phase (a rate limiter refunds what was charged and not moved, a
+/// priority object frees the slot and lets the next request in) and counts
+/// the request with `moved` bytes, its wait and the call's latency (the time
+/// since admission ended). Never blocks. Marks the ticket completed.
+///
+/// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (nothing counted or
+/// released) if an argument is NULL, the ticket is not live (completed
+/// already, or never admitted) or was admitted by another stage.
+///
+/// Thread-safe, and callable from another thread than the admitting one.
+///
+/// # Safety
+/// `stage` is NULL or a live stage; `ticket` is NULL or points to a
+/// `paio_ticket` filled by `paio_stage_admit` and not changed since.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_complete(
+    stage: *const paio_stage,
+    ticket: *mut paio_ticket,
+    moved: u64,
+) -> paio_status {
+    guard(|| {
+        // SAFETY: `stage` is NULL or live (this function's contract).
+        let stage = unsafe { stage_ref(stage) }?;
+        let ticket = out_ptr(ticket, "ticket")?;
+        // SAFETY: non-NULL and points to a paio_ticket (this function's
+        // contract), which we may read and write.
+        let t = unsafe { &mut *ticket };
+        if t.state != PAIO_TICKET_LIVE {
+            return Err(Error::invalid(
+                "the ticket is not live: completed already, or not filled by paio_stage_admit",
+            ));
+        }
+        let admission = paio::Admission::from_raw(paio::RawAdmission {
+            ctx: t.ctx.to_rust()?,
+            internal: t.internal,
+        });
+        stage
+            .complete(admission, moved)
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        t.state = 0;
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- criticality
+
+/// Marks the calling thread critical (`critical` non-zero) or not: the
+/// contexts `paio_context_new` builds on it then carry `PAIO_CRITICAL`
+/// (RCP's enlightenment API; docs/criticality.md). Other threads are not
+/// affected. Always returns `PAIO_OK`.
+#[no_mangle]
+pub extern "C" fn paio_set_thread_critical(critical: c_int) -> paio_status {
+    guard(|| {
+        paio::criticality::set_thread_critical(critical != 0);
+        Ok(())
+    })
+}
+
+/// Returns 1 if the calling thread is marked critical (by
+/// `paio_set_thread_critical`; the process mark is not counted), else 0.
+#[no_mangle]
+pub extern "C" fn paio_thread_critical() -> c_int {
+    guard_value(0, || c_int::from(paio::criticality::thread_critical()))
+}
+
+/// Marks every thread of the process critical (`critical` non-zero) or
+/// not; a thread marked critical itself stays critical either way. Always
+/// returns `PAIO_OK`.
+#[no_mangle]
+pub extern "C" fn paio_set_process_critical(critical: c_int) -> paio_status {
+    guard(|| {
+        paio::criticality::set_process_critical(critical != 0);
         Ok(())
     })
 }

@@ -220,12 +220,10 @@ pub(crate) fn guard_void(body: impl FnOnce()) {
     }
 }
 
-/// Runs the body of an exported function that returns a pointer to static
-/// text: a panic yields `fallback` instead of unwinding.
-pub(crate) fn guard_ptr(
-    fallback: *const c_char,
-    body: impl FnOnce() -> *const c_char,
-) -> *const c_char {
+/// Runs the body of an exported function that returns a plain value (a
+/// pointer to static text, a flag): a panic yields `fallback` instead of
+/// unwinding.
+pub(crate) fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
     panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 
@@ -239,7 +237,7 @@ pub(crate) fn guard_ptr(
 /// change it. Thread-safe.
 #[no_mangle]
 pub extern "C" fn paio_last_error() -> *const c_char {
-    guard_ptr(c"".as_ptr(), last_error_ptr)
+    guard_value(c"".as_ptr(), last_error_ptr)
 }
 
 /// Returns the name of a status code (`"PAIO_ERR_POLICY"`), or
@@ -248,7 +246,7 @@ pub extern "C" fn paio_last_error() -> *const c_char {
 /// Thread-safe; does not change the last error.
 #[no_mangle]
 pub extern "C" fn paio_status_str(status: c_int) -> *const c_char {
-    guard_ptr(c"PAIO_UNKNOWN_STATUS".as_ptr(), || {
+    guard_value(c"PAIO_UNKNOWN_STATUS".as_ptr(), || {
         ALL_STATUSES
             .iter()
             .find(|s| **s as c_int == status)
@@ -326,7 +324,7 @@ mod tests {
         assert_eq!(last_error(), "");
         guard_void(|| panic!("in a free function"));
         assert_eq!(last_error(), "panic inside libpaio: in a free function");
-        let p = guard_ptr(c"fallback".as_ptr(), || panic!("no"));
+        let p = guard_value(c"fallback".as_ptr(), || panic!("no"));
         // SAFETY: the fallback is a static C string literal.
         assert_eq!(unsafe { CStr::from_ptr(p) }, c"fallback");
     }

@@ -58,6 +58,7 @@ fn ctx(request_type: u16, size: u64) -> paio_context {
         request_type: 0,
         request_context: 0,
         file_class: 0,
+        criticality: 0,
         size: 0,
     };
     // SAFETY: valid output.
@@ -476,6 +477,7 @@ fn thread_request_context_is_used_by_context_new() {
             request_type: PAIO_REQ_GET,
             request_context: flush,
             file_class: PAIO_FILE_CLASS_NONE,
+            criticality: PAIO_NORMAL,
             size: 7
         }
     );

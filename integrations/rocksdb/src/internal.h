@@ -20,6 +20,8 @@ namespace internal {
 struct Core {
   paio_stage* stage = nullptr;
   std::atomic<uint64_t> enforce_errors{0};
+  // Foreground requests carry PAIO_CRITICAL (PluginOptions).
+  bool critical_foreground = true;
   ~Core() { paio_stage_free(stage); }
 };
 

@@ -114,13 +114,28 @@ uint16_t Classify(FileKind kind, Pri write_priority) {
 
 namespace {
 
+// The paio context of a request of `type` and `size` in request context
+// `context`, issued now by the calling thread; false (and counted) if libpaio
+// could not build it. Foreground requests are critical when the plugin says
+// so (PluginOptions::critical_foreground).
+bool MakeContext(Core* core, uint16_t type, uint16_t context, uint64_t size,
+                 paio_context* ctx) {
+  if (paio_context_new(type, size, ctx) != PAIO_OK) {
+    core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  ctx->request_context = context;
+  if (core->critical_foreground && context == Ids().foreground) {
+    ctx->criticality = PAIO_CRITICAL;
+  }
+  return true;
+}
+
+// One-phase enforcement, for calls whose completion the wrapper does not
+// see (ReadAsync): charged with the size asked for.
 IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   paio_context ctx;
-  if (paio_context_new(type, size, &ctx) != PAIO_OK) {
-    core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
-    return IOStatus::OK();
-  }
-  ctx.request_context = context;
+  if (!MakeContext(core, type, context, size, &ctx)) return IOStatus::OK();
   paio_status st = paio_stage_enforce(core->stage, &ctx, nullptr, 0, nullptr);
   if (st == PAIO_OK) return IOStatus::OK();
   core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
@@ -129,6 +144,49 @@ IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   }
   return IOStatus::OK();  // fail open on internal errors
 }
+
+// A two-phase request: admitted before the wrapped call (where a priority
+// object may hold it and a rate limit charges `size`), completed after it
+// with the bytes the call really moved (refund of what was not moved, the
+// call's latency in the statistics). Complete() runs exactly once: from the
+// caller, or from the destructor with 0 bytes on a path that forgot.
+class Admission {
+ public:
+  Admission(Core* core, uint16_t type, uint16_t context, uint64_t size)
+      : core_(core) {
+    paio_context ctx;
+    if (!MakeContext(core, type, context, size, &ctx)) return;
+    paio_status st = paio_stage_admit(core->stage, &ctx, &ticket_);
+    if (st == PAIO_OK) {
+      live_ = true;
+      return;
+    }
+    core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+    if (st == PAIO_ERR_ENFORCE) {
+      status_ = IOStatus::IOError("paio: request refused", paio_last_error());
+    }  // else fail open on internal errors
+  }
+  ~Admission() { Complete(0); }
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+  // OK unless an object refused the request: then the call must not run.
+  const IOStatus& status() const { return status_; }
+
+  void Complete(uint64_t moved) {
+    if (!live_) return;
+    live_ = false;
+    if (paio_stage_complete(core_->stage, &ticket_, moved) != PAIO_OK) {
+      core_->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+ private:
+  Core* core_;
+  paio_ticket ticket_{};
+  bool live_ = false;
+  IOStatus status_;
+};
 
 class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
  public:
@@ -140,24 +198,22 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
 
   IOStatus Append(const Slice& data, const IOOptions& o,
                   IODebugContext* dbg) override {
-    IOStatus s = Charge(data.size());
-    return s.ok() ? target()->Append(data, o, dbg) : s;
+    return Write(data, [&] { return target()->Append(data, o, dbg); });
   }
   IOStatus Append(const Slice& data, const IOOptions& o,
                   const DataVerificationInfo& v, IODebugContext* dbg) override {
-    IOStatus s = Charge(data.size());
-    return s.ok() ? target()->Append(data, o, v, dbg) : s;
+    return Write(data, [&] { return target()->Append(data, o, v, dbg); });
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             IODebugContext* dbg) override {
-    IOStatus s = Charge(data.size());
-    return s.ok() ? target()->PositionedAppend(data, off, o, dbg) : s;
+    return Write(data,
+                 [&] { return target()->PositionedAppend(data, off, o, dbg); });
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             const DataVerificationInfo& v,
                             IODebugContext* dbg) override {
-    IOStatus s = Charge(data.size());
-    return s.ok() ? target()->PositionedAppend(data, off, o, v, dbg) : s;
+    return Write(
+        data, [&] { return target()->PositionedAppend(data, off, o, v, dbg); });
   }
   // RocksDB sets the priority on the outermost wrapper only: keep it here
   // (FSWritableFile's own field, read by Charge) and pass it down too.
@@ -167,9 +223,15 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   }
 
  private:
-  IOStatus Charge(size_t n) {
-    return Enforce(core_.get(), PAIO_REQ_WRITE, Classify(kind_, GetIOPriority()),
-                   n);
+  // Admits the append, runs it, completes it with its size if it succeeded.
+  template <typename Call>
+  IOStatus Write(const Slice& data, Call call) {
+    Admission a(core_.get(), PAIO_REQ_WRITE,
+                Classify(kind_, GetIOPriority()), data.size());
+    if (!a.status().ok()) return a.status();
+    IOStatus s = call();
+    a.Complete(s.ok() ? data.size() : 0);
+    return s;
   }
   std::shared_ptr<Core> core_;
   FileKind kind_;
@@ -185,27 +247,43 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
 
   IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r,
                 char* scratch, IODebugContext* dbg) const override {
-    IOStatus s = Charge(n);
-    return s.ok() ? target()->Read(off, n, o, r, scratch, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Context(), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->Read(off, n, o, r, scratch, dbg);
+    a.Complete(s.ok() ? r->size() : 0);
+    return s;
   }
   IOStatus MultiRead(FSReadRequest* reqs, size_t num, const IOOptions& o,
                      IODebugContext* dbg) override {
     uint64_t n = 0;
     for (size_t i = 0; i < num; ++i) n += reqs[i].len;
-    IOStatus s = Charge(n);
-    return s.ok() ? target()->MultiRead(reqs, num, o, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Context(), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->MultiRead(reqs, num, o, dbg);
+    uint64_t moved = 0;
+    if (s.ok()) {
+      for (size_t i = 0; i < num; ++i) {
+        if (reqs[i].status.ok()) moved += reqs[i].result.size();
+      }
+    }
+    a.Complete(moved);
+    return s;
   }
   IOStatus Prefetch(uint64_t off, size_t n, const IOOptions& o,
                     IODebugContext* dbg) override {
-    IOStatus s = Charge(n);
-    return s.ok() ? target()->Prefetch(off, n, o, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Context(), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->Prefetch(off, n, o, dbg);
+    a.Complete(s.ok() ? n : 0);
+    return s;
   }
   IOStatus ReadAsync(FSReadRequest& req, const IOOptions& o,
                      std::function<void(const FSReadRequest&, void*)> cb,
                      void* cb_arg, void** io_handle,
                      rocksdb::IOHandleDeleter* del_fn,
                      IODebugContext* dbg) override {
-    IOStatus s = Charge(req.len);
+    // Completed asynchronously, out of the wrapper's sight: one phase.
+    IOStatus s = Enforce(core_.get(), PAIO_REQ_READ, Context(), req.len);
     return s.ok() ? target()->ReadAsync(req, o, cb, cb_arg, io_handle, del_fn,
                                         dbg)
                   : s;
@@ -214,10 +292,7 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
  private:
   // Reads are classified by the calling thread only (table-cache handles
   // are shared between jobs): no per-file priority.
-  IOStatus Charge(uint64_t n) const {
-    return Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL),
-                   n);
-  }
+  uint16_t Context() const { return Classify(kind_, Pri::IO_TOTAL); }
   std::shared_ptr<Core> core_;
   FileKind kind_;
 };
@@ -231,20 +306,22 @@ class SequentialFile : public rocksdb::FSSequentialFileOwnerWrapper {
         kind_(kind) {}
   IOStatus Read(size_t n, const IOOptions& o, Slice* r, char* scratch,
                 IODebugContext* dbg) override {
-    IOStatus s = Charge(n);
-    return s.ok() ? target()->Read(n, o, r, scratch, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->Read(n, o, r, scratch, dbg);
+    a.Complete(s.ok() ? r->size() : 0);
+    return s;
   }
   IOStatus PositionedRead(uint64_t off, size_t n, const IOOptions& o, Slice* r,
                           char* scratch, IODebugContext* dbg) override {
-    IOStatus s = Charge(n);
-    return s.ok() ? target()->PositionedRead(off, n, o, r, scratch, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->PositionedRead(off, n, o, r, scratch, dbg);
+    a.Complete(s.ok() ? r->size() : 0);
+    return s;
   }
 
  private:
-  IOStatus Charge(uint64_t n) {
-    return Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL),
-                   n);
-  }
   std::shared_ptr<Core> core_;
   FileKind kind_;
 };
@@ -258,15 +335,20 @@ class RandomRWFile : public rocksdb::FSRandomRWFileOwnerWrapper {
         kind_(kind) {}
   IOStatus Write(uint64_t off, const Slice& data, const IOOptions& o,
                  IODebugContext* dbg) override {
-    IOStatus s = Enforce(core_.get(), PAIO_REQ_WRITE,
-                         Classify(kind_, Pri::IO_TOTAL), data.size());
-    return s.ok() ? target()->Write(off, data, o, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_WRITE, Classify(kind_, Pri::IO_TOTAL),
+                data.size());
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->Write(off, data, o, dbg);
+    a.Complete(s.ok() ? data.size() : 0);
+    return s;
   }
   IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r,
                 char* scratch, IODebugContext* dbg) const override {
-    IOStatus s =
-        Enforce(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL), n);
-    return s.ok() ? target()->Read(off, n, o, r, scratch, dbg) : s;
+    Admission a(core_.get(), PAIO_REQ_READ, Classify(kind_, Pri::IO_TOTAL), n);
+    if (!a.status().ok()) return a.status();
+    IOStatus s = target()->Read(off, n, o, r, scratch, dbg);
+    a.Complete(s.ok() ? r->size() : 0);
+    return s;
   }
 
  private:
@@ -480,6 +562,7 @@ std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
   }
   auto core = std::make_shared<internal::Core>();
   core->stage = stage;
+  core->critical_foreground = options.critical_foreground;
 
   static const std::map<std::string, std::pair<const char*, const char*>>
       kRateTargets = {{"flush", {"flush", "limit"}},

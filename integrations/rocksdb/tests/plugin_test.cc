@@ -1,5 +1,6 @@
 // Tests of the paio RocksDB plugin (GoogleTest). Run by build.sh / ctest.
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -156,9 +157,11 @@ class CountW : public FSWritableFileOwnerWrapper {
 class CountR : public FSRandomAccessFileOwnerWrapper {
  public:
   CountR(std::unique_ptr<FSRandomAccessFile>&& f, Tally* t, bool meta) : FSRandomAccessFileOwnerWrapper(std::move(f)), t_(t), meta_(meta) {}
-  IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) const override { Add(t_, Independent(meta_, Env::IO_TOTAL), n); return target()->Read(off, n, o, r, s, g); }
-  IOStatus MultiRead(FSReadRequest* q, size_t k, const IOOptions& o, IODebugContext* g) override { uint64_t n = 0; for (size_t i = 0; i < k; ++i) n += q[i].len; Add(t_, Independent(meta_, Env::IO_TOTAL), n); return target()->MultiRead(q, k, o, g); }
-  IOStatus Prefetch(uint64_t off, size_t n, const IOOptions& o, IODebugContext* g) override { Add(t_, Independent(meta_, Env::IO_TOTAL), n); return target()->Prefetch(off, n, o, g); }
+  // Reads count the bytes the file returned (what the stage counts since
+  // requests complete in two phases); ReadAsync the bytes asked for.
+  IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) const override { IOStatus st = target()->Read(off, n, o, r, s, g); Add(t_, Independent(meta_, Env::IO_TOTAL), st.ok() ? r->size() : 0); return st; }
+  IOStatus MultiRead(FSReadRequest* q, size_t k, const IOOptions& o, IODebugContext* g) override { IOStatus st = target()->MultiRead(q, k, o, g); uint64_t n = 0; for (size_t i = 0; st.ok() && i < k; ++i) if (q[i].status.ok()) n += q[i].result.size(); Add(t_, Independent(meta_, Env::IO_TOTAL), n); return st; }
+  IOStatus Prefetch(uint64_t off, size_t n, const IOOptions& o, IODebugContext* g) override { IOStatus st = target()->Prefetch(off, n, o, g); Add(t_, Independent(meta_, Env::IO_TOTAL), st.ok() ? n : 0); return st; }
   IOStatus ReadAsync(FSReadRequest& q, const IOOptions& o, std::function<void(const FSReadRequest&, void*)> cb, void* a, void** h, IOHandleDeleter* d, IODebugContext* g) override { Add(t_, Independent(meta_, Env::IO_TOTAL), q.len); return target()->ReadAsync(q, o, cb, a, h, d, g); }
  private:
   Tally* t_; bool meta_;
@@ -166,8 +169,8 @@ class CountR : public FSRandomAccessFileOwnerWrapper {
 class CountS : public FSSequentialFileOwnerWrapper {
  public:
   CountS(std::unique_ptr<FSSequentialFile>&& f, Tally* t, bool meta) : FSSequentialFileOwnerWrapper(std::move(f)), t_(t), meta_(meta) {}
-  IOStatus Read(size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) override { Add(t_, Independent(meta_, Env::IO_TOTAL), n); return target()->Read(n, o, r, s, g); }
-  IOStatus PositionedRead(uint64_t off, size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) override { Add(t_, Independent(meta_, Env::IO_TOTAL), n); return target()->PositionedRead(off, n, o, r, s, g); }
+  IOStatus Read(size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) override { IOStatus st = target()->Read(n, o, r, s, g); Add(t_, Independent(meta_, Env::IO_TOTAL), st.ok() ? r->size() : 0); return st; }
+  IOStatus PositionedRead(uint64_t off, size_t n, const IOOptions& o, Slice* r, char* s, IODebugContext* g) override { IOStatus st = target()->PositionedRead(off, n, o, r, s, g); Add(t_, Independent(meta_, Env::IO_TOTAL), st.ok() ? r->size() : 0); return st; }
  private:
   Tally* t_; bool meta_;
 };
@@ -502,4 +505,70 @@ TEST(Drl, RateHoldsForLargeAppendsAndSmallReads) {
   EXPECT_NEAR(ln_rate / kLnRate, 1.0, 0.15);
   fs->DeleteFile(path, IOOptions(), nullptr);
   fs->DeleteDir(dir, IOOptions(), nullptr);
+}
+
+// Foreground requests carry criticality "critical" (a policy routes them by
+// it); flush, compaction and the WAL do not. With critical_foreground off,
+// nothing is critical. Two phases: a completed request's call latency is in
+// the statistics.
+namespace {
+void RunCriticalityRouting(bool critical_foreground, uint64_t* critical_ops,
+                           uint64_t* normal_bytes, uint64_t* latency_ops) {
+  std::string policy_dir = TempDir("crit-policy");
+  ::mkdir(policy_dir.c_str(), 0700);
+  std::string policy = policy_dir + "/p.toml";
+  {
+    FILE* f = std::fopen(policy.c_str(), "w");
+    ASSERT_TRUE(f != nullptr);
+    std::fputs(
+        "[[channel]]\nname = \"critical\"\nmatch = { criticality = \"critical\" }\n"
+        "[[channel]]\nname = \"normal\"\nmatch = { criticality = \"normal\" }\n",
+        f);
+    std::fclose(f);
+  }
+  paio_rocksdb::PluginOptions po;
+  po.policy_file = policy;
+  po.critical_foreground = critical_foreground;
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(plugin) << err;
+  Options o = SmallDbOptions();
+  plugin->Install(&o);
+  std::string dir = TempDir(critical_foreground ? "crit-on" : "crit-off");
+  DB* raw = nullptr;
+  ASSERT_TRUE(DB::Open(o, dir, &raw).ok());
+  std::unique_ptr<DB> db(raw);
+  Load(db.get(), 1, 5000, 1000);
+  ASSERT_TRUE(db->Flush(FlushOptions()).ok());
+  ASSERT_TRUE(WaitIdle(db.get(), 300));
+  {  // foreground reads from the SST files
+    ReadOptions ro;
+    ro.fill_cache = false;
+    std::unique_ptr<Iterator> it(db->NewIterator(ro));
+    int n = 0;
+    for (it->SeekToFirst(); it->Valid() && n < 1000; it->Next()) ++n;
+    ASSERT_GT(n, 0);
+  }
+  ASSERT_TRUE(db->Close().ok());
+  db.reset();
+  Json s = ParseJson(plugin->CollectJson());
+  const Json* crit = Channel(s, "critical");
+  const Json* normal = Channel(s, "normal");
+  *critical_ops = crit ? (*crit)["ops"].u() : 0;
+  *normal_bytes = normal ? (*normal)["bytes"].u() : 0;
+  *latency_ops = (crit ? (*crit)["latency_total"]["ops"].u() : 0) +
+                 (normal ? (*normal)["latency_total"]["ops"].u() : 0);
+  EXPECT_EQ(plugin->EnforceErrors(), 0u);
+  DestroyDB(dir, Options());
+}
+}  // namespace
+
+TEST(Criticality, ForegroundIsCriticalBackgroundIsNot) {
+  uint64_t crit = 0, normal = 0, latency = 0;
+  RunCriticalityRouting(true, &crit, &normal, &latency);
+  EXPECT_GT(crit, 0u) << "foreground reads were not critical";
+  EXPECT_GT(normal, 5000u * 1000u / 2) << "flush and WAL bytes must be normal";
+  EXPECT_GT(latency, crit) << "completed calls carry their latency";
+  RunCriticalityRouting(false, &crit, &normal, &latency);
+  EXPECT_EQ(crit, 0u) << "critical_foreground = false marks nothing";
 }

@@ -566,6 +566,164 @@ static void test_rate_limit(void) {
     paio_stage_free(s);
 }
 
+/* Two phases: admit before the call, complete after it with the bytes
+ * moved. Counts bytes moved and latency at completion; a short completion
+ * refunds a byte-rate limit; a ticket completes once, on its stage. */
+static const char *TWO_PHASE_POLICY =
+    "[[channel]]\n"
+    "name = \"crit\"\n"
+    "match = { criticality = \"critical\" }\n"
+    "[[channel]]\n"
+    "name = \"bg\"\n"
+    "match = { criticality = \"normal\", request_type = \"read\" }\n"
+    "default_object = \"p\"\n"
+    "[[channel.object]]\n"
+    "name = \"p\"\n"
+    "kind = \"priority\"\n"
+    "depth = 1\n"
+    "[[channel]]\n"
+    "name = \"limited\"\n"
+    "match = { criticality = \"normal\", request_type = \"write\" }\n"
+    "default_object = \"l\"\n"
+    "[[channel.object]]\n"
+    "name = \"l\"\n"
+    "kind = \"drl\"\n"
+    "rate = \"1000B/s\"\n"
+    "burst = 1000\n";
+
+static void test_two_phases(void) {
+    paio_stage *s = NULL, *other = NULL;
+    paio_context ctx;
+    paio_ticket t, copy;
+    double start;
+
+    CHECK_OK(paio_stage_from_policy(TWO_PHASE_POLICY, "two-phase.toml", &s));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 4096, &ctx));
+    CHECK(ctx.criticality == PAIO_NORMAL);
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK(t.state == PAIO_TICKET_LIVE && t.ctx.size == 4096);
+    CHECK(channel_figure(s, "bg", "ops") == 0); /* counted at completion */
+    copy = t;
+    CHECK_OK(paio_stage_complete(s, &t, 1000));
+    CHECK(t.state == 0);
+    CHECK(channel_figure(s, "bg", "ops") == 1);
+    CHECK(channel_figure(s, "bg", "bytes") == 1000); /* moved, not asked */
+    {
+        char *json = collect(s);
+        /* The call's latency is recorded: one completed request. */
+        CHECK(contains(json, "\"latency_total\":{\"ops\":1"));
+        paio_string_free(json);
+    }
+    /* Completed twice (or a copy of a completed ticket's old state): refused. */
+    CHECK(paio_stage_complete(s, &t, 0) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "not live"));
+    /* On another stage: refused, and the ticket stays live for its own. */
+    CHECK_OK(paio_stage_new("other", &other));
+    CHECK(paio_stage_complete(other, &copy, 0) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "another stage"));
+    paio_stage_free(other);
+    CHECK(paio_stage_admit(s, NULL, &t) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(t.state == 0);
+    CHECK(paio_stage_complete(s, NULL, 0) == PAIO_ERR_INVALID_ARGUMENT);
+    ctx.criticality = 7;
+    CHECK(paio_stage_admit(s, &ctx, &t) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "criticality 7"));
+
+    /* 1000 B/s, burst 1000: a write of 1000 that moved nothing is refunded,
+     * so the next 1000 go at once; without the refund it would wait 1 s. */
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 1000, &ctx));
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK_OK(paio_stage_complete(s, &t, 0));
+    start = now_seconds();
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK(now_seconds() - start < 0.5);
+    CHECK_OK(paio_stage_complete(s, &t, 1000));
+    CHECK(channel_figure(s, "limited", "bytes") == 1000);
+    paio_stage_free(s);
+}
+
+/* A thread marked critical: its contexts carry PAIO_CRITICAL and route to
+ * the criticality = "critical" channel; the process mark covers every
+ * thread. */
+static void test_criticality_marks(void) {
+    paio_stage *s = NULL;
+    paio_context ctx;
+    paio_ticket t;
+
+    CHECK_OK(paio_stage_from_policy(TWO_PHASE_POLICY, "two-phase.toml", &s));
+    CHECK(paio_thread_critical() == 0);
+    CHECK_OK(paio_set_thread_critical(1));
+    CHECK(paio_thread_critical() == 1);
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 10, &ctx));
+    CHECK(ctx.criticality == PAIO_CRITICAL);
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK_OK(paio_stage_complete(s, &t, 10));
+    CHECK(channel_figure(s, "crit", "ops") == 1);
+    CHECK_OK(paio_set_thread_critical(0));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 10, &ctx));
+    CHECK(ctx.criticality == PAIO_NORMAL);
+    CHECK_OK(paio_set_process_critical(1));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 10, &ctx));
+    CHECK(ctx.criticality == PAIO_CRITICAL);
+    CHECK(paio_thread_critical() == 0); /* the process mark is not the thread's */
+    CHECK_OK(paio_set_process_critical(0));
+    /* An explicit context is normal unless set. */
+    CHECK_OK(paio_context_explicit(1, PAIO_REQ_READ, PAIO_CONTEXT_NONE, 5, &ctx));
+    CHECK(ctx.criticality == PAIO_NORMAL);
+    ctx.criticality = PAIO_CRITICAL;
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK_OK(paio_stage_complete(s, &t, 5));
+    CHECK(channel_figure(s, "crit", "ops") == 2);
+    paio_stage_free(s);
+}
+
+/* A priority object with depth 1 holds a second non-critical admission
+ * until the first completes. */
+struct admitter {
+    const paio_stage *stage;
+    volatile int admitted;
+};
+
+static void *admit_one(void *arg) {
+    struct admitter *a = (struct admitter *)arg;
+    paio_context ctx;
+    paio_ticket t;
+    if (paio_context_new(PAIO_REQ_READ, 1, &ctx) != PAIO_OK ||
+        paio_stage_admit(a->stage, &ctx, &t) != PAIO_OK) {
+        return NULL;
+    }
+    __atomic_store_n(&a->admitted, 1, __ATOMIC_SEQ_CST);
+    paio_stage_complete(a->stage, &t, 1);
+    return NULL;
+}
+
+static void test_priority_depth(void) {
+    paio_stage *s = NULL;
+    paio_context ctx;
+    paio_ticket first;
+    pthread_t th;
+    struct admitter a;
+    int i;
+
+    CHECK_OK(paio_stage_from_policy(TWO_PHASE_POLICY, "two-phase.toml", &s));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 1, &ctx));
+    CHECK_OK(paio_stage_admit(s, &ctx, &first));
+    a.stage = s;
+    a.admitted = 0;
+    CHECK(pthread_create(&th, NULL, admit_one, &a) == 0);
+    /* Still held after 50 ms (it would go at once without the depth). */
+    usleep(50000);
+    CHECK(__atomic_load_n(&a.admitted, __ATOMIC_SEQ_CST) == 0);
+    CHECK_OK(paio_stage_complete(s, &first, 1));
+    for (i = 0; i < 10000 && !__atomic_load_n(&a.admitted, __ATOMIC_SEQ_CST); i++) {
+        usleep(1000);
+    }
+    CHECK(__atomic_load_n(&a.admitted, __ATOMIC_SEQ_CST) == 1);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(channel_figure(s, "bg", "ops") == 2);
+    paio_stage_free(s);
+}
+
 /* A minimal paiod written from docs/protocol.md: accepts one stage, reads
  * its hello frame, answers welcome, and expects the stage to report itself
  * connected. */
@@ -683,6 +841,9 @@ int main(void) {
     test_rate_limit();
     test_policy_as();
     test_connect();
+    test_two_phases();
+    test_criticality_marks();
+    test_priority_depth();
     printf("%d passed, 0 failed\n", checks_passed);
     return 0;
 }

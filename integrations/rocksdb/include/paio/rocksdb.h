@@ -30,6 +30,11 @@ struct PluginOptions {
   std::string stage_name = "rocksdb";
   std::map<std::string, std::string> labels;  // e.g. {"instance","db1"}
   std::map<std::string, std::string> rates;   // optional initial DRL rates: keys "flush", "compaction_l0", "compaction_ln"; values like "50MiB/s"
+  // Foreground (user) requests are critical (docs/criticality.md): a priority
+  // object admits them first, and background programs of the same user under
+  // `paio run` hold back while they are in flight. false: every request is
+  // normal (nothing of this database ever holds another program back).
+  bool critical_foreground = true;
 };
 
 class Plugin {
