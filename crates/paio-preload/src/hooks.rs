@@ -51,7 +51,7 @@ macro_rules! data_hook {
             let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
                 return nosys() as ssize_t;
             };
-            rt::data_call(RequestType::$rt, $fd, || $size, rt::Split::Never, &mut |_, _| {
+            rt::data_call(RequestType::$rt, $fd, || $size, rt::Split::Never, |_, _| {
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 unsafe { real($($a),*) as i64 }
@@ -78,7 +78,7 @@ macro_rules! positional_hook {
             let Some(real) = real_fn!($sym, fn(c_int, $buf, size_t, $off $(, $et)*) -> ssize_t) else {
                 return nosys() as ssize_t;
             };
-            rt::data_call(RequestType::$rt, fd, || count as u64, rt::Split::IfRegular, &mut |at, len| {
+            rt::data_call(RequestType::$rt, fd, || count as u64, rt::Split::IfRegular, |at, len| {
                 if len == u64::MAX {
                     // SAFETY: the caller's arguments, unchanged.
                     return unsafe { real(fd, buf, count, off $(, $extra)*) as i64 };
@@ -178,7 +178,7 @@ macro_rules! positional_vec_hook {
             };
             let split = if true $(&& $flags == 0)* { rt::Split::IfRegular } else { rt::Split::Never };
             let size = || iov_len_of(iov, cnt);
-            rt::data_call(RequestType::$rt, fd, size, split, &mut |at, len| {
+            rt::data_call(RequestType::$rt, fd, size, split, |at, len| {
                 if len == u64::MAX {
                     // SAFETY: the caller's arguments, unchanged.
                     return unsafe { real(fd, iov, cnt, off $(, $flags)*) as i64 };

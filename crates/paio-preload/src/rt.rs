@@ -176,6 +176,26 @@ impl Guard {
 }
 
 impl Guard {
+    /// Enters again on the thread of an earlier guard (`thread`, the calling
+    /// thread), without looking the thread up: the two-phase path's way back
+    /// in after the real call. `None` if the library is on the stack.
+    #[inline]
+    pub(crate) fn reenter(thread: ThreadRef<'static>) -> Option<Guard> {
+        let cells = thread.embedder();
+        if cells.depth.get() != 0 {
+            return None;
+        }
+        cells.depth.set(1);
+        // Set by the first guard of this thread (enter_always).
+        let errno_slot = cells.word.get() as *mut c_int;
+        Some(Guard {
+            // SAFETY: this thread's errno slot, recorded by enter_always.
+            errno: unsafe { *errno_slot },
+            errno_slot,
+            thread,
+        })
+    }
+
     /// The errno this guard restores when dropped.
     #[inline]
     pub(crate) fn restore_errno_to(&mut self, e: c_int) {
@@ -652,10 +672,6 @@ fn with_class(cfg: &Config, ctx: Context, class: u16) -> Context {
 
 // ---------------------------------------------------------------- data calls
 
-/// A piece of a data call: `(offset into the call, length) -> result` of the
-/// real call for that range (bytes moved, or -1 with errno set).
-pub(crate) type Piece<'a> = &'a mut dyn FnMut(u64, u64) -> i64;
-
 /// How a data call may be split (positional calls only).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Split {
@@ -673,12 +689,16 @@ pub(crate) enum Split {
 /// ([`split_call`]). The caller's errno after this function is the real
 /// call's; nothing of this library is held across the real call.
 #[inline]
+///
+/// `piece(offset into the call, length)` issues the real call for that range
+/// (bytes moved, or -1 with errno set); `(0, u64::MAX)` is the whole call
+/// with the caller's arguments unchanged.
 pub(crate) fn data_call(
     rt: RequestType,
     fd: c_int,
     size: impl FnOnce() -> u64,
     split: Split,
-    piece: Piece<'_>,
+    mut piece: impl FnMut(u64, u64) -> i64,
 ) -> i64 {
     let Some(g) = Guard::enter() else {
         return piece(0, u64::MAX);
@@ -690,21 +710,24 @@ pub(crate) fn data_call(
     check_thread_name(&g);
     let size = size();
     let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
-    if split == Split::IfRegular {
+    // Pieces are multiples of 4 KiB and a call is split only when larger
+    // than a piece: smaller calls skip the question (one routing fewer).
+    if split == Split::IfRegular && size > paio::object::SPLIT_ALIGN {
         if let Some(p) = stage.split_size_on_thread(g.thread, &ctx) {
             if p > 0 && size > p && splittable(fd) {
-                return split_call(g, cfg, stage, ctx, p, piece);
+                return split_call(g, cfg, stage, ctx, p, &mut piece);
             }
         }
     }
     let admission = stage.admit_on_thread(g.thread, &ctx);
+    let thread = g.thread;
     // Restores the caller's errno before the real call: a wait in the stage
     // leaves no trace.
     drop(g);
     let r = piece(0, u64::MAX);
     if let Ok(a) = admission {
         // The guard saves the real call's errno and restores it on drop.
-        if let Some(g) = Guard::enter_always() {
+        if let Some(g) = Guard::reenter(thread) {
             let _ = stage.complete_on_thread(g.thread, a, r.max(0) as u64);
             maybe_push(&g, cfg);
         }
@@ -740,7 +763,7 @@ fn split_call(
     stage: &'static Stage,
     ctx: Context,
     piece_size: u64,
-    piece: Piece<'_>,
+    piece: &mut dyn FnMut(u64, u64) -> i64,
 ) -> i64 {
     let caller_errno = g.saved_errno();
     let total = ctx.size;

@@ -310,7 +310,8 @@ impl CriticalActivity {
     /// stage's clock).
     #[inline]
     pub fn completed(&self, now_ns: u64) {
-        self.last.fetch_max(now_ns.saturating_add(1), Ordering::Relaxed);
+        self.last
+            .fetch_max(now_ns.saturating_add(1), Ordering::Relaxed);
         let _ = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));

@@ -21,11 +21,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
-use crate::criticality::CriticalActivity;
 use crate::admission::{Admission, ForeignAdmission};
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
 use crate::clock::{monotonic, SharedClock};
 use crate::context::{with_thread, Context, ThreadRef, ThreadState};
+use crate::criticality::CriticalActivity;
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
 use crate::object::{
     self, Admitted, EnforceError, EnforcementObject, ObjectConfig, Outcome, Request,
@@ -297,11 +297,12 @@ impl Model {
                         name: name.clone(),
                     });
                 }
-                let object = object::build(config, clock, activity).map_err(|source| RuleError::Config {
-                    channel: channel.clone(),
-                    object: name.clone(),
-                    source,
-                })?;
+                let object =
+                    object::build(config, clock, activity).map_err(|source| RuleError::Config {
+                        channel: channel.clone(),
+                        object: name.clone(),
+                        source,
+                    })?;
                 ch.objects.push(match config {
                     ObjectConfig::Noop => ObjectEntry::noop(name.clone()),
                     _ => ObjectEntry::new(name.clone(), object),

@@ -15,7 +15,7 @@ mod priority;
 
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
-pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen};
+pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen, SPLIT_ALIGN};
 
 use crate::criticality::CriticalActivity;
 use std::fmt;
@@ -272,8 +272,8 @@ pub fn build(
     Ok(match config {
         ObjectConfig::Noop => Arc::new(Noop),
         ObjectConfig::Drl(c) => Arc::new(Drl::new(c.clone(), clock.clone())?),
-        ObjectConfig::Priority(c) => Arc::new(
-            Priority::new(c.clone(), clock.clone())?.with_activity(activity.clone()),
-        ),
+        ObjectConfig::Priority(c) => {
+            Arc::new(Priority::new(c.clone(), clock.clone())?.with_activity(activity.clone()))
+        }
     })
 }

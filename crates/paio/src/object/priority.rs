@@ -1008,13 +1008,21 @@ mod tests {
             .unwrap();
         // Split only while critical I/O is active, and only what is larger
         // than a piece; never a critical request.
-        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), None, "nothing critical");
+        assert_eq!(
+            p.split_size(&ctx(1, false, 1 << 20)),
+            None,
+            "nothing critical"
+        );
         let c = p.admit(&ctx(2, true, 1)).unwrap();
         assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10));
         assert_eq!(p.split_size(&ctx(1, false, 32 << 10)), None, "one piece");
         assert_eq!(p.split_size(&ctx(1, true, 1 << 20)), None);
         p.complete(&ctx(2, true, 1), c.note, 1);
-        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10), "window");
+        assert_eq!(
+            p.split_size(&ctx(1, false, 1 << 20)),
+            Some(32 << 10),
+            "window"
+        );
         clock.advance(Duration::from_millis(2));
         assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), None, "window over");
         p.configure(&ObjectConfig::Priority(PriorityConfig {
@@ -1022,7 +1030,11 @@ mod tests {
             ..PriorityConfig::default()
         }))
         .unwrap();
-        assert_eq!(p.split_size(&ctx(1, false, 1 << 20)), Some(32 << 10), "always");
+        assert_eq!(
+            p.split_size(&ctx(1, false, 1 << 20)),
+            Some(32 << 10),
+            "always"
+        );
     }
 
     /// A single-threaded model of waiting threads: requests arrive, queue,
