@@ -687,7 +687,12 @@ impl EnforcementObject for Priority {
 
     fn complete(&self, ctx: &Context, note: u32, moved: u64) {
         let critical = note & NOTE_CRITICAL != 0;
-        let now = critical.then(|| self.clock.now_ns());
+        // The window after a critical request: the stage's activity records
+        // it for requests that were critical from the start (one clock read
+        // per request, not two); this object keeps it for the others
+        // (promoted ones) and when it has no stage.
+        let stage_records = self.activity.is_some() && ctx.criticality.is_critical();
+        let now = (critical && !stage_records).then(|| self.clock.now_ns());
         let waiters = {
             let mut st = self.lock();
             let slot = &mut st.outstanding[usize::from(critical)];
