@@ -1,12 +1,15 @@
 """Tests of bench/criticality/run.py's parsing and summary (no I/O)."""
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run  # noqa: E402
+# Loaded under its own name: every experiment has a run.py, and pytest runs
+# them in one process, where a plain `import run` would get the first one.
+_spec = importlib.util.spec_from_file_location("criticality_run", Path(__file__).with_name("run.py"))
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)
 
 
 def test_fio_clat_percentiles_in_microseconds():
