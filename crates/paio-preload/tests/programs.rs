@@ -375,3 +375,34 @@ name = "rest"
     assert_eq!(stats[0].channel("flush-reads").1, 70000);
     assert_eq!(stats[0].json["stats"]["stage"], "ctx");
 }
+
+/// Under valgrind (whose guest has no vDSO where /proc/self/auxv says), the
+/// interposer starts, counts and lets the program finish: its clock must
+/// not parse the vDSO itself (it once did, through rustix, and every
+/// program died with SIGSEGV in the constructor).
+#[test]
+fn runs_under_valgrind() {
+    require("valgrind");
+    let dir = scratch("valgrind");
+    random_file(&dir.join("in"), 40960);
+    let out = run(
+        &dir,
+        &[
+            "valgrind",
+            "--tool=none",
+            "--error-exitcode=99",
+            "dd",
+            "if=in",
+            "of=/dev/null",
+            "bs=4096",
+        ],
+        true,
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("Process terminating"), "{err}");
+    let stats = take_stats(&dir);
+    let read: u64 = stats.iter().map(|s| s.channel("read").1).sum();
+    assert_eq!(read, 40960, "{err}");
+}
