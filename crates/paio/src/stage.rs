@@ -486,11 +486,14 @@ pub struct Stage {
     table: ArcSwap<Table>,
     generation: AtomicU64,
     unmatched: ObjectRecorder,
+    /// Its completed critical requests, whichever object they went through.
+    critical: ObjectRecorder,
     collected: Mutex<Collected>,
 }
 
 const UNMATCHED_KEY: u64 = 0;
 const REMOVED_KEY: u64 = u64::MAX;
+const CRITICAL_KEY: u64 = u64::MAX - 1;
 const TABLE_CACHE_SLOTS: usize = 4;
 
 pub(crate) struct CachedTable {
@@ -667,6 +670,7 @@ impl StageBuilder {
             table: ArcSwap::from_pointee(table),
             generation: AtomicU64::new(0),
             unmatched: ObjectRecorder::default(),
+            critical: ObjectRecorder::default(),
         }
     }
 }
@@ -913,6 +917,7 @@ impl Stage {
         if a.stage != self.uid {
             return Err(ForeignAdmission);
         }
+        let slot = thread_slot(t);
         if a.ctx.criticality.is_critical() {
             self.activity.completed(self.clock.now_ns());
             if a.on_board {
@@ -920,8 +925,9 @@ impl Stage {
                     b.critical_completed();
                 }
             }
+            self.critical
+                .record_completion_at(slot, moved, a.waited_ns, latency);
         }
-        let slot = thread_slot(t);
         let finish = |e: &ObjectEntry| {
             if e.two_phase {
                 e.object.complete(&a.ctx, a.note, moved);
@@ -1173,6 +1179,14 @@ impl Stage {
         let interval = now.saturating_sub(collected.at_ns);
         let ns_per_tick = self.clock.ns_per_tick();
         let mut previous = std::mem::take(&mut collected.previous);
+        let critical_sample = self.critical.sample();
+        let critical_latency = previous
+            .get(&CRITICAL_KEY)
+            .map_or_else(
+                || critical_sample.latency.clone(),
+                |before| critical_sample.latency.since(&before.latency),
+            )
+            .latency_buckets(ns_per_tick);
         let mut seen = HashMap::new();
         let mut counts = |key: u64, sample: Sample| {
             let before = previous.remove(&key).unwrap_or_default();
@@ -1206,6 +1220,7 @@ impl Stage {
             removed_sample.merge(&ch.sample());
         }
         let removed = counts(REMOVED_KEY, removed_sample);
+        let critical = counts(CRITICAL_KEY, critical_sample);
         collected.previous = seen;
         collected.at_ns = now;
         StageStats {
@@ -1215,6 +1230,8 @@ impl Stage {
             channels,
             unmatched,
             removed,
+            critical,
+            critical_latency,
         }
     }
 }
@@ -1331,6 +1348,51 @@ mod tests {
         let s = stage.collect();
         assert_eq!(s.unmatched.ops, 1);
         assert_eq!(s.unmatched.latency_total.ops, 1);
+    }
+
+    #[test]
+    fn critical_requests_are_counted_apart_with_their_latency_histogram() {
+        let (stage, clock) = two_phase_stage();
+        let normal = ctx(RequestType::READ, RequestContext::NONE, 4096);
+        let critical = normal.with_criticality(crate::Criticality::Critical);
+        for (c, us) in [(&normal, 900), (&critical, 100), (&critical, 300)] {
+            let a = stage.admit(c).unwrap();
+            clock.advance(Duration::from_micros(us));
+            stage.complete(a, 4096).unwrap();
+        }
+        let s = stage.collect();
+        assert_eq!((s.critical.ops, s.critical.bytes), (2, 8192));
+        assert_eq!(s.critical.latency.ops, 2);
+        // Two buckets, ascending, each bound within 12.5 % above its value.
+        let b = &s.critical_latency;
+        assert_eq!(b.len(), 2, "{b:?}");
+        assert!(
+            (100_000..=112_500).contains(&b[0].0) && b[0].1 == 1,
+            "{b:?}"
+        );
+        assert!(
+            (300_000..=337_500).contains(&b[1].0) && b[1].1 == 1,
+            "{b:?}"
+        );
+        // The next collection has only the interval's requests.
+        let a = stage.admit(&critical).unwrap();
+        clock.advance(Duration::from_micros(100));
+        stage.complete(a, 0).unwrap();
+        let s = stage.collect();
+        assert_eq!((s.critical.ops, s.critical.interval_ops), (3, 1));
+        assert_eq!(s.critical_latency.len(), 1);
+        assert_eq!(s.critical_latency[0].1, 1);
+        // Merged back, the histogram gives the same percentile.
+        let mut h = crate::stats::HistogramSnapshot::default();
+        for &(ns, n) in &b[..] {
+            h.add(ns, n);
+        }
+        assert_eq!(h.quantile(0.99, 0), b[1].0);
+        // Nothing critical: the fields are left out of the serialized form.
+        let quiet = stage.collect();
+        assert!(quiet.critical_latency.is_empty());
+        let json = serde_json::to_string(&quiet).unwrap();
+        assert!(!json.contains("critical_latency"), "{json}");
     }
 
     #[test]

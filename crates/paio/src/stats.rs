@@ -334,6 +334,26 @@ impl HistogramSnapshot {
         }
     }
 
+    /// The recorded values as call latencies in sparse form: for every
+    /// non-empty bucket, its upper bound in nanoseconds (each tick worth
+    /// `ns_per_tick`) and its count, ascending. What a stage reports so that
+    /// a control plane can merge histograms ([`HistogramSnapshot::add`]).
+    pub fn latency_buckets(&self, ns_per_tick: f64) -> Vec<(u64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(b, &c)| ((bucket_upper(b) as f64 * ns_per_tick).round() as u64, c))
+            .collect()
+    }
+
+    /// Adds `count` values of `value` (e.g. the buckets of
+    /// [`HistogramSnapshot::latency_buckets`], merged from several stages).
+    pub fn add(&mut self, value: u64, count: u64) {
+        self.counts[bucket_of(value)] += count;
+        self.sum_ns = self.sum_ns.wrapping_add(value.wrapping_mul(count));
+    }
+
     /// Summary over `total_ops` requests.
     pub fn summary(&self, total_ops: u64) -> WaitSummary {
         let waited = self.waited();
@@ -413,6 +433,13 @@ pub struct Counts {
     /// or low by the requests within 12.5 % above the bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait_buckets: Vec<(u64, u64)>,
+}
+
+impl Counts {
+    /// Whether nothing was ever counted.
+    pub fn is_empty(&self) -> bool {
+        self.ops == 0
+    }
 }
 
 /// Call latency over a set of completed requests: the time from the end of
@@ -498,6 +525,16 @@ pub struct StageStats {
     pub unmatched: Counts,
     /// Requests counted by channels that have since been removed.
     pub removed: Counts,
+    /// The stage's critical requests, whichever channel and object they
+    /// went through (two-phase requests only: counted at completion).
+    #[serde(skip_serializing_if = "Counts::is_empty")]
+    pub critical: Counts,
+    /// Call latency of the interval's critical requests, in the sparse form
+    /// of [`HistogramSnapshot::latency_buckets`]: `(upper bound in ns,
+    /// requests)`, ascending, so that histograms of several stages and
+    /// intervals merge exactly (paiod's `criticality` policy does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub critical_latency: Vec<(u64, u64)>,
 }
 
 /// Live statistics of one object: its counters, wait histogram and the

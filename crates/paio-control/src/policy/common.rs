@@ -425,8 +425,7 @@ pub(crate) mod testutil {
                 counts,
                 objects: vec![],
             }],
-            unmatched: Counts::default(),
-            removed: Counts::default(),
+            ..Default::default()
         }
     }
 
