@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use paio_control::ctl::{CtlCommand, StatusReport};
+use paio_control::policy::criticality::Verdict;
 
 use crate::args::ArgError;
 
@@ -78,6 +79,29 @@ pub fn format_status(r: &StatusReport) -> String {
             );
         }
     }
+    if let Some(l) = &r.latency {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "\ncritical p{} {:.2} ms (target {:.2} ms, {} requests, {}); background depth {}, \
+             busy {}, rate {} over {} priority object(s)",
+            l.percentile,
+            ms(l.measured_ns),
+            ms(l.target_ns),
+            l.samples,
+            match l.verdict {
+                Verdict::None => "not judged yet",
+                Verdict::Missed => "missed: cut",
+                Verdict::Met => "met: raised",
+                Verdict::Idle => "no critical I/O: raised",
+            },
+            l.depth,
+            l.busy_depth,
+            l.rate_bytes_per_sec
+                .map_or_else(|| "unlimited".to_string(), mib),
+            l.objects
+        );
+    }
     for s in &r.stages {
         let labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(
@@ -104,6 +128,12 @@ pub fn format_status(r: &StatusReport) -> String {
             for o in &c.objects {
                 let config = match &o.config {
                     Some(paio::ObjectConfig::Drl(d)) => format!("drl {}", d.rate),
+                    Some(paio::ObjectConfig::Priority(p)) => format!(
+                        "priority depth {} busy {}{}",
+                        p.depth,
+                        p.busy_depth,
+                        p.rate.map(|r| format!(" rate {r}")).unwrap_or_default()
+                    ),
                     Some(other) => other.kind().to_string(),
                     None => o.kind.clone(),
                 };
@@ -189,6 +219,7 @@ mod tests {
                     }],
                 }],
             }],
+            latency: None,
         };
         let text = format_status(&r);
         assert!(text.contains("policy max_min"), "{text}");
@@ -202,5 +233,68 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("kernel reads 1.0 MiB/s"), "{text}");
+        assert!(!text.contains("critical p"), "{text}");
+    }
+
+    #[test]
+    fn status_shows_the_latency_target_and_priority_objects() {
+        use paio_control::policy::criticality::{LatencyStatus, Verdict};
+        let r = StatusReport {
+            pid: 7,
+            uptime_s: 12.0,
+            period_ms: 100,
+            policy: "criticality".into(),
+            groups: vec![],
+            latency: Some(LatencyStatus {
+                target_ns: 2_000_000,
+                percentile: 99.0,
+                measured_ns: 5_500_000,
+                samples: 120,
+                verdict: Verdict::Missed,
+                depth: 1,
+                busy_depth: 1,
+                rate_bytes_per_sec: Some(8.0 * 1048576.0),
+                objects: 2,
+            }),
+            stages: vec![StageStatus {
+                id: 1,
+                name: "backup".into(),
+                pid: 42,
+                uid: 0,
+                host: "h".into(),
+                labels: Default::default(),
+                registered_s: 3.0,
+                proc_read_bytes_per_sec: None,
+                proc_write_bytes_per_sec: None,
+                channels: vec![ChannelStatus {
+                    name: "background".into(),
+                    bytes_per_sec: 0.0,
+                    ops_per_sec: 0.0,
+                    objects: vec![ObjectStatus {
+                        name: "yield".into(),
+                        kind: "priority".into(),
+                        config: Some(paio::ObjectConfig::Priority(paio::object::PriorityConfig {
+                            depth: 1,
+                            rate: Some(paio::Rate::bytes_per_sec(4 << 20)),
+                            ..Default::default()
+                        })),
+                        bytes_per_sec: 0.0,
+                    }],
+                }],
+            }],
+        };
+        let text = format_status(&r);
+        assert!(
+            text.contains("critical p99 5.50 ms (target 2.00 ms, 120 requests, missed: cut)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("background depth 1, busy 1, rate 8.0 MiB/s over 2 priority object(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("priority depth 1 busy 1 rate 4194304 B/s"),
+            "{text}"
+        );
     }
 }

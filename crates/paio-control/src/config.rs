@@ -6,7 +6,7 @@
 //! # socket = "/run/paio/paiod.sock"
 //! # metrics = "127.0.0.1:9464"
 //! [policy]
-//! kind = "max_min"                 # static (default) | max_min | proportional | silk
+//! kind = "max_min"                 # static (default) | max_min | proportional | silk | criticality
 //! group_by = "job"                 # label that names a stage's group
 //! channel = "read"                 # the controlled channel
 //! # match = { request_type = "read" }  # mapping when paiod creates the channel
@@ -30,6 +30,21 @@
 //! writes_only = false              # true: limit only flush/compaction writes
 //! # read_bandwidth = "150MiB/s"    # with writes_only: the store's read budget;
 //! #                                # compaction reads get what Gets leave of it
+//! ```
+//!
+//! Kind `criticality` (a latency target for critical I/O,
+//! [`CriticalityPolicy`]) controls the depth and rate of every stage's
+//! priority objects:
+//!
+//! ```toml
+//! [policy]
+//! kind = "criticality"
+//! latency_target = "2ms"           # required: critical requests' target
+//! percentile = 99                  # judged percentile (default 99)
+//! window = "500ms"                 # evaluation window (default 500ms)
+//! max_depth = 4                    # depth when the target is met (default 4)
+//! busy_depth = 1                   # busy_depth ceiling (default 1)
+//! min_rate = "1MiB/s"              # lowest background rate (default 1MiB/s)
 //! ```
 //!
 //! Unknown fields are rejected, and so are fields the chosen kind does not
@@ -59,8 +74,8 @@ use toml::Spanned;
 
 use crate::policy::common::check_byte_rate;
 use crate::policy::{
-    silk::DEFAULT_MIN_BANDWIDTH, ControlPolicy, ControlSettings, MaxMinPolicy, ProportionalPolicy,
-    SilkPolicy, StaticEntry, StaticPolicy,
+    silk::DEFAULT_MIN_BANDWIDTH, ControlPolicy, ControlSettings, CriticalityPolicy, LatencyTarget,
+    MaxMinPolicy, ProportionalPolicy, SilkPolicy, StaticEntry, StaticPolicy,
 };
 
 /// Largest configuration file accepted.
@@ -131,6 +146,8 @@ pub enum PolicyKind {
     Proportional,
     /// [`SilkPolicy`].
     Silk,
+    /// [`CriticalityPolicy`].
+    Criticality,
 }
 
 impl PolicyKind {
@@ -141,6 +158,7 @@ impl PolicyKind {
             PolicyKind::MaxMin => "max_min",
             PolicyKind::Proportional => "proportional",
             PolicyKind::Silk => "silk",
+            PolicyKind::Criticality => "criticality",
         }
     }
 }
@@ -164,6 +182,8 @@ pub struct PolicyConfig {
     pub read_bandwidth: Option<f64>,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
+    /// Criticality: the latency target and its knobs.
+    pub latency: Option<LatencyTarget>,
 }
 
 /// One `[[policy.group]]` entry. Rates are in bytes/s.
@@ -238,6 +258,14 @@ impl PolicyConfig {
                 })
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
+            PolicyKind::Criticality => Box::new(
+                CriticalityPolicy::new(
+                    self.latency
+                        .clone()
+                        .expect("a criticality configuration has a latency target"),
+                )
+                .unwrap_or_else(|e| panic!("invalid criticality configuration: {e}")),
+            ),
         }
     }
 }
@@ -266,8 +294,34 @@ struct RawPolicy {
     min_bandwidth: Option<Spanned<Rate>>,
     writes_only: Option<Spanned<bool>>,
     read_bandwidth: Option<Spanned<Rate>>,
+    latency_target: Option<Spanned<HumanDuration>>,
+    percentile: Option<Spanned<f64>>,
+    window: Option<Spanned<HumanDuration>>,
+    max_depth: Option<Spanned<u32>>,
+    busy_depth: Option<Spanned<u32>>,
+    min_rate: Option<Spanned<Rate>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
+}
+
+impl RawPolicy {
+    /// The `criticality` kind's fields that are present, with their spans.
+    fn criticality_fields(&self) -> Vec<(&'static str, Range<usize>)> {
+        [
+            (
+                "latency_target",
+                self.latency_target.as_ref().map(|x| x.span()),
+            ),
+            ("percentile", self.percentile.as_ref().map(|x| x.span())),
+            ("window", self.window.as_ref().map(|x| x.span())),
+            ("max_depth", self.max_depth.as_ref().map(|x| x.span())),
+            ("busy_depth", self.busy_depth.as_ref().map(|x| x.span())),
+            ("min_rate", self.min_rate.as_ref().map(|x| x.span())),
+        ]
+        .into_iter()
+        .filter_map(|(f, s)| Some((f, s?)))
+        .collect()
+    }
 }
 
 #[derive(Deserialize)]
@@ -392,18 +446,30 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
             "max_min" => PolicyKind::MaxMin,
             "proportional" => PolicyKind::Proportional,
             "silk" => PolicyKind::Silk,
+            "criticality" => PolicyKind::Criticality,
             other => {
                 return Err(cx.err(
                     Some(k.span()),
                     "policy.kind",
                     format!(
-                        "unknown kind {other:?} (expected static, max_min, proportional or silk)"
+                        "unknown kind {other:?} (expected static, max_min, proportional, silk \
+                         or criticality)"
                     ),
                 ))
             }
         },
     };
     let kname = kind.name();
+    if kind == PolicyKind::Criticality {
+        return criticality_config(cx, &p);
+    }
+    if let Some((f, span)) = p.criticality_fields().into_iter().next() {
+        return Err(cx.err(
+            Some(span),
+            &format!("policy.{f}"),
+            format!("not used by kind {kname} (only by criticality)"),
+        ));
+    }
     if kind == PolicyKind::Silk {
         return silk_config(cx, &p);
     }
@@ -550,7 +616,9 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
                     out.weight = Some(v);
                 }
             }
-            PolicyKind::Silk => unreachable!("silk is configured by silk_config"),
+            PolicyKind::Silk | PolicyKind::Criticality => {
+                unreachable!("silk and criticality have their own configuration")
+            }
             PolicyKind::Static => {
                 if let Some(r) = &g.rate {
                     out.rate = Some(cx.rate(r, &format!("{at}.rate"))?);
@@ -605,6 +673,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         writes_only: false,
         read_bandwidth: None,
         groups,
+        latency: None,
     })
 }
 
@@ -677,6 +746,81 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         writes_only,
         read_bandwidth: read,
         groups: Vec::new(),
+        latency: None,
+    })
+}
+
+/// The `[policy]` table of kind `criticality`: `latency_target` (required)
+/// and the knobs of [`LatencyTarget`]; fields of other kinds are refused.
+fn criticality_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
+    let others = [
+        ("group_by", p.group_by.as_ref().map(|x| x.span())),
+        ("channel", p.channel.as_ref().map(|x| x.span())),
+        ("match", p.pattern.as_ref().map(|x| x.span())),
+        ("max_bandwidth", p.max_bandwidth.as_ref().map(|x| x.span())),
+        ("calibrate", p.calibrate.as_ref().map(|x| x.span())),
+        ("kvs_bandwidth", p.kvs_bandwidth.as_ref().map(|x| x.span())),
+        ("min_bandwidth", p.min_bandwidth.as_ref().map(|x| x.span())),
+        ("writes_only", p.writes_only.as_ref().map(|x| x.span())),
+        (
+            "read_bandwidth",
+            p.read_bandwidth.as_ref().map(|x| x.span()),
+        ),
+    ];
+    if let Some((f, Some(s))) = others.iter().find(|(_, s)| s.is_some()).cloned() {
+        return Err(cx.err(
+            Some(s),
+            &format!("policy.{f}"),
+            "not used by kind criticality (it controls every stage's priority objects)",
+        ));
+    }
+    if let Some(g) = p.group.first() {
+        return Err(cx.err(
+            Some(g.span()),
+            "policy.group[0]",
+            "not used by kind criticality (it controls every stage's priority objects)",
+        ));
+    }
+    let Some(target) = &p.latency_target else {
+        return Err(cx.err(
+            p.kind.as_ref().map(|k| k.span()),
+            "policy.latency_target",
+            "kind criticality needs latency_target (e.g. \"2ms\": the latency critical \
+             requests should meet at `percentile`)",
+        ));
+    };
+    let mut t = LatencyTarget::new(cx.duration(target, "policy.latency_target")?);
+    if let Some(v) = &p.percentile {
+        t.percentile = *v.get_ref();
+    }
+    if let Some(v) = &p.window {
+        t.window = cx.duration(v, "policy.window")?;
+    }
+    if let Some(v) = &p.max_depth {
+        t.max_depth = *v.get_ref();
+    }
+    if let Some(v) = &p.busy_depth {
+        t.busy_depth = *v.get_ref();
+    }
+    if let Some(v) = &p.min_rate {
+        t.min_rate = cx.rate(v, "policy.min_rate")?;
+    }
+    if let Err(e) = t.validate() {
+        // The field the message starts with is the one to blame.
+        let fields = p.criticality_fields();
+        let (field, span) = fields
+            .iter()
+            .find(|(f, _)| e.message.starts_with(f))
+            .cloned()
+            .map_or(("policy".to_string(), None), |(f, s)| {
+                (format!("policy.{f}"), Some(s))
+            });
+        return Err(cx.err(span, &field, e.message));
+    }
+    Ok(PolicyConfig {
+        kind: PolicyKind::Criticality,
+        latency: Some(t),
+        ..PolicyConfig::default()
     })
 }
 
@@ -949,6 +1093,105 @@ rules = [{ rule = "create_channel", name = "x" }]
             (e.line, e.field.as_str()),
             (4, "policy.read_bandwidth"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn criticality_config() {
+        let c = parse(
+            "[policy]\nkind = \"criticality\"\nlatency_target = \"2ms\"\npercentile = 99.9\n\
+             window = \"1s\"\nmax_depth = 8\nbusy_depth = 0\nmin_rate = \"4MiB/s\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.kind, PolicyKind::Criticality);
+        let t = c.policy.latency.clone().unwrap();
+        assert_eq!(t.target, Duration::from_millis(2));
+        assert_eq!((t.percentile, t.window), (99.9, Duration::from_secs(1)));
+        assert_eq!((t.max_depth, t.busy_depth, t.min_rate), (8, 0, 4.0 * MIB));
+        let mut p = c.policy.build();
+        assert_eq!(p.kind(), "criticality");
+        assert_eq!(p.latency().unwrap().target_ns, 2_000_000);
+        p.set("*", "latency_target", "5ms").unwrap();
+        assert_eq!(p.latency().unwrap().target_ns, 5_000_000);
+        // Defaults.
+        let c = parse("[policy]\nkind = \"criticality\"\nlatency_target = \"10ms\"\n").unwrap();
+        assert_eq!(
+            c.policy.latency,
+            Some(LatencyTarget::new(Duration::from_millis(10)))
+        );
+    }
+
+    #[test]
+    fn criticality_config_errors() {
+        let case = |text: &str, line: usize, field: &str, says: &str| {
+            let e = err(text);
+            assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
+            assert!(e.message.contains(says), "{e}");
+        };
+        let k = "[policy]\nkind = \"criticality\"\n";
+        case(k, 2, "policy.latency_target", "needs latency_target");
+        let t = format!("{k}latency_target = \"2ms\"\n");
+        case(
+            &format!("{k}latency_target = \"0ms\"\n"),
+            3,
+            "policy.latency_target",
+            "greater than 0",
+        );
+        case(
+            &format!("{t}percentile = 100\n"),
+            4,
+            "policy.percentile",
+            "between 0 and 100",
+        );
+        case(
+            &format!("{t}max_depth = 0\n"),
+            4,
+            "policy.max_depth",
+            "at least 1",
+        );
+        case(
+            &format!("{t}busy_depth = 5\n"),
+            4,
+            "policy.busy_depth",
+            "at most max_depth (4)",
+        );
+        case(
+            &format!("{t}min_rate = \"10 iops\"\n"),
+            4,
+            "policy.min_rate",
+            "byte rate",
+        );
+        case(&format!("{t}max_depth = -1\n"), 4, "policy.max_depth", "");
+        // Fields of other kinds, and the criticality fields elsewhere.
+        case(
+            &format!("{t}max_bandwidth = \"1GiB/s\"\n"),
+            4,
+            "policy.max_bandwidth",
+            "not used by kind criticality",
+        );
+        case(
+            &format!("{t}[[policy.group]]\nname = \"a\"\n"),
+            4,
+            "policy.group[0]",
+            "not used by kind criticality",
+        );
+        case(
+            "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nlatency_target = \"2ms\"\n",
+            4,
+            "policy.latency_target",
+            "only by criticality",
+        );
+        case(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"1GiB/s\"\nmax_depth = 2\n",
+            4,
+            "policy.max_depth",
+            "only by criticality",
+        );
+        case(
+            "[policy]\nkind = \"critical\"\n",
+            2,
+            "policy.kind",
+            "criticality",
         );
     }
 

@@ -13,7 +13,7 @@ use paio::protocol::{self, FrameError};
 use paio::ObjectConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::GroupTarget;
+use crate::policy::{GroupTarget, LatencyStatus};
 
 /// The `"type"` of a [`CtlRequest`]: always `ctl`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +98,9 @@ pub struct StatusReport {
     pub policy: String,
     /// The policy's per-group figures.
     pub groups: Vec<GroupTarget>,
+    /// The latency target's state (policy `criticality`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<LatencyStatus>,
     /// Registered stages, by id.
     pub stages: Vec<StageStatus>,
 }

@@ -12,6 +12,8 @@
 //! | `paio_object_rate` | gauge: a DRL's configured rate (bytes or ops per second) | stage, pid, channel, object, unit |
 //! | `paio_process_read_bytes_per_second`, `..._write_...` | gauge, from `/proc/<pid>/io` | stage, pid |
 //! | `paio_group_demand_bytes_per_second`, `..._target_...`, `..._achieved_...` | gauge | group |
+//! | `paio_critical_latency_target_seconds`, `..._measured_seconds` | gauge (policy `criticality`) | |
+//! | `paio_background_depth`, `paio_background_busy_depth`, `paio_background_rate_bytes_per_second` | gauge (policy `criticality`; the rate only while limited) | |
 //!
 //! The endpoint answers `GET /metrics` (and `/`) with HTTP/1.0 and closes
 //! the connection; it reads at most 8 KiB of request head.
@@ -197,6 +199,38 @@ impl prometheus_client::collector::Collector for Snapshot {
             "The bandwidth a group achieved over the last period",
             group(|t| t.achieved_bytes_per_sec),
         )?;
+        if let Some(l) = &r.latency {
+            let mut single = |name: &str, help: &str, v: Option<f64>| {
+                let Some(v) = v else { return Ok(()) };
+                let g = ConstGauge::new(v);
+                g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+            };
+            single(
+                "paio_critical_latency_target_seconds",
+                "The latency target of critical requests (policy criticality)",
+                Some(l.target_ns as f64 / 1e9),
+            )?;
+            single(
+                "paio_critical_latency_measured_seconds",
+                "The judged percentile of critical requests' latency, last window",
+                Some(l.measured_ns as f64 / 1e9),
+            )?;
+            single(
+                "paio_background_depth",
+                "Non-critical requests each priority object lets in flight",
+                Some(f64::from(l.depth)),
+            )?;
+            single(
+                "paio_background_busy_depth",
+                "Non-critical requests in flight while critical I/O is active",
+                Some(f64::from(l.busy_depth)),
+            )?;
+            single(
+                "paio_background_rate_bytes_per_second",
+                "Total non-critical rate of the priority objects (absent: unlimited)",
+                l.rate_bytes_per_sec,
+            )?;
+        }
 
         let mut m = enc.encode_descriptor(
             "paio_object_wait_seconds",

@@ -129,6 +129,7 @@ impl State {
             period_ms: self.period.as_millis() as u64,
             policy: self.policy.kind().to_string(),
             groups: self.policy.targets(),
+            latency: self.policy.latency(),
             stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
         }
     }

@@ -455,3 +455,125 @@ fn a_stage_started_before_paiod_runs_its_own_policy_then_registers() {
     assert_eq!(paiod.status().stages.len(), 1);
     client.stop();
 }
+
+/// The `yield` priority object's (depth, busy_depth, rate) in `stage`.
+fn yield_config(stage: &Stage) -> (u32, u32, Option<u64>) {
+    let info = stage.info();
+    let o = info.channels[0]
+        .objects
+        .iter()
+        .find(|o| o.name == "yield")
+        .unwrap();
+    match &o.config {
+        Some(ObjectConfig::Priority(p)) => (p.depth, p.busy_depth, p.rate.map(|r| r.per_second)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_criticality_policy_cuts_background_while_critical_requests_miss_their_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let paiod = Paiod::start(
+        dir.path(),
+        &format!(
+            r#"
+period = "50ms"
+metrics = "127.0.0.1:{port}"
+[policy]
+kind = "criticality"
+latency_target = "1ms"
+window = "100ms"
+"#
+        ),
+    );
+    // A background process's stage: one priority object, depth 4.
+    let background = Arc::new(
+        Stage::from_policy_str(
+            r#"
+            [stage]
+            name = "background"
+            [[channel]]
+            name = "background"
+            match = {}
+            default_object = "yield"
+            [[channel.object]]
+            name = "yield"
+            kind = "priority"
+            "#,
+            "<test>",
+        )
+        .unwrap(),
+    );
+    // A critical process's stage, on a fake clock: each critical request
+    // takes exactly `latency_us` of it.
+    let clock = paio::FakeClock::new();
+    let critical = Arc::new(
+        Stage::builder("critical")
+            .clock(Arc::new(clock.clone()))
+            .build(),
+    );
+    let bg_client = client(&background, &paiod.socket);
+    let fg_client = client(&critical, &paiod.socket);
+    let latency_us = Arc::new(AtomicU64::new(5_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (critical, stop, latency_us) = (critical.clone(), stop.clone(), latency_us.clone());
+        std::thread::spawn(move || {
+            let ctx =
+                Context::new(RequestType::READ, 4096).with_criticality(paio::Criticality::Critical);
+            while !stop.load(Ordering::Relaxed) {
+                let a = critical.admit(&ctx).unwrap();
+                clock.advance(Duration::from_micros(latency_us.load(Ordering::Relaxed)));
+                critical.complete(a, 4096).unwrap();
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    // 5 ms against a 1 ms target: depth 4 -> 2 -> 1, then a rate.
+    wait_for("the background cut to depth 1 and a rate", || {
+        matches!(yield_config(&background), (1, 1, Some(_)))
+    });
+    let l = paiod.status().latency.unwrap();
+    assert_eq!(
+        l.verdict,
+        paio_control::policy::criticality::Verdict::Missed
+    );
+    assert!(l.measured_ns >= 5_000_000, "{l:?}");
+    assert!(l.samples >= 20, "{l:?}");
+    let mut body = String::new();
+    std::net::TcpStream::connect(("127.0.0.1", port))
+        .and_then(|mut c| {
+            write!(c, "GET /metrics HTTP/1.0\r\n\r\n")?;
+            c.read_to_string(&mut body)
+        })
+        .unwrap();
+    for line in [
+        "paio_critical_latency_target_seconds 0.001",
+        "paio_background_depth 1.0",
+        "paio_background_busy_depth 1.0",
+        "paio_background_rate_bytes_per_second ",
+    ] {
+        assert!(body.contains(line), "{line:?} in {body}");
+    }
+    // 100 µs: the rate is lifted and depth restored step by step.
+    latency_us.store(100, Ordering::Relaxed);
+    wait_for("the background restored", || {
+        yield_config(&background) == (4, 1, None)
+    });
+    let l = paiod.status().latency.unwrap();
+    assert_eq!(l.verdict, paio_control::policy::criticality::Verdict::Met);
+    assert!(l.measured_ns <= 1_000_000, "{l:?}");
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    // paiod goes away: the stages keep the last configuration.
+    paiod.kill();
+    wait_for("the client to notice", || !bg_client.status().connected);
+    assert_eq!(yield_config(&background), (4, 1, None));
+    bg_client.stop();
+    fg_client.stop();
+}

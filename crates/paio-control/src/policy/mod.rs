@@ -11,6 +11,7 @@
 
 pub mod calibrate;
 pub mod common;
+pub mod criticality;
 pub mod max_min;
 pub mod proportional;
 pub mod silk;
@@ -18,6 +19,7 @@ pub mod static_policy;
 
 pub use calibrate::Calibrator;
 pub use common::{split_by_demand, ControlSettings, StageDemand};
+pub use criticality::{CriticalityPolicy, LatencyStatus, LatencyTarget};
 pub use max_min::{max_min_fair, MaxMinPolicy};
 pub use proportional::{proportional_share, ProportionalPolicy};
 pub use silk::{silk_allocate, SilkPolicy};
@@ -101,7 +103,8 @@ impl PolicyError {
 
 /// A control algorithm.
 pub trait ControlPolicy: Send {
-    /// The policy's kind (`static`, `max_min`, `proportional`, `silk`).
+    /// The policy's kind (`static`, `max_min`, `proportional`, `silk`,
+    /// `criticality`).
     fn kind(&self) -> &'static str;
 
     /// Housekeeping and differentiation rules that prepare a stage that just
@@ -121,6 +124,12 @@ pub trait ControlPolicy: Send {
 
     /// The figures of every group the policy knows, as of the last period.
     fn targets(&self) -> Vec<GroupTarget>;
+
+    /// The state of a latency target for critical I/O, for the policies
+    /// that have one (`criticality`).
+    fn latency(&self) -> Option<LatencyStatus> {
+        None
+    }
 }
 
 /// Stages grouped by the value of label `key`; stages without it form no

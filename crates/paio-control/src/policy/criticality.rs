@@ -1,0 +1,816 @@
+//! A latency target for critical I/O (kind `criticality`), like cgroup
+//! `io.latency`: when critical requests miss it, background work is cut
+//! multiplicatively; while they meet it, it is given back additively.
+//!
+//! **Signal.** Every stage reports its critical requests' call latencies
+//! as a mergeable histogram ([`paio::StageStats::critical_latency`]). The
+//! policy merges them over all stages for one evaluation `window` and takes
+//! the `percentile`. A window with no critical request counts as met; one
+//! with fewer than [`MIN_SAMPLES`] critical requests is extended until it
+//! has them (a percentile of three requests is noise).
+//!
+//! **Actuator.** Every priority object of every registered stage
+//! ([`paio::object::Priority`]): the policy owns their `depth`,
+//! `busy_depth` and `rate` (their other settings stay as the stage
+//! configured them). It keeps one state for the machine:
+//!
+//! - `depth`, from `max_depth` down to 1: the non-critical requests each
+//!   object lets in flight while nothing critical runs, which is the queue a
+//!   critical request finds when it arrives; each object's `busy_depth` is
+//!   `min(busy_depth, depth)`;
+//! - `rate`, unlimited or at least `min_rate`: the non-critical bytes per
+//!   second of all objects together, split among them by measured demand
+//!   ([`common::split_by_demand`]).
+//!
+//! After a window that **missed** the target, depth is halved; once depth
+//! is 1, the rate is halved instead (the first cut starts from the
+//! background's rate measured over the window). After a window that **met**
+//! it, the rate grows by a tenth of the rate measured at the first cut and
+//! is lifted when it reaches it; once unlimited, depth grows by 1 up to
+//! `max_depth`. The depth is cut first because it is cheap for the
+//! background (the board already holds it to `busy_depth` while critical
+//! I/O runs) and the rate last because it costs throughput all the time.
+//!
+//! Stages keep the last configuration they were sent when paiod goes away.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use paio::object::PriorityConfig;
+use paio::stats::HistogramSnapshot;
+use paio::units::{parse_duration, Rate};
+use paio::{ObjectConfig, Rule};
+
+use super::common::{self, StageDemand, DEADBAND};
+use super::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
+
+/// Fewest critical requests a window needs to be judged.
+pub const MIN_SAMPLES: u64 = 20;
+
+/// Default `percentile`.
+pub const DEFAULT_PERCENTILE: f64 = 99.0;
+
+/// Default evaluation `window`.
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(500);
+
+/// Default `max_depth`, the priority object's own default depth.
+pub const DEFAULT_MAX_DEPTH: u32 = 4;
+
+/// Default `busy_depth`, RCP's one request.
+pub const DEFAULT_BUSY_DEPTH: u32 = 1;
+
+/// Default `min_rate`: 1 MiB/s.
+pub const DEFAULT_MIN_RATE: f64 = 1024.0 * 1024.0;
+
+/// The additive increase of the rate per met window, as a fraction of the
+/// background rate measured at the first cut.
+pub const RATE_STEP: f64 = 0.1;
+
+/// The `criticality` policy's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LatencyTarget {
+    /// The latency critical requests should meet at `percentile`.
+    pub target: Duration,
+    /// The percentile judged, in (0, 100).
+    pub percentile: f64,
+    /// How long one evaluation covers (at least one control period in
+    /// effect: it is judged at the first period that ends after it).
+    pub window: Duration,
+    /// The non-critical depth when critical requests meet the target.
+    pub max_depth: u32,
+    /// The objects' `busy_depth`, never above the current depth.
+    pub busy_depth: u32,
+    /// The lowest total non-critical rate, bytes/s.
+    pub min_rate: f64,
+}
+
+impl LatencyTarget {
+    /// Settings with `target` and every other field at its default.
+    pub fn new(target: Duration) -> Self {
+        Self {
+            target,
+            percentile: DEFAULT_PERCENTILE,
+            window: DEFAULT_WINDOW,
+            max_depth: DEFAULT_MAX_DEPTH,
+            busy_depth: DEFAULT_BUSY_DEPTH,
+            min_rate: DEFAULT_MIN_RATE,
+        }
+    }
+
+    /// Checks every field, saying which is wrong and why.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.target.is_zero() {
+            return Err(PolicyError::new("latency_target must be more than 0"));
+        }
+        if !(self.percentile > 0.0 && self.percentile < 100.0) {
+            return Err(PolicyError::new(format!(
+                "percentile must be between 0 and 100 (exclusive), got {}",
+                self.percentile
+            )));
+        }
+        if self.window.is_zero() {
+            return Err(PolicyError::new("window must be more than 0"));
+        }
+        if self.max_depth == 0 {
+            return Err(PolicyError::new("max_depth must be at least 1"));
+        }
+        if self.busy_depth > self.max_depth {
+            return Err(PolicyError::new(format!(
+                "busy_depth ({}) must be at most max_depth ({})",
+                self.busy_depth, self.max_depth
+            )));
+        }
+        if !(self.min_rate.is_finite() && self.min_rate > 0.0) {
+            return Err(PolicyError::new("min_rate must be a positive byte rate"));
+        }
+        Ok(())
+    }
+}
+
+/// What the last judged window decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No window judged yet.
+    None,
+    /// Critical requests missed the target: background cut.
+    Missed,
+    /// They met it: background given back a step.
+    Met,
+    /// No critical request in the window: background given back a step.
+    Idle,
+}
+
+/// The state of the latency control, for `paio status` and the metrics.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyStatus {
+    /// The target, ns.
+    pub target_ns: u64,
+    /// The percentile judged.
+    pub percentile: f64,
+    /// The measured percentile of the last judged window, ns (0: none).
+    pub measured_ns: u64,
+    /// Critical requests in the last judged window.
+    pub samples: u64,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// Current non-critical depth.
+    pub depth: u32,
+    /// Current busy depth.
+    pub busy_depth: u32,
+    /// Current total non-critical rate, bytes/s (`None`: unlimited).
+    pub rate_bytes_per_sec: Option<f64>,
+    /// Priority objects under control.
+    pub objects: usize,
+}
+
+/// The `criticality` policy.
+#[derive(Debug, Clone)]
+pub struct CriticalityPolicy {
+    settings: LatencyTarget,
+    depth: u32,
+    rate: Option<f64>,
+    /// The background rate at the first cut: where the rate is lifted.
+    reference: f64,
+    window_start: Duration,
+    window: HistogramSnapshot,
+    /// Background bytes moved in the window, and its length so far.
+    window_bytes: f64,
+    window_secs: f64,
+    last: LatencyStatus,
+    achieved: f64,
+    objects: usize,
+    stages: usize,
+}
+
+/// One priority object of one stage.
+struct Controlled<'a> {
+    stage: StageId,
+    channel: &'a str,
+    object: &'a str,
+    config: &'a PriorityConfig,
+    demand: StageDemand,
+}
+
+impl CriticalityPolicy {
+    /// A policy with `settings` (checked with [`LatencyTarget::validate`]).
+    pub fn new(settings: LatencyTarget) -> Result<Self, PolicyError> {
+        settings.validate()?;
+        let depth = settings.max_depth;
+        let mut p = Self {
+            settings,
+            depth,
+            rate: None,
+            reference: 0.0,
+            window_start: Duration::ZERO,
+            window: HistogramSnapshot::default(),
+            window_bytes: 0.0,
+            window_secs: 0.0,
+            last: LatencyStatus {
+                target_ns: 0,
+                percentile: 0.0,
+                measured_ns: 0,
+                samples: 0,
+                verdict: Verdict::None,
+                depth,
+                busy_depth: 0,
+                rate_bytes_per_sec: None,
+                objects: 0,
+            },
+            achieved: 0.0,
+            objects: 0,
+            stages: 0,
+        };
+        p.refresh_status();
+        Ok(p)
+    }
+
+    /// The control's state as of the last period.
+    pub fn status(&self) -> &LatencyStatus {
+        &self.last
+    }
+
+    fn busy_depth(&self) -> u32 {
+        self.settings.busy_depth.min(self.depth)
+    }
+
+    fn refresh_status(&mut self) {
+        self.last.target_ns = self.settings.target.as_nanos() as u64;
+        self.last.percentile = self.settings.percentile;
+        self.last.depth = self.depth;
+        self.last.busy_depth = self.busy_depth();
+        self.last.rate_bytes_per_sec = self.rate;
+        self.last.objects = self.objects;
+    }
+
+    /// Judges the window that just ended (`background` bytes/s over it).
+    fn judge(&mut self, background: f64) {
+        let samples = self.window.waited();
+        let measured = self
+            .window
+            .quantile(self.settings.percentile / 100.0, samples);
+        let verdict = if samples == 0 {
+            Verdict::Idle
+        } else if measured > self.settings.target.as_nanos() as u64 {
+            Verdict::Missed
+        } else {
+            Verdict::Met
+        };
+        let floor = self.settings.min_rate;
+        match verdict {
+            Verdict::Missed if self.depth > 1 => self.depth = (self.depth / 2).max(1),
+            Verdict::Missed => {
+                let from = match self.rate {
+                    Some(r) => r,
+                    None => {
+                        self.reference = background.max(2.0 * floor);
+                        self.reference
+                    }
+                };
+                self.rate = Some((from / 2.0).max(floor));
+            }
+            Verdict::Met | Verdict::Idle => match self.rate {
+                Some(r) => {
+                    let next = r + RATE_STEP * self.reference;
+                    self.rate = (next < self.reference).then_some(next);
+                }
+                None => self.depth = (self.depth + 1).min(self.settings.max_depth),
+            },
+            Verdict::None => {}
+        }
+        self.last.measured_ns = measured;
+        self.last.samples = samples;
+        self.last.verdict = verdict;
+    }
+
+    /// The configuration `c` should have now, given its share of the rate.
+    fn wanted(&self, c: &PriorityConfig, share: Option<f64>) -> PriorityConfig {
+        PriorityConfig {
+            depth: self.depth,
+            busy_depth: self.busy_depth(),
+            rate: share.map(|r| Rate::bytes_per_sec(common::to_rate(r))),
+            ..c.clone()
+        }
+    }
+}
+
+/// Whether `new` differs from `old` beyond the rate deadband.
+fn changed(old: &PriorityConfig, new: &PriorityConfig) -> bool {
+    if old.depth != new.depth || old.busy_depth != new.busy_depth {
+        return true;
+    }
+    match (old.rate, new.rate) {
+        (None, None) => false,
+        (Some(a), Some(b)) if a.unit == b.unit => {
+            let (a, b) = (a.per_second as f64, b.per_second as f64);
+            (a - b).abs() > DEADBAND * a
+        }
+        _ => true,
+    }
+}
+
+fn controlled(stages: &[StageView]) -> Vec<Controlled<'_>> {
+    let mut out = Vec::new();
+    for s in stages {
+        for ch in &s.info.channels {
+            for o in &ch.objects {
+                let Some(ObjectConfig::Priority(config)) = &o.config else {
+                    continue;
+                };
+                let counts = s.stats.as_ref().and_then(|st| {
+                    st.channels
+                        .iter()
+                        .find(|c| c.name == ch.name)?
+                        .objects
+                        .iter()
+                        .find(|x| x.name == o.name)
+                        .map(|x| &x.counts)
+                });
+                out.push(Controlled {
+                    stage: s.id,
+                    channel: &ch.name,
+                    object: &o.name,
+                    config,
+                    demand: StageDemand {
+                        achieved: counts.map(|c| common::finite(c.bytes_per_sec)),
+                        throttled: counts.is_some_and(|c| c.wait.waited_ops > 0),
+                    },
+                });
+            }
+        }
+    }
+    out
+}
+
+impl ControlPolicy for CriticalityPolicy {
+    fn kind(&self) -> &'static str {
+        "criticality"
+    }
+
+    /// Nothing: the policy controls the priority objects stages have, and
+    /// sends a new stage the current settings at the next period.
+    fn setup(&self, _stage: &StageView) -> Vec<Rule> {
+        Vec::new()
+    }
+
+    fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
+        let objects = controlled(stages);
+        let background: f64 = objects.iter().filter_map(|o| o.demand.achieved).sum();
+        let mut period_secs = 0.0f64;
+        for s in stages {
+            let Some(st) = &s.stats else { continue };
+            for &(ns, n) in &st.critical_latency {
+                self.window.add(ns, n);
+            }
+            period_secs = period_secs.max(st.interval_ns as f64 / 1e9);
+        }
+        self.window_bytes += background * period_secs;
+        self.window_secs += period_secs;
+        let samples = self.window.waited();
+        if now.saturating_sub(self.window_start) >= self.settings.window
+            && (samples == 0 || samples >= MIN_SAMPLES)
+        {
+            let measured_rate = if self.window_secs > 0.0 {
+                self.window_bytes / self.window_secs
+            } else {
+                background
+            };
+            self.judge(measured_rate);
+            self.window = HistogramSnapshot::default();
+            self.window_start = now;
+            self.window_bytes = 0.0;
+            self.window_secs = 0.0;
+        }
+        let shares: Vec<Option<f64>> = match self.rate {
+            None => vec![None; objects.len()],
+            Some(total) => {
+                let demands: Vec<StageDemand> = objects.iter().map(|o| o.demand).collect();
+                common::split_by_demand(total, &demands)
+                    .into_iter()
+                    .map(Some)
+                    .collect()
+            }
+        };
+        let mut out: BTreeMap<StageId, Vec<Rule>> = BTreeMap::new();
+        for (o, share) in objects.iter().zip(shares) {
+            let want = self.wanted(o.config, share);
+            if changed(o.config, &want) {
+                out.entry(o.stage).or_default().push(Rule::Configure {
+                    channel: o.channel.to_string(),
+                    object: o.object.to_string(),
+                    config: ObjectConfig::Priority(want),
+                });
+            }
+        }
+        self.achieved = background;
+        self.objects = objects.len();
+        self.stages = {
+            let mut ids: Vec<StageId> = objects.iter().map(|o| o.stage).collect();
+            ids.dedup();
+            ids.len()
+        };
+        self.refresh_status();
+        out.into_iter().collect()
+    }
+
+    /// `set * KEY=VALUE` with KEY one of `latency_target`, `percentile`,
+    /// `window`, `max_depth`, `busy_depth`, `min_rate`. A lower `max_depth`
+    /// takes effect at once; a higher one is reached by additive increase.
+    fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
+        if group != "*" {
+            return Err(PolicyError::new(format!(
+                "the criticality policy has no groups: use group `*`, not {group:?}"
+            )));
+        }
+        let mut s = self.settings.clone();
+        let bad = |e: String| PolicyError::new(format!("{key}: {e}"));
+        let count = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| bad(format!("expected a whole number, got {v:?}")))
+        };
+        match key {
+            "latency_target" => s.target = parse_duration(value).map_err(|e| bad(e.to_string()))?,
+            "window" => s.window = parse_duration(value).map_err(|e| bad(e.to_string()))?,
+            "percentile" => {
+                s.percentile = value
+                    .parse()
+                    .map_err(|_| bad(format!("expected a number such as 99.9, got {value:?}")))?
+            }
+            "max_depth" => s.max_depth = count(value)?,
+            "busy_depth" => s.busy_depth = count(value)?,
+            "min_rate" => {
+                s.min_rate = common::parse_byte_rate(value).map_err(|e| bad(e.message))?
+            }
+            other => {
+                return Err(PolicyError::new(format!(
+                    "unknown key {other:?} (expected latency_target, percentile, window, \
+                     max_depth, busy_depth or min_rate)"
+                )))
+            }
+        }
+        s.validate()?;
+        self.settings = s;
+        self.depth = self.depth.min(self.settings.max_depth);
+        if let Some(r) = self.rate {
+            self.rate = Some(r.max(self.settings.min_rate));
+        }
+        self.refresh_status();
+        Ok(())
+    }
+
+    /// One entry, `background`: the total non-critical rate (target 0 while
+    /// unlimited) and what the priority objects achieved.
+    fn targets(&self) -> Vec<GroupTarget> {
+        vec![GroupTarget {
+            group: "background".into(),
+            demand_bytes_per_sec: self.reference,
+            target_bytes_per_sec: self.rate.unwrap_or(0.0),
+            achieved_bytes_per_sec: self.achieved,
+            stages: self.stages,
+        }]
+    }
+
+    fn latency(&self) -> Option<LatencyStatus> {
+        Some(self.last.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::common::testutil::info;
+    use paio::stage::{ChannelInfo, ObjectInfo};
+    use paio::stats::{ChannelStats, Counts, ObjectStats};
+    use paio::StageStats;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+    const MIB: f64 = 1024.0 * 1024.0;
+    const PERIOD: Duration = Duration::from_millis(100);
+
+    /// A stage with one channel `bg` holding a priority object `yield`
+    /// (and a noop the policy must leave alone).
+    fn stage(id: StageId) -> StageView {
+        let mut i = info(&format!("s{id}"), &[], false);
+        i.channels = vec![ChannelInfo {
+            name: "bg".into(),
+            objects: vec![
+                ObjectInfo {
+                    name: "yield".into(),
+                    kind: "priority".into(),
+                    config: Some(ObjectConfig::Priority(PriorityConfig::default())),
+                },
+                ObjectInfo {
+                    name: "pass".into(),
+                    kind: "noop".into(),
+                    config: Some(ObjectConfig::Noop),
+                },
+            ],
+            object_rules: vec![],
+            default_object: "yield".into(),
+        }];
+        StageView {
+            id,
+            info: i,
+            stats: None,
+            proc_io: None,
+        }
+    }
+
+    /// One period's statistics: the priority object moved `bps`, and the
+    /// stage completed `n` critical requests of `latency_ns` each.
+    fn report(v: &mut StageView, bps: f64, n: u64, latency_ns: u64) {
+        let counts = Counts {
+            bytes_per_sec: bps,
+            ..Default::default()
+        };
+        v.stats = Some(StageStats {
+            stage: v.info.identity.name.clone(),
+            interval_ns: PERIOD.as_nanos() as u64,
+            channels: vec![ChannelStats {
+                name: "bg".into(),
+                counts: counts.clone(),
+                objects: vec![ObjectStats {
+                    name: "yield".into(),
+                    kind: "priority".into(),
+                    counts,
+                }],
+            }],
+            critical_latency: if n > 0 { vec![(latency_ns, n)] } else { vec![] },
+            ..Default::default()
+        });
+    }
+
+    /// Applies the rules to the views as paiod records them.
+    fn apply(views: &mut [StageView], rules: Vec<(StageId, Vec<Rule>)>) -> usize {
+        let mut n = 0;
+        for (id, batch) in rules {
+            let v = views.iter_mut().find(|v| v.id == id).unwrap();
+            for r in batch {
+                let Rule::Configure {
+                    channel,
+                    object,
+                    config,
+                } = r
+                else {
+                    panic!("unexpected rule {r:?}");
+                };
+                assert_eq!((channel.as_str(), object.as_str()), ("bg", "yield"));
+                v.info.channels[0].objects[0].config = Some(config);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    fn config(v: &StageView) -> PriorityConfig {
+        match &v.info.channels[0].objects[0].config {
+            Some(ObjectConfig::Priority(c)) => c.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn rate(v: &StageView) -> Option<u64> {
+        config(v).rate.map(|r| r.per_second)
+    }
+
+    /// Runs periods until one window is judged (5 periods of 100 ms).
+    fn window(
+        p: &mut CriticalityPolicy,
+        now: &mut Duration,
+        views: &mut [StageView],
+        bps: f64,
+        latency_ns: u64,
+    ) {
+        for _ in 0..5 {
+            *now += PERIOD;
+            for v in views.iter_mut() {
+                report(v, bps, 10, latency_ns);
+            }
+            let rules = p.period(*now, views);
+            apply(views, rules);
+        }
+    }
+
+    fn policy() -> CriticalityPolicy {
+        CriticalityPolicy::new(LatencyTarget::new(Duration::from_millis(2))).unwrap()
+    }
+
+    #[test]
+    fn a_missed_target_halves_depth_then_the_rate_and_a_met_one_gives_back_stepwise() {
+        let mut p = policy();
+        let mut views = vec![stage(1)];
+        let mut now = Duration::ZERO;
+        // Met: nothing changes for the default object (depth 4, busy 1).
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, MS);
+        assert_eq!(p.status().verdict, Verdict::Met);
+        assert_eq!((config(&views[0]).depth, rate(&views[0])), (4, None));
+        // Missed: depth 4 -> 2 -> 1, busy_depth follows.
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(p.status().verdict, Verdict::Missed);
+        assert!(p.status().measured_ns >= 5 * MS);
+        assert_eq!(
+            (config(&views[0]).depth, config(&views[0]).busy_depth),
+            (2, 1)
+        );
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(config(&views[0]).depth, 1);
+        assert_eq!(rate(&views[0]), None, "depth first");
+        // Then the rate: half of what the background moved in the window.
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(rate(&views[0]), Some((50.0 * MIB) as u64));
+        window(&mut p, &mut now, &mut views, 50.0 * MIB, 5 * MS);
+        assert_eq!(rate(&views[0]), Some((25.0 * MIB) as u64));
+        // Never below min_rate.
+        for _ in 0..10 {
+            window(&mut p, &mut now, &mut views, MIB, 5 * MS);
+        }
+        assert_eq!(rate(&views[0]), Some(MIB as u64));
+        assert_eq!(p.status().rate_bytes_per_sec, Some(MIB));
+        // Met: +10 % of the reference (100 MiB/s) per window until it is
+        // reached, then lifted, then depth +1 per window up to max_depth.
+        window(&mut p, &mut now, &mut views, MIB, MS);
+        assert_eq!(rate(&views[0]), Some((11.0 * MIB) as u64));
+        for _ in 0..9 {
+            window(&mut p, &mut now, &mut views, MIB, MS);
+        }
+        assert_eq!(rate(&views[0]), None, "lifted at the reference");
+        assert_eq!(config(&views[0]).depth, 1);
+        // Idle windows (no critical request) count as met.
+        for depth in 2..=4 {
+            for _ in 0..5 {
+                now += PERIOD;
+                report(&mut views[0], MIB, 0, 0);
+                let rules = p.period(now, &views);
+                apply(&mut views, rules);
+            }
+            assert_eq!(p.status().verdict, Verdict::Idle);
+            assert_eq!(config(&views[0]).depth, depth);
+        }
+        window(&mut p, &mut now, &mut views, MIB, 0);
+        assert_eq!(config(&views[0]).depth, 4, "never above max_depth");
+        // The object's other settings were never touched.
+        let c = config(&views[0]);
+        assert_eq!(
+            (c.window, c.starvation, c.split),
+            (
+                PriorityConfig::default().window,
+                PriorityConfig::default().starvation,
+                PriorityConfig::default().split
+            )
+        );
+    }
+
+    #[test]
+    fn rules_go_out_only_on_change() {
+        let mut p = policy();
+        let mut views = vec![stage(1)];
+        let mut now = Duration::ZERO;
+        for _ in 0..5 {
+            now += PERIOD;
+            report(&mut views[0], MIB, 10, 5 * MS);
+            let rules = p.period(now, &views);
+            let n = apply(&mut views, rules);
+            // Judged at the fifth period (500 ms): one configure, then none.
+            assert_eq!(n, usize::from(now == 5 * PERIOD), "at {now:?}");
+        }
+    }
+
+    #[test]
+    fn the_window_waits_for_enough_critical_requests() {
+        let mut p = policy();
+        let mut views = vec![stage(1)];
+        let mut now = Duration::ZERO;
+        // 1 slow request per period: 20 are needed, so 20 periods.
+        for i in 1..=20 {
+            now += PERIOD;
+            report(&mut views[0], MIB, 1, 50 * MS);
+            let rules = p.period(now, &views);
+            apply(&mut views, rules);
+            let judged = p.status().verdict != Verdict::None;
+            assert_eq!(judged, i == 20, "period {i}");
+        }
+        assert_eq!(p.status().samples, 20);
+        assert_eq!(config(&views[0]).depth, 2);
+    }
+
+    #[test]
+    fn the_percentile_is_over_every_stage_merged() {
+        // 99 fast requests in one stage, 1 slow one in another: p99 is met,
+        // p99.9 is not (the slow one is beyond the 99th rank).
+        for (pct, depth) in [(99.0, 4), (99.9, 2)] {
+            let mut t = LatencyTarget::new(Duration::from_millis(2));
+            t.percentile = pct;
+            let mut p = CriticalityPolicy::new(t).unwrap();
+            let mut views = vec![stage(1), stage(2)];
+            let mut now = Duration::ZERO;
+            for _ in 0..5 {
+                now += PERIOD;
+                report(&mut views[0], MIB, 0, 0);
+                report(&mut views[1], MIB, 0, 0);
+                if now == 5 * PERIOD {
+                    report(&mut views[0], MIB, 99, MS / 2);
+                    report(&mut views[1], MIB, 1, 20 * MS);
+                }
+                let rules = p.period(now, &views);
+                apply(&mut views, rules);
+            }
+            assert_eq!(p.status().samples, 100);
+            assert_eq!(config(&views[0]).depth, depth, "p{pct}");
+            assert_eq!(config(&views[1]).depth, depth, "p{pct}");
+        }
+    }
+
+    #[test]
+    fn the_rate_is_split_by_demand_among_all_objects() {
+        let mut t = LatencyTarget::new(Duration::from_millis(2));
+        t.max_depth = 1;
+        t.min_rate = 16.0 * MIB;
+        let mut p = CriticalityPolicy::new(t).unwrap();
+        let mut views = vec![stage(1), stage(2)];
+        let mut now = Duration::ZERO;
+        // First window: depth is already 1, so the rate is cut, from the
+        // sum of both objects (80 MiB/s) to 40 MiB/s.
+        for _ in 0..5 {
+            now += PERIOD;
+            report(&mut views[0], 70.0 * MIB, 10, 5 * MS);
+            report(&mut views[1], 10.0 * MIB, 10, 5 * MS);
+            let rules = p.period(now, &views);
+            apply(&mut views, rules);
+        }
+        let (a, b) = (rate(&views[0]).unwrap(), rate(&views[1]).unwrap());
+        let total = 40.0 * MIB;
+        assert!(((a + b) as f64 - total).abs() < 2.0, "{a} + {b}");
+        // The light stage gets its demand with headroom, the heavy one the rest.
+        let light = 10.0 * MIB * 1.25 + common::RATE_FLOOR;
+        assert!((b as f64 - light).abs() < 2.0, "{b}");
+    }
+
+    #[test]
+    fn set_changes_knobs_and_refuses_bad_ones() {
+        let mut p = policy();
+        let mut views = vec![stage(1)];
+        let mut now = Duration::ZERO;
+        p.set("*", "max_depth", "2").unwrap();
+        p.set("*", "percentile", "99.9").unwrap();
+        p.set("*", "window", "1s").unwrap();
+        p.set("*", "min_rate", "8MiB/s").unwrap();
+        p.set("*", "busy_depth", "0").unwrap();
+        now += PERIOD;
+        let rules = p.period(now, &views);
+        apply(&mut views, rules);
+        let c = config(&views[0]);
+        assert_eq!((c.depth, c.busy_depth), (2, 0), "a lower max_depth at once");
+        for (key, value, says) in [
+            ("max_depth", "0", "at least 1"),
+            ("busy_depth", "3", "at most max_depth"),
+            ("percentile", "100", "between 0 and 100"),
+            ("percentile", "high", "a number"),
+            ("latency_target", "soon", "latency_target"),
+            ("min_rate", "5 iops", "byte rate"),
+            ("depth", "2", "unknown key"),
+        ] {
+            let e = p.set("*", key, value).unwrap_err();
+            assert!(e.message.contains(says), "{key}={value}: {e}");
+        }
+        let e = p.set("bg", "max_depth", "2").unwrap_err();
+        assert!(e.message.contains("group `*`"), "{e}");
+        assert_eq!(p.status().depth, 2, "a refused set changes nothing");
+    }
+
+    proptest! {
+        /// Whatever critical latencies arrive, depth stays in
+        /// [1, max_depth], busy_depth at most depth, and the rate is
+        /// unlimited or at least min_rate; every object gets exactly that.
+        #[test]
+        fn control_stays_within_its_bounds(
+            latencies in proptest::collection::vec((0u64..30, 0u64..5_000), 1..80),
+            max_depth in 1u32..9,
+            busy in 0u32..3,
+        ) {
+            let mut t = LatencyTarget::new(Duration::from_millis(2));
+            t.max_depth = max_depth;
+            t.busy_depth = busy.min(max_depth);
+            t.window = PERIOD;
+            let mut p = CriticalityPolicy::new(t.clone()).unwrap();
+            let mut views = vec![stage(1), stage(2)];
+            let mut now = Duration::ZERO;
+            for (n, mib) in latencies {
+                now += PERIOD;
+                report(&mut views[0], mib as f64 * MIB, n, n * MS / 4);
+                report(&mut views[1], 1.0, 0, 0);
+                let rules = p.period(now, &views);
+                apply(&mut views, rules);
+                let s = p.status();
+                prop_assert!((1..=max_depth).contains(&s.depth));
+                prop_assert!(s.busy_depth <= s.depth && s.busy_depth <= t.busy_depth);
+                prop_assert!(s.rate_bytes_per_sec.is_none_or(|r| r >= t.min_rate));
+                for v in &views {
+                    let c = config(v);
+                    prop_assert_eq!((c.depth, c.busy_depth), (s.depth, s.busy_depth));
+                    prop_assert_eq!(c.rate.is_some(), s.rate_bytes_per_sec.is_some());
+                }
+            }
+        }
+    }
+}
