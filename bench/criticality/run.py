@@ -22,6 +22,10 @@ Setups, interleaved and rotated per round:
   static           background under `paio run --limit read=R --limit write=W`
   paio             critical job under `paio run --critical`, background under
                    `paio run --policy bench/criticality/background.toml`
+  paio-target      paio, with both jobs' stages registered with a paiod whose
+                   `criticality` policy holds critical requests to a latency
+                   target (--target at --target-percentile) by cutting the
+                   background's depth, then its rate
 
 For each setup and round the background also runs alone, for its
 throughput without critical work.  Results in bench/results/criticality/.
@@ -50,7 +54,7 @@ from expt import block_device_of, commit_info, machine_info  # noqa: E402
 REPO = expt.REPO
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
-ALL_SETUPS = ("vanilla", "ionice-bfq", "ionice-deadline", "static", "paio")
+ALL_SETUPS = ("vanilla", "ionice-bfq", "ionice-deadline", "static", "paio", "paio-target")
 ALL_WORKLOADS = ("fio", "rocksdb", "sqlite")
 PERCENTILES = (1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 99.5, 99.9, 99.99)
 DriverError = expt.ExperimentError
@@ -148,6 +152,13 @@ def markdown(summary):
     return "\n".join(lines) + "\n"
 
 
+def paiod_config(target, percentile):
+    """paiod's configuration in the paio-target setup: the criticality
+    policy with a latency target at `percentile`."""
+    return ("period = \"100ms\"\n[policy]\nkind = \"criticality\"\n"
+            f"latency_target = \"{target}\"\npercentile = {percentile:g}\n")
+
+
 def rotation(setups, round_index):
     """The setups' order in round `round_index`: rotated by one each round."""
     k = round_index % len(setups)
@@ -215,14 +226,49 @@ class Run:
         if setup == "static":
             return [self.paio, "run", "--limit", f"read={self.args.static_read}",
                     "--limit", f"write={self.args.static_write}", "--"] + argv
-        if setup == "paio":
-            return [self.paio, "run", "--policy", self.args.paio_policy, "--"] + argv
+        if setup in ("paio", "paio-target"):
+            return ([self.paio, "run", "--policy", self.args.paio_policy]
+                    + self.control(setup) + ["--"] + argv)
         return argv
 
     def wrap_critical(self, setup, argv):
-        if setup == "paio":
-            return [self.paio, "run", "--critical", "--"] + argv
+        if setup in ("paio", "paio-target"):
+            return [self.paio, "run", "--critical"] + self.control(setup) + ["--"] + argv
         return argv
+
+    def control(self, setup):
+        """paio run's flags that register its stages with paiod, in the
+        setup that has one."""
+        return ["--control", str(self.paiod_socket)] if setup == "paio-target" else []
+
+    @property
+    def paiod_socket(self):
+        return self.out / "raw" / "paiod.sock"
+
+    def start_paiod(self, setup):
+        """paiod with the criticality policy (setup paio-target), until stop_paiod."""
+        if setup != "paio-target":
+            return None
+        a = self.args
+        cfg = self.out / "raw" / "paiod.toml"
+        cfg.write_text(paiod_config(a.target, a.target_percentile))
+        log = open(self.out / "raw" / "paiod.log", "a")
+        p = subprocess.Popen([str(Path(a.bin_dir) / "paiod"), "--config", str(cfg),
+                              "--socket", str(self.paiod_socket)],
+                             stdout=log, stderr=log)
+        self.children.append(p)
+        deadline = time.monotonic() + 10
+        while not self.paiod_socket.exists():
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise DriverError(f"paiod did not start (see {log.name})")
+            time.sleep(0.05)
+        return p
+
+    @staticmethod
+    def stop_paiod(p):
+        if p is not None:
+            p.terminate()
+            p.wait()
 
     def start_background(self, setup, seconds, tag):
         """fio readers and writers plus a buffered dd; returns (fio process,
@@ -290,10 +336,14 @@ class Run:
         a = self.args
         self.set_scheduler("bfq" if setup == "ionice-bfq" else a.scheduler)
         tag = f"r{rnd}-{setup}-{workload}"
-        bg = self.start_background(setup, a.seconds + 2 * a.lead, tag)
-        time.sleep(a.lead)
-        pct, ops = self.critical(setup, workload, a.seconds, tag)
-        bg_mib = self.finish_background(*bg)
+        paiod = self.start_paiod(setup)
+        try:
+            bg = self.start_background(setup, a.seconds + 2 * a.lead, tag)
+            time.sleep(a.lead)
+            pct, ops = self.critical(setup, workload, a.seconds, tag)
+            bg_mib = self.finish_background(*bg)
+        finally:
+            self.stop_paiod(paiod)
         return {"round": rnd, "setup": setup, "workload": workload,
                 "p50_us": pct[50.0], "p99_us": pct[99.0], "p999_us": pct[99.9],
                 "crit_ops": ops, "bg_mib": bg_mib, "percentiles": pct}
@@ -301,8 +351,12 @@ class Run:
     def alone(self, rnd, setup):
         a = self.args
         self.set_scheduler("bfq" if setup == "ionice-bfq" else a.scheduler)
-        bg = self.start_background(setup, a.alone_seconds, f"r{rnd}-{setup}-alone")
-        return self.finish_background(*bg)
+        paiod = self.start_paiod(setup)
+        try:
+            bg = self.start_background(setup, a.alone_seconds, f"r{rnd}-{setup}-alone")
+            return self.finish_background(*bg)
+        finally:
+            self.stop_paiod(paiod)
 
 
 def plot(out, rows):
@@ -369,6 +423,10 @@ def parse_args(argv):
                     help="scheduler of every setup but ionice-bfq")
     ap.add_argument("--paio-policy", default=str(HERE / "background.toml"),
                     help="the background's policy in the paio setup")
+    ap.add_argument("--target", default="1ms",
+                    help="paio-target: paiod's latency target for critical requests")
+    ap.add_argument("--target-percentile", type=float, default=99.9,
+                    help="paio-target: the percentile the target applies to")
     ap.add_argument("--static-read", default="200MiB/s")
     ap.add_argument("--static-write", default="100MiB/s")
     ap.add_argument("--crit-mib", type=int, default=512)
@@ -399,8 +457,9 @@ def main(argv=None):
     for tool in ["fio", "ionice"] + (["db_bench"] if "rocksdb" in args.workloads else []):
         if not shutil.which(tool):
             raise DriverError(f"{tool} is not installed (make setup installs it)")
-    if not (Path(args.bin_dir) / "paio").is_file():
-        raise DriverError(f"{args.bin_dir}/paio not found: build with `make release-bins`")
+    for b in ["paio"] + (["paiod"] if "paio-target" in args.setups else []):
+        if not (Path(args.bin_dir) / b).is_file():
+            raise DriverError(f"{args.bin_dir}/{b} not found: build with `make release-bins`")
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
@@ -414,7 +473,8 @@ def main(argv=None):
         f"scheduler: {run.sched_orig} (ionice-bfq switches to bfq and back)",
         f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
         f"rounds: {args.rounds}; critical {args.seconds} s inside {args.seconds + 2 * args.lead} s "
-        f"of background; static limits read {args.static_read} write {args.static_write}",
+        f"of background; static limits read {args.static_read} write {args.static_write}; "
+        f"paio-target: p{args.target_percentile:g} target {args.target}",
     ]
     (out / "header.txt").write_text("\n".join(header) + "\n")
     print("\n".join(header), flush=True)

@@ -82,3 +82,15 @@ def test_summary_medians_extremes_and_ratios_against_vanilla():
     assert s["paio"]["bg_alone_vs_vanilla"] == 1.0
     table = run.markdown(run.summarize(rows))
     assert "| fio | paio | 3 | 1 (1..1) | 2 (2..2) | 1000 (500..2000) | 6.0x |" in table
+
+
+def test_paiod_config_is_a_criticality_policy_with_the_target():
+    text = run.paiod_config("1ms", 99.9)
+    assert 'kind = "criticality"' in text
+    assert 'latency_target = "1ms"' in text
+    assert "percentile = 99.9" in text
+
+
+def test_paio_target_is_a_setup():
+    a = run.parse_args(["--setups", "vanilla,paio-target", "--target", "2ms"])
+    assert a.setups == ["vanilla", "paio-target"] and a.target == "2ms"

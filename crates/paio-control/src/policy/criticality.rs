@@ -257,6 +257,7 @@ impl CriticalityPolicy {
             Verdict::Met
         };
         let floor = self.settings.min_rate;
+        let before = (self.depth, self.rate);
         match verdict {
             Verdict::Missed if self.depth > 1 => self.depth = (self.depth / 2).max(1),
             Verdict::Missed => {
@@ -281,6 +282,25 @@ impl CriticalityPolicy {
         self.last.measured_ns = measured;
         self.last.samples = samples;
         self.last.verdict = verdict;
+        if (self.depth, self.rate) != before {
+            let rate = |r: Option<f64>| {
+                r.map_or_else(
+                    || "unlimited".to_string(),
+                    |r| format!("{:.1} MiB/s", r / (1024.0 * 1024.0)),
+                )
+            };
+            tracing::info!(
+                "critical p{} {:.3} ms over {samples} requests (target {:.3} ms): background \
+                 depth {} -> {}, rate {} -> {}",
+                self.settings.percentile,
+                measured as f64 / 1e6,
+                self.settings.target.as_secs_f64() * 1e3,
+                before.0,
+                self.depth,
+                rate(before.1),
+                rate(self.rate)
+            );
+        }
     }
 
     /// The configuration `c` should have now, given its share of the rate.
