@@ -691,6 +691,7 @@ pub fn rebase(cur: &mut StageStats, prev: &StageStats, secs: f64) {
     }
     counts(&mut cur.unmatched, Some(&prev.unmatched), secs);
     counts(&mut cur.removed, Some(&prev.removed), secs);
+    counts(&mut cur.critical, Some(&prev.critical), secs);
 }
 
 /// `read_bytes` and `write_bytes` of `/proc/<pid>/io`.

@@ -1179,14 +1179,6 @@ impl Stage {
         let interval = now.saturating_sub(collected.at_ns);
         let ns_per_tick = self.clock.ns_per_tick();
         let mut previous = std::mem::take(&mut collected.previous);
-        let critical_sample = self.critical.sample();
-        let critical_latency = previous
-            .get(&CRITICAL_KEY)
-            .map_or_else(
-                || critical_sample.latency.clone(),
-                |before| critical_sample.latency.since(&before.latency),
-            )
-            .latency_buckets(ns_per_tick);
         let mut seen = HashMap::new();
         let mut counts = |key: u64, sample: Sample| {
             let before = previous.remove(&key).unwrap_or_default();
@@ -1220,6 +1212,8 @@ impl Stage {
             removed_sample.merge(&ch.sample());
         }
         let removed = counts(REMOVED_KEY, removed_sample);
+        let critical_sample = self.critical.sample();
+        let critical_latency = critical_sample.latency.latency_buckets(ns_per_tick);
         let critical = counts(CRITICAL_KEY, critical_sample);
         collected.previous = seen;
         collected.at_ns = now;
@@ -1363,36 +1357,36 @@ mod tests {
         let s = stage.collect();
         assert_eq!((s.critical.ops, s.critical.bytes), (2, 8192));
         assert_eq!(s.critical.latency.ops, 2);
-        // Two buckets, ascending, each bound within 12.5 % above its value.
+        // Two buckets, ascending, each value within 6.25 % of the latency.
         let b = &s.critical_latency;
         assert_eq!(b.len(), 2, "{b:?}");
+        assert!((94_000..=106_250).contains(&b[0].0) && b[0].1 == 1, "{b:?}");
         assert!(
-            (100_000..=112_500).contains(&b[0].0) && b[0].1 == 1,
+            (282_000..=318_750).contains(&b[1].0) && b[1].1 == 1,
             "{b:?}"
         );
-        assert!(
-            (300_000..=337_500).contains(&b[1].0) && b[1].1 == 1,
-            "{b:?}"
-        );
-        // The next collection has only the interval's requests.
+        // Cumulative: the next collection has them all, plus the new one.
         let a = stage.admit(&critical).unwrap();
         clock.advance(Duration::from_micros(100));
         stage.complete(a, 0).unwrap();
         let s = stage.collect();
         assert_eq!((s.critical.ops, s.critical.interval_ops), (3, 1));
-        assert_eq!(s.critical_latency.len(), 1);
-        assert_eq!(s.critical_latency[0].1, 1);
-        // Merged back, the histogram gives the same percentile.
+        assert_eq!(s.critical_latency, vec![(b[0].0, 2), b[1]]);
+        // Merged back into a histogram, each value is in its own bucket, and
+        // a slightly different tick length does not move it.
         let mut h = crate::stats::HistogramSnapshot::default();
-        for &(ns, n) in &b[..] {
+        for &(ns, n) in &s.critical_latency {
             h.add(ns, n);
+            h.add((ns as f64 * 1.001) as u64, n);
         }
-        assert_eq!(h.quantile(0.99, 0), b[1].0);
-        // Nothing critical: the fields are left out of the serialized form.
-        let quiet = stage.collect();
+        assert_eq!(h.latency(1.0).p50_ns, 106_495, "the 100 µs bucket's bound");
+        assert!((300_000..=337_500).contains(&h.quantile(0.99, 0)));
+        // With nothing critical the fields are left out of the serialized form.
+        let (quiet, _) = two_phase_stage();
+        let quiet = quiet.collect();
         assert!(quiet.critical_latency.is_empty());
         let json = serde_json::to_string(&quiet).unwrap();
-        assert!(!json.contains("critical_latency"), "{json}");
+        assert!(!json.contains("critical"), "{json}");
     }
 
     #[test]

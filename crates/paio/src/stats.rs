@@ -198,15 +198,23 @@ fn bucket_of(ns: u64) -> usize {
     SUB + (octave - SUB_BITS) as usize * SUB + sub
 }
 
+/// The smallest value that falls in bucket `b`.
+fn bucket_lower(b: usize) -> u64 {
+    if b < SUB {
+        return b as u64;
+    }
+    let octave = (b - SUB) / SUB + SUB_BITS as usize;
+    let sub = ((b - SUB) % SUB) as u64;
+    (1u64 << octave) | (sub << (octave - SUB_BITS as usize))
+}
+
 /// The largest value that falls in bucket `b`.
 fn bucket_upper(b: usize) -> u64 {
     if b < SUB {
         return b as u64;
     }
     let octave = (b - SUB) / SUB + SUB_BITS as usize;
-    let sub = ((b - SUB) % SUB) as u64;
-    let low = (1u64 << octave) | (sub << (octave - SUB_BITS as usize));
-    low.saturating_add((1u64 << (octave - SUB_BITS as usize)) - 1)
+    bucket_lower(b).saturating_add((1u64 << (octave - SUB_BITS as usize)) - 1)
 }
 
 impl WaitHistogram {
@@ -335,15 +343,20 @@ impl HistogramSnapshot {
     }
 
     /// The recorded values as call latencies in sparse form: for every
-    /// non-empty bucket, its upper bound in nanoseconds (each tick worth
-    /// `ns_per_tick`) and its count, ascending. What a stage reports so that
-    /// a control plane can merge histograms ([`HistogramSnapshot::add`]).
+    /// non-empty bucket, the middle of its range in nanoseconds (each tick
+    /// worth `ns_per_tick`) and its count, ascending. The middle, not a
+    /// bound, so that a slightly refined `ns_per_tick` (the TSC clock
+    /// calibrates on) still lands in the same bucket when a control plane
+    /// merges or subtracts histograms ([`HistogramSnapshot::add`]).
     pub fn latency_buckets(&self, ns_per_tick: f64) -> Vec<(u64, u64)> {
         self.counts
             .iter()
             .enumerate()
             .filter(|(_, &c)| c > 0)
-            .map(|(b, &c)| ((bucket_upper(b) as f64 * ns_per_tick).round() as u64, c))
+            .map(|(b, &c)| {
+                let (lo, hi) = (bucket_lower(b) as f64, bucket_upper(b) as f64);
+                (((lo + hi) / 2.0 * ns_per_tick).round() as u64, c)
+            })
             .collect()
     }
 
@@ -529,10 +542,12 @@ pub struct StageStats {
     /// went through (two-phase requests only: counted at completion).
     #[serde(skip_serializing_if = "Counts::is_empty")]
     pub critical: Counts,
-    /// Call latency of the interval's critical requests, in the sparse form
-    /// of [`HistogramSnapshot::latency_buckets`]: `(upper bound in ns,
-    /// requests)`, ascending, so that histograms of several stages and
-    /// intervals merge exactly (paiod's `criticality` policy does).
+    /// Call latency of every critical request since the stage was created,
+    /// in the sparse form of [`HistogramSnapshot::latency_buckets`]:
+    /// `(ns, requests)`, ascending. Cumulative, so that a control plane gets
+    /// each interval exactly by subtracting its previous copy, whoever else
+    /// collects in between, and histograms of several stages merge
+    /// (paiod's `criticality` policy does both).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub critical_latency: Vec<(u64, u64)>,
 }

@@ -3,9 +3,11 @@
 //! multiplicatively; while they meet it, it is given back additively.
 //!
 //! **Signal.** Every stage reports its critical requests' call latencies
-//! as a mergeable histogram ([`paio::StageStats::critical_latency`]). The
-//! policy merges them over all stages for one evaluation `window` and takes
-//! the `percentile`. A window with no critical request counts as met; one
+//! as a cumulative, mergeable histogram
+//! ([`paio::StageStats::critical_latency`]). The policy takes each stage's
+//! growth since the previous period (a stage's first report is only a
+//! baseline), merges them over all stages for one evaluation `window` and
+//! takes the `percentile` (within a histogram bucket, 12.5 %). A window with no critical request counts as met; one
 //! with fewer than [`MIN_SAMPLES`] critical requests is extended until it
 //! has them (a percentile of three requests is noise).
 //!
@@ -174,6 +176,8 @@ pub struct CriticalityPolicy {
     reference: f64,
     window_start: Duration,
     window: HistogramSnapshot,
+    /// Each stage's cumulative critical latencies as last seen.
+    seen: BTreeMap<StageId, HistogramSnapshot>,
     /// Background bytes moved in the window, and its length so far.
     window_bytes: f64,
     window_secs: f64,
@@ -204,6 +208,7 @@ impl CriticalityPolicy {
             reference: 0.0,
             window_start: Duration::ZERO,
             window: HistogramSnapshot::default(),
+            seen: BTreeMap::new(),
             window_bytes: 0.0,
             window_secs: 0.0,
             last: LatencyStatus {
@@ -376,14 +381,24 @@ impl ControlPolicy for CriticalityPolicy {
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
         let objects = controlled(stages);
         let background: f64 = objects.iter().filter_map(|o| o.demand.achieved).sum();
+        // Each stage's new critical latencies: its cumulative histogram less
+        // the one seen last period (a stage seen for the first time only
+        // sets the baseline: its history may predate this paiod).
         let mut period_secs = 0.0f64;
+        let mut seen = BTreeMap::new();
         for s in stages {
             let Some(st) = &s.stats else { continue };
+            let mut now_h = HistogramSnapshot::default();
             for &(ns, n) in &st.critical_latency {
-                self.window.add(ns, n);
+                now_h.add(ns, n);
             }
+            if let Some(before) = self.seen.get(&s.id) {
+                self.window.merge(&now_h.since(before));
+            }
+            seen.insert(s.id, now_h);
             period_secs = period_secs.max(st.interval_ns as f64 / 1e9);
         }
+        self.seen = seen;
         self.window_bytes += background * period_secs;
         self.window_secs += period_secs;
         let samples = self.window.waited();
@@ -540,6 +555,21 @@ mod tests {
     /// One period's statistics: the priority object moved `bps`, and the
     /// stage completed `n` critical requests of `latency_ns` each.
     fn report(v: &mut StageView, bps: f64, n: u64, latency_ns: u64) {
+        // Stage histograms are cumulative: add to what the stage reported.
+        let mut cumulative = v
+            .stats
+            .take()
+            .map(|s| s.critical_latency)
+            .unwrap_or_default();
+        if n > 0 {
+            match cumulative.iter_mut().find(|(ns, _)| *ns == latency_ns) {
+                Some(b) => b.1 += n,
+                None => {
+                    cumulative.push((latency_ns, n));
+                    cumulative.sort_unstable();
+                }
+            }
+        }
         let counts = Counts {
             bytes_per_sec: bps,
             ..Default::default()
@@ -556,9 +586,19 @@ mod tests {
                     counts,
                 }],
             }],
-            critical_latency: if n > 0 { vec![(latency_ns, n)] } else { vec![] },
+            critical_latency: cumulative,
             ..Default::default()
         });
+    }
+
+    /// The first period: every stage's baseline, nothing judged.
+    fn prime(p: &mut CriticalityPolicy, views: &mut [StageView]) {
+        for v in views.iter_mut() {
+            report(v, 0.0, 0, 0);
+        }
+        let rules = p.period(Duration::ZERO, views);
+        apply(views, rules);
+        assert_eq!(p.status().verdict, Verdict::None);
     }
 
     /// Applies the rules to the views as paiod records them.
@@ -621,6 +661,7 @@ mod tests {
         let mut p = policy();
         let mut views = vec![stage(1)];
         let mut now = Duration::ZERO;
+        prime(&mut p, &mut views);
         // Met: nothing changes for the default object (depth 4, busy 1).
         window(&mut p, &mut now, &mut views, 100.0 * MIB, MS);
         assert_eq!(p.status().verdict, Verdict::Met);
@@ -686,6 +727,7 @@ mod tests {
         let mut p = policy();
         let mut views = vec![stage(1)];
         let mut now = Duration::ZERO;
+        prime(&mut p, &mut views);
         for _ in 0..5 {
             now += PERIOD;
             report(&mut views[0], MIB, 10, 5 * MS);
@@ -701,6 +743,7 @@ mod tests {
         let mut p = policy();
         let mut views = vec![stage(1)];
         let mut now = Duration::ZERO;
+        prime(&mut p, &mut views);
         // 1 slow request per period: 20 are needed, so 20 periods.
         for i in 1..=20 {
             now += PERIOD;
@@ -715,6 +758,30 @@ mod tests {
     }
 
     #[test]
+    fn history_before_the_first_report_and_repeated_reports_count_nothing() {
+        let mut p = policy();
+        let mut views = vec![stage(1)];
+        // A stage that outlived a paiod restart: 1,000 slow requests of old.
+        report(&mut views[0], MIB, 1000, 50 * MS);
+        let mut now = Duration::ZERO;
+        for _ in 0..5 {
+            now += PERIOD;
+            // The same cumulative report again (the stage did not answer).
+            let rules = p.period(now, &views);
+            apply(&mut views, rules);
+        }
+        assert_eq!(p.status().verdict, Verdict::Idle);
+        assert_eq!(p.status().samples, 0);
+        assert_eq!(config(&views[0]).depth, 4);
+        // New requests count.
+        window(&mut p, &mut now, &mut views, MIB, 50 * MS);
+        assert_eq!(
+            (p.status().verdict, p.status().samples),
+            (Verdict::Missed, 50)
+        );
+    }
+
+    #[test]
     fn the_percentile_is_over_every_stage_merged() {
         // 99 fast requests in one stage, 1 slow one in another: p99 is met,
         // p99.9 is not (the slow one is beyond the 99th rank).
@@ -724,6 +791,7 @@ mod tests {
             let mut p = CriticalityPolicy::new(t).unwrap();
             let mut views = vec![stage(1), stage(2)];
             let mut now = Duration::ZERO;
+            prime(&mut p, &mut views);
             for _ in 0..5 {
                 now += PERIOD;
                 report(&mut views[0], MIB, 0, 0);
@@ -749,8 +817,9 @@ mod tests {
         let mut p = CriticalityPolicy::new(t).unwrap();
         let mut views = vec![stage(1), stage(2)];
         let mut now = Duration::ZERO;
-        // First window: depth is already 1, so the rate is cut, from the
-        // sum of both objects (80 MiB/s) to 40 MiB/s.
+        prime(&mut p, &mut views);
+        // First window: depth is already 1, so the rate is cut, to half of
+        // what both objects moved (80 MiB/s while they ran).
         for _ in 0..5 {
             now += PERIOD;
             report(&mut views[0], 70.0 * MIB, 10, 5 * MS);
@@ -759,7 +828,8 @@ mod tests {
             apply(&mut views, rules);
         }
         let (a, b) = (rate(&views[0]).unwrap(), rate(&views[1]).unwrap());
-        let total = 40.0 * MIB;
+        // (The window also holds the idle priming period: 80 × 5/6 / 2.)
+        let total = 80.0 * MIB * 5.0 / 6.0 / 2.0;
         assert!(((a + b) as f64 - total).abs() < 2.0, "{a} + {b}");
         // The light stage gets its demand with headroom, the heavy one the rest.
         let light = 10.0 * MIB * 1.25 + common::RATE_FLOOR;
@@ -771,6 +841,7 @@ mod tests {
         let mut p = policy();
         let mut views = vec![stage(1)];
         let mut now = Duration::ZERO;
+        prime(&mut p, &mut views);
         p.set("*", "max_depth", "2").unwrap();
         p.set("*", "percentile", "99.9").unwrap();
         p.set("*", "window", "1s").unwrap();
@@ -815,6 +886,7 @@ mod tests {
             let mut p = CriticalityPolicy::new(t.clone()).unwrap();
             let mut views = vec![stage(1), stage(2)];
             let mut now = Duration::ZERO;
+            prime(&mut p, &mut views);
             for (n, mib) in latencies {
                 now += PERIOD;
                 report(&mut views[0], mib as f64 * MIB, n, n * MS / 4);
