@@ -304,10 +304,54 @@ struct RawPolicy {
     group: Vec<Spanned<RawGroup>>,
 }
 
+/// The fields of `fields` that are present, with their spans.
+fn present<const N: usize>(
+    fields: [(&'static str, Option<Range<usize>>); N],
+) -> Vec<(&'static str, Range<usize>)> {
+    fields
+        .into_iter()
+        .filter_map(|(f, s)| Some((f, s?)))
+        .collect()
+}
+
 impl RawPolicy {
-    /// The `criticality` kind's fields that are present, with their spans.
+    /// The present fields of the rate-controlling kinds (static, max_min,
+    /// proportional), with their spans.
+    fn rate_fields(&self) -> Vec<(&'static str, Range<usize>)> {
+        present([
+            ("group_by", self.group_by.as_ref().map(|x| x.span())),
+            ("channel", self.channel.as_ref().map(|x| x.span())),
+            ("match", self.pattern.as_ref().map(|x| x.span())),
+            (
+                "max_bandwidth",
+                self.max_bandwidth.as_ref().map(|x| x.span()),
+            ),
+            ("calibrate", self.calibrate.as_ref().map(|x| x.span())),
+        ])
+    }
+
+    /// The present fields of kind `silk`.
+    fn silk_fields(&self) -> Vec<(&'static str, Range<usize>)> {
+        present([
+            (
+                "kvs_bandwidth",
+                self.kvs_bandwidth.as_ref().map(|x| x.span()),
+            ),
+            (
+                "min_bandwidth",
+                self.min_bandwidth.as_ref().map(|x| x.span()),
+            ),
+            ("writes_only", self.writes_only.as_ref().map(|x| x.span())),
+            (
+                "read_bandwidth",
+                self.read_bandwidth.as_ref().map(|x| x.span()),
+            ),
+        ])
+    }
+
+    /// The present fields of kind `criticality`.
     fn criticality_fields(&self) -> Vec<(&'static str, Range<usize>)> {
-        [
+        present([
             (
                 "latency_target",
                 self.latency_target.as_ref().map(|x| x.span()),
@@ -317,10 +361,7 @@ impl RawPolicy {
             ("max_depth", self.max_depth.as_ref().map(|x| x.span())),
             ("busy_depth", self.busy_depth.as_ref().map(|x| x.span())),
             ("min_rate", self.min_rate.as_ref().map(|x| x.span())),
-        ]
-        .into_iter()
-        .filter_map(|(f, s)| Some((f, s?)))
-        .collect()
+        ])
     }
 }
 
@@ -473,22 +514,12 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
     if kind == PolicyKind::Silk {
         return silk_config(cx, &p);
     }
-    for (f, span) in [
-        ("kvs_bandwidth", p.kvs_bandwidth.as_ref().map(|v| v.span())),
-        ("min_bandwidth", p.min_bandwidth.as_ref().map(|v| v.span())),
-        ("writes_only", p.writes_only.as_ref().map(|v| v.span())),
-        (
-            "read_bandwidth",
-            p.read_bandwidth.as_ref().map(|v| v.span()),
-        ),
-    ] {
-        if let Some(span) = span {
-            return Err(cx.err(
-                Some(span),
-                &format!("policy.{f}"),
-                format!("not used by kind {kname} (only by silk)"),
-            ));
-        }
+    if let Some((f, span)) = p.silk_fields().into_iter().next() {
+        return Err(cx.err(
+            Some(span),
+            &format!("policy.{f}"),
+            format!("not used by kind {kname} (only by silk)"),
+        ));
     }
     let group_by = p.group_by.as_ref().map_or("job", |g| g.get_ref().as_str());
     let channel = p.channel.as_ref().map_or("read", |c| c.get_ref().as_str());
@@ -688,14 +719,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
             "not used by kind silk (its channels and objects are fixed)",
         )
     };
-    let others = [
-        ("group_by", p.group_by.as_ref().map(|x| x.span())),
-        ("channel", p.channel.as_ref().map(|x| x.span())),
-        ("match", p.pattern.as_ref().map(|x| x.span())),
-        ("max_bandwidth", p.max_bandwidth.as_ref().map(|x| x.span())),
-        ("calibrate", p.calibrate.as_ref().map(|x| x.span())),
-    ];
-    if let Some((f, Some(s))) = others.iter().find(|(_, s)| s.is_some()).cloned() {
+    if let Some((f, s)) = p.rate_fields().into_iter().next() {
         return Err(unused(f, s));
     }
     if let Some(g) = p.group.first() {
@@ -753,21 +777,8 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
 /// The `[policy]` table of kind `criticality`: `latency_target` (required)
 /// and the knobs of [`LatencyTarget`]; fields of other kinds are refused.
 fn criticality_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError> {
-    let others = [
-        ("group_by", p.group_by.as_ref().map(|x| x.span())),
-        ("channel", p.channel.as_ref().map(|x| x.span())),
-        ("match", p.pattern.as_ref().map(|x| x.span())),
-        ("max_bandwidth", p.max_bandwidth.as_ref().map(|x| x.span())),
-        ("calibrate", p.calibrate.as_ref().map(|x| x.span())),
-        ("kvs_bandwidth", p.kvs_bandwidth.as_ref().map(|x| x.span())),
-        ("min_bandwidth", p.min_bandwidth.as_ref().map(|x| x.span())),
-        ("writes_only", p.writes_only.as_ref().map(|x| x.span())),
-        (
-            "read_bandwidth",
-            p.read_bandwidth.as_ref().map(|x| x.span()),
-        ),
-    ];
-    if let Some((f, Some(s))) = others.iter().find(|(_, s)| s.is_some()).cloned() {
+    let others = p.rate_fields().into_iter().chain(p.silk_fields()).next();
+    if let Some((f, s)) = others {
         return Err(cx.err(
             Some(s),
             &format!("policy.{f}"),

@@ -70,6 +70,15 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A TCP port of the loopback that was free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 fn static_config(rate: &str) -> String {
     format!(
         r#"
@@ -339,11 +348,7 @@ fn the_python_stage_from_the_protocol_doc_registers_and_is_controlled() {
 #[test]
 fn metrics_are_served_in_the_openmetrics_format() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let paiod = Paiod::start(
         dir.path(),
         &format!(
@@ -473,11 +478,7 @@ fn yield_config(stage: &Stage) -> (u32, u32, Option<u64>) {
 #[test]
 fn the_criticality_policy_cuts_background_while_critical_requests_miss_their_target() {
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let paiod = Paiod::start(
         dir.path(),
         &format!(
