@@ -987,13 +987,7 @@ pub(crate) fn set_context(name: Option<&str>) -> c_int {
 // ---------------------------------------------------------------- statistics file
 
 fn coarse_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::board::clock_ns(libc::CLOCK_MONOTONIC_COARSE)
 }
 
 /// Every [`CLOCK_EVERY`] calls per thread, reads the coarse clock and pushes
