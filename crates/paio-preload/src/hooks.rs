@@ -623,9 +623,29 @@ macro_rules! fd_meta_hook {
     };
 }
 
-fd_meta_hook!(fsync, c"fsync", FSYNC, fd, (fd: c_int));
-fd_meta_hook!(fdatasync, c"fdatasync", FDATASYNC, fd, (fd: c_int));
-fd_meta_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd,
+/// A sync call: a two-phase request of size 0, so that it is ordered and
+/// held like other I/O before it runs (a non-critical `fsync` can flush a
+/// lot), counted on the board while a critical one runs, and its latency is
+/// in the statistics (a commit's `fsync` is what a database waits for).
+macro_rules! sync_hook {
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return nosys();
+            };
+            rt::data_call(RequestType::$rt, $fd, || 0, rt::Split::Never, |_, _| {
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                i64::from(unsafe { real($($a),*) })
+            }) as c_int
+        }
+    };
+}
+
+sync_hook!(fsync, c"fsync", FSYNC, fd, (fd: c_int));
+sync_hook!(fdatasync, c"fdatasync", FDATASYNC, fd, (fd: c_int));
+sync_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd,
     (fd: c_int, off: off64_t, n: off64_t, flags: c_uint));
 
 // ------------------------------------------------------------ metadata

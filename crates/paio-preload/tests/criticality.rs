@@ -163,6 +163,31 @@ fn data_calls_have_latency_percentiles() {
     assert!(p50 <= p99 && p99 <= max, "{lat}");
 }
 
+/// A critical process's sync calls are two-phase requests: counted among
+/// its critical requests with their latency (and so seen by paiod's latency
+/// target and, while they run, by the board).
+#[test]
+fn sync_calls_are_critical_requests_with_a_latency() {
+    let dir = scratch("sync-latency");
+    let critical_ops = |conv: &str| {
+        let mut argv = vec!["dd", "if=/dev/zero", "of=out.bin", "bs=4k", "count=4"];
+        if !conv.is_empty() {
+            argv.push(conv);
+        }
+        let out = run(&dir, &argv, true, &[("PAIO_CRITICAL", "1")]);
+        assert!(out.status.success(), "{out:?}");
+        let stats = take_stats(&dir);
+        assert_eq!(stats.len(), 1);
+        let c = &stats[0].json["stats"]["critical"];
+        assert_eq!(c["latency_total"]["ops"], c["ops"], "{c}");
+        c["ops"].as_u64().unwrap()
+    };
+    let plain = critical_ops("");
+    assert!(plain >= 8, "4 reads and 4 writes at least: {plain}");
+    assert_eq!(critical_ops("conv=fsync"), plain + 1, "one fsync");
+    assert_eq!(critical_ops("conv=fdatasync"), plain + 1, "one fdatasync");
+}
+
 const ROUTE_BY_CRITICALITY: &str = r#"
 [[channel]]
 name = "critical-reads"
