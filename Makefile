@@ -84,8 +84,9 @@ experiment-taillat: taillat-driver
 	python3 bench/taillat/run.py --repeat $(TAILLAT_REPEAT)
 
 ## Critical I/O first (issue 11, about 25 minutes): critical fio reads, RocksDB
-## readrandom and sqlite commits against background fio and dd, in five setups
-## (vanilla, ionice with BFQ and mq-deadline, a static limit, paio), 3 rounds;
+## readrandom and sqlite commits against background fio and dd, in six setups
+## (vanilla, ionice with BFQ and mq-deadline, a static limit, paio, paio with
+## paiod's latency target), 3 rounds;
 ## results and plots in bench/results/criticality/. Root (scheduler switch).
 CRITICALITY_ROUNDS ?= 3
 experiment-criticality: release-bins

@@ -159,6 +159,12 @@ def paiod_config(target, percentile):
             f"latency_target = \"{target}\"\npercentile = {percentile:g}\n")
 
 
+def stages_that_left(log_text):
+    """How many stages paiod's log says left (each had registered)."""
+    return sum(1 for line in log_text.splitlines()
+               if "paio_control::server: stage " in line and line.endswith(" left"))
+
+
 def rotation(setups, round_index):
     """The setups' order in round `round_index`: rotated by one each round."""
     k = round_index % len(setups)
@@ -253,6 +259,7 @@ class Run:
         cfg = self.out / "raw" / "paiod.toml"
         cfg.write_text(paiod_config(a.target, a.target_percentile))
         log = open(self.out / "raw" / "paiod.log", "a")
+        self.paiod_log_start = log.tell()
         p = subprocess.Popen([str(Path(a.bin_dir) / "paiod"), "--config", str(cfg),
                               "--socket", str(self.paiod_socket)],
                              stdout=log, stderr=log)
@@ -264,11 +271,19 @@ class Run:
             time.sleep(0.05)
         return p
 
-    @staticmethod
-    def stop_paiod(p):
-        if p is not None:
-            p.terminate()
-            p.wait()
+    def stop_paiod(self, p):
+        """Stops paiod; an error if no stage ever registered with it (the
+        setup would silently have been plain paio)."""
+        if p is None:
+            return
+        p.terminate()
+        p.wait()
+        log = self.out / "raw" / "paiod.log"
+        with open(log) as f:
+            f.seek(self.paiod_log_start)
+            text = f.read()
+        if not stages_that_left(text):
+            raise DriverError(f"no stage registered with paiod in this run (see {log})")
 
     def start_background(self, setup, seconds, tag):
         """fio readers and writers plus a buffered dd; returns (fio process,
@@ -423,8 +438,9 @@ def parse_args(argv):
                     help="scheduler of every setup but ionice-bfq")
     ap.add_argument("--paio-policy", default=str(HERE / "background.toml"),
                     help="the background's policy in the paio setup")
-    ap.add_argument("--target", default="1ms",
-                    help="paio-target: paiod's latency target for critical requests")
+    ap.add_argument("--target", default="300us",
+                    help="paio-target: paiod's latency target for critical requests "
+                         "(300us: chosen on fio, docs/performance.md)")
     ap.add_argument("--target-percentile", type=float, default=99.9,
                     help="paio-target: the percentile the target applies to")
     ap.add_argument("--static-read", default="200MiB/s")
@@ -434,11 +450,11 @@ def parse_args(argv):
     ap.add_argument("--dd-mib", type=int, default=4096)
     ap.add_argument("--db-keys", type=int, default=2_000_000)
     ap.add_argument("--quick", action="store_true",
-                    help="smoke check: 1 round, vanilla and paio, fio only, 2 s")
+                    help="smoke check: 1 round, vanilla, paio and paio-target, fio only, 2 s")
     ap.add_argument("--no-plot", action="store_true")
     a = ap.parse_args(argv)
     if a.quick:
-        a.rounds, a.setups, a.workloads = 1, "vanilla,paio", "fio"
+        a.rounds, a.setups, a.workloads = 1, "vanilla,paio,paio-target", "fio"
         a.seconds, a.lead, a.alone_seconds = 2, 1, 2
         a.crit_mib, a.bg_mib, a.dd_mib = 64, 128, 64
     a.setups = a.setups.split(",")

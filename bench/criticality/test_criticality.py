@@ -94,3 +94,17 @@ def test_paiod_config_is_a_criticality_policy_with_the_target():
 def test_paio_target_is_a_setup():
     a = run.parse_args(["--setups", "vanilla,paio-target", "--target", "2ms"])
     assert a.setups == ["vanilla", "paio-target"] and a.target == "2ms"
+
+
+def test_quick_smoke_runs_every_paio_setup():
+    a = run.parse_args(["--quick"])
+    assert a.setups == ["vanilla", "paio", "paio-target"] and a.rounds == 1
+    assert a.target == "300us"
+
+
+def test_stages_that_left_counts_paiod_log_lines():
+    log = ("2026-11-24T21:20:34Z  INFO paio_control::server: stage 4 (background pid 2600) left\n"
+           "2026-11-24T21:20:34Z  INFO paio_control::server: stage 2 (preload pid 2589) left\n"
+           "2026-11-24T21:20:35Z  INFO paiod: shutting down\n")
+    assert run.stages_that_left(log) == 2
+    assert run.stages_that_left("2026 INFO paiod: shutting down\n") == 0
