@@ -591,6 +591,13 @@ mod tests {
         });
     }
 
+    /// A policy and `n` stages after their first period, at time 0.
+    fn started(mut p: CriticalityPolicy, n: u64) -> (CriticalityPolicy, Vec<StageView>, Duration) {
+        let mut views: Vec<StageView> = (1..=n).map(stage).collect();
+        prime(&mut p, &mut views);
+        (p, views, Duration::ZERO)
+    }
+
     /// The first period: every stage's baseline, nothing judged.
     fn prime(p: &mut CriticalityPolicy, views: &mut [StageView]) {
         for v in views.iter_mut() {
@@ -658,10 +665,7 @@ mod tests {
 
     #[test]
     fn a_missed_target_halves_depth_then_the_rate_and_a_met_one_gives_back_stepwise() {
-        let mut p = policy();
-        let mut views = vec![stage(1)];
-        let mut now = Duration::ZERO;
-        prime(&mut p, &mut views);
+        let (mut p, mut views, mut now) = started(policy(), 1);
         // Met: nothing changes for the default object (depth 4, busy 1).
         window(&mut p, &mut now, &mut views, 100.0 * MIB, MS);
         assert_eq!(p.status().verdict, Verdict::Met);
@@ -724,10 +728,7 @@ mod tests {
 
     #[test]
     fn rules_go_out_only_on_change() {
-        let mut p = policy();
-        let mut views = vec![stage(1)];
-        let mut now = Duration::ZERO;
-        prime(&mut p, &mut views);
+        let (mut p, mut views, mut now) = started(policy(), 1);
         for _ in 0..5 {
             now += PERIOD;
             report(&mut views[0], MIB, 10, 5 * MS);
@@ -740,10 +741,7 @@ mod tests {
 
     #[test]
     fn the_window_waits_for_enough_critical_requests() {
-        let mut p = policy();
-        let mut views = vec![stage(1)];
-        let mut now = Duration::ZERO;
-        prime(&mut p, &mut views);
+        let (mut p, mut views, mut now) = started(policy(), 1);
         // 1 slow request per period: 20 are needed, so 20 periods.
         for i in 1..=20 {
             now += PERIOD;
@@ -788,10 +786,7 @@ mod tests {
         for (pct, depth) in [(99.0, 4), (99.9, 2)] {
             let mut t = LatencyTarget::new(Duration::from_millis(2));
             t.percentile = pct;
-            let mut p = CriticalityPolicy::new(t).unwrap();
-            let mut views = vec![stage(1), stage(2)];
-            let mut now = Duration::ZERO;
-            prime(&mut p, &mut views);
+            let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t).unwrap(), 2);
             for _ in 0..5 {
                 now += PERIOD;
                 report(&mut views[0], MIB, 0, 0);
@@ -814,10 +809,7 @@ mod tests {
         let mut t = LatencyTarget::new(Duration::from_millis(2));
         t.max_depth = 1;
         t.min_rate = 16.0 * MIB;
-        let mut p = CriticalityPolicy::new(t).unwrap();
-        let mut views = vec![stage(1), stage(2)];
-        let mut now = Duration::ZERO;
-        prime(&mut p, &mut views);
+        let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t).unwrap(), 2);
         // First window: depth is already 1, so the rate is cut, to half of
         // what both objects moved (80 MiB/s while they ran).
         for _ in 0..5 {
@@ -838,10 +830,7 @@ mod tests {
 
     #[test]
     fn set_changes_knobs_and_refuses_bad_ones() {
-        let mut p = policy();
-        let mut views = vec![stage(1)];
-        let mut now = Duration::ZERO;
-        prime(&mut p, &mut views);
+        let (mut p, mut views, mut now) = started(policy(), 1);
         p.set("*", "max_depth", "2").unwrap();
         p.set("*", "percentile", "99.9").unwrap();
         p.set("*", "window", "1s").unwrap();
@@ -883,10 +872,7 @@ mod tests {
             t.max_depth = max_depth;
             t.busy_depth = busy.min(max_depth);
             t.window = PERIOD;
-            let mut p = CriticalityPolicy::new(t.clone()).unwrap();
-            let mut views = vec![stage(1), stage(2)];
-            let mut now = Duration::ZERO;
-            prime(&mut p, &mut views);
+            let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t.clone()).unwrap(), 2);
             for (n, mib) in latencies {
                 now += PERIOD;
                 report(&mut views[0], mib as f64 * MIB, n, n * MS / 4);
