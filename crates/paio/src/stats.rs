@@ -448,13 +448,6 @@ pub struct Counts {
     pub wait_buckets: Vec<(u64, u64)>,
 }
 
-impl Counts {
-    /// Whether nothing was ever counted.
-    pub fn is_empty(&self) -> bool {
-        self.ops == 0
-    }
-}
-
 /// Call latency over a set of completed requests: the time from the end of
 /// admission (after any wait in the stage) to completion, i.e. the real
 /// call's own time. Percentiles and the maximum are bucket upper bounds (at
@@ -540,7 +533,6 @@ pub struct StageStats {
     pub removed: Counts,
     /// The stage's critical requests, whichever channel and object they
     /// went through (two-phase requests only: counted at completion).
-    #[serde(skip_serializing_if = "Counts::is_empty")]
     pub critical: Counts,
     /// Call latency of every critical request since the stage was created,
     /// in the sparse form of [`HistogramSnapshot::latency_buckets`]:
