@@ -396,138 +396,67 @@ fn env_get<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
 }
 
 impl Config {
+    /// The configuration of `env` (checked by [`paio::env::parse`], the
+    /// parser `paio run` validates with), the policy file read.
     fn from_env(env: &[(String, String)]) -> Result<Config, String> {
-        let (policy_text, policy_origin) = match env_get(env, "PAIO_POLICY")
-            .filter(|s| !s.is_empty())
-        {
+        let e = paio::env::parse(env).map_err(|e| e.to_string())?;
+        let (policy_text, policy_origin) = match &e.policy {
             Some(path) => (
-                std::fs::read_to_string(path).map_err(|e| format!("PAIO_POLICY {path}: {e}"))?,
-                path.to_string(),
+                std::fs::read_to_string(path)
+                    .map_err(|err| format!("PAIO_POLICY {}: {err}", path.display()))?,
+                path.display().to_string(),
             ),
             None => (DEFAULT_POLICY.to_string(), "<embedded default>".to_string()),
         };
-        // PAIO_CONTROL: paiod's socket; "default" (or "1") for its default path.
-        let control = match env_get(env, "PAIO_CONTROL").filter(|s| !s.is_empty()) {
-            None => None,
-            Some("default" | "1") => Some(paio::control::default_socket_path_from(
+        let control = e.control.map(|c| match c {
+            paio::env::ControlSocket::Default => paio::control::default_socket_path_from(
                 env_get(env, "XDG_RUNTIME_DIR").map(std::path::PathBuf::from),
-            )),
-            Some(p) if p.starts_with('/') => Some(std::path::PathBuf::from(p)),
-            Some(p) => {
-                return Err(format!(
-                    "PAIO_CONTROL {p:?}: expected an absolute socket path or \"default\""
-                ))
-            }
+            ),
+            paio::env::ControlSocket::Path(p) => p,
+        });
+        let board = match e.board {
+            paio::env::BoardSetting::Off => None,
+            paio::env::BoardSetting::Default => Some(board::default_path(None)),
+            paio::env::BoardSetting::Path(p) => Some(p),
         };
-        let stage_name = env_get(env, "PAIO_STAGE_NAME")
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let mut labels = Vec::new();
-        for item in env_get(env, "PAIO_LABELS")
-            .unwrap_or("")
-            .split(',')
-            .filter(|s| !s.is_empty())
-        {
-            let (k, v) = item
-                .split_once('=')
-                .ok_or_else(|| format!("PAIO_LABELS: {item:?} is not key=value"))?;
-            labels.push((k.trim().to_string(), v.trim().to_string()));
-        }
-        let workflow_process = match env_get(env, "PAIO_WORKFLOW").unwrap_or("") {
-            "" | "thread" => false,
-            "process" => true,
-            other => {
-                return Err(format!(
-                    "PAIO_WORKFLOW {other:?}: expected \"thread\" or \"process\""
-                ))
-            }
-        };
-        let stats_path = env_get(env, "PAIO_STATS")
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let interval = match env_get(env, "PAIO_STATS_INTERVAL").filter(|s| !s.is_empty()) {
-            Some(s) => {
-                paio::units::parse_duration(s).map_err(|e| format!("PAIO_STATS_INTERVAL: {e}"))?
-            }
-            None => std::time::Duration::from_secs(1),
-        };
-        let default_context = match env_get(env, "PAIO_CONTEXT").filter(|s| !s.is_empty()) {
-            Some(ctx) => {
-                RequestContext::named(ctx).map_err(|e| format!("PAIO_CONTEXT {ctx:?}: {e}"))?
-            }
-            None => RequestContext::NONE,
-        };
-        let log = env_get(env, "PAIO_LOG").is_some_and(|s| !s.is_empty() && s != "0");
-        let board = match env_get(env, "PAIO_BOARD") {
-            Some("off") => None,
-            Some(p) if !p.is_empty() && !p.starts_with('/') => {
-                return Err(format!(
-                    "PAIO_BOARD {p:?}: expected an absolute path, or \"off\""
-                ))
-            }
-            other => Some(board::default_path(other)),
-        };
-        let critical = match env_get(env, "PAIO_CRITICAL").unwrap_or("") {
-            "" | "0" => false,
-            "1" => true,
-            other => {
-                return Err(format!(
-                    "PAIO_CRITICAL {other:?}: expected 1 (the process is critical) or 0"
-                ))
-            }
-        };
-        let mut class_names: Vec<String> = Vec::new();
+        // Interned classes (table class i is classes[i - 1]) and their
+        // canonical prefixes, longest first.
+        let mut classes: Vec<FileClass> = Vec::new();
         let mut class_rules = Vec::new();
-        for item in env_get(env, "PAIO_FILE_CLASSES")
-            .unwrap_or("")
-            .split(',')
-            .filter(|s| !s.is_empty())
-        {
-            let (name, prefix) = item
-                .split_once('=')
-                .ok_or_else(|| format!("PAIO_FILE_CLASSES: {item:?} is not class=/path"))?;
-            if !prefix.starts_with('/') {
-                return Err(format!(
-                    "PAIO_FILE_CLASSES: {prefix:?} is not an absolute path"
-                ));
-            }
-            let idx = match class_names.iter().position(|n| n == name) {
+        for (fc, prefix) in &e.file_classes {
+            let idx = match classes.iter().position(|c| c == fc) {
                 Some(i) => i,
                 None => {
-                    class_names.push(name.to_string());
-                    class_names.len() - 1
+                    classes.push(*fc);
+                    classes.len() - 1
                 }
             };
             let class = u16::try_from(idx + 1).map_err(|_| "PAIO_FILE_CLASSES: too many")?;
             let canon = std::fs::canonicalize(prefix)
                 .ok()
                 .and_then(|p| p.to_str().map(str::to_string))
-                .unwrap_or_else(|| prefix.to_string());
-            let canon = canon.trim_end_matches('/').to_string();
-            class_rules.push((canon, class));
+                .unwrap_or_else(|| prefix.clone());
+            class_rules.push((canon.trim_end_matches('/').to_string(), class));
         }
         class_rules.sort_by_key(|r: &(String, u16)| std::cmp::Reverse(r.0.len()));
         Ok(Config {
-            adjusts: workflow_process
-                || default_context != RequestContext::NONE
+            adjusts: e.workflow_process
+                || e.context != RequestContext::NONE
                 || !class_rules.is_empty(),
             control,
             policy_text,
             policy_origin,
-            stage_name,
-            labels,
-            workflow_process,
-            stats_path,
-            interval_ns: interval.as_nanos().clamp(1, u64::MAX as u128) as u64,
-            log,
-            default_context,
+            stage_name: e.stage_name,
+            labels: e.labels,
+            workflow_process: e.workflow_process,
+            stats_path: e.stats,
+            interval_ns: e.stats_interval.as_nanos().clamp(1, u64::MAX as u128) as u64,
+            log: e.log,
+            default_context: e.context,
             class_rules,
-            critical,
+            critical: e.critical,
             board,
-            classes: class_names
-                .iter()
-                .map(|n| FileClass::named(n).map_err(|e| format!("PAIO_FILE_CLASSES: {e}")))
-                .collect::<Result<_, _>>()?,
+            classes,
         })
     }
 

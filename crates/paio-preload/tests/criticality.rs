@@ -227,7 +227,7 @@ fn a_bad_paio_critical_is_refused_with_its_reason() {
     let out = run(&dir, &["true"], true, &[("PAIO_CRITICAL", "yes")]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("PAIO_CRITICAL \"yes\": expected 1 (the process is critical) or 0"),
+        err.contains("PAIO_CRITICAL=\"yes\": expected 1 (the process is critical) or 0"),
         "{err}"
     );
 }

@@ -51,6 +51,7 @@ pub mod context;
 pub mod control;
 pub mod criticality;
 pub mod differentiation;
+pub mod env;
 pub mod object;
 pub mod policy;
 pub mod protocol;
