@@ -157,9 +157,42 @@ pub enum ArgError {
         /// The flag's value.
         value: String,
     },
+    /// `--stats` in a directory that does not exist.
+    #[error("--stats {value:?}: directory {dir:?} does not exist (create it first)")]
+    StatsNoDirectory {
+        /// The flag's value.
+        value: String,
+        /// The missing directory.
+        dir: String,
+    },
+    /// Several classes in one `--limit`.
+    #[error("--limit {value:?}: one class per --limit; repeat the flag: {suggestion}")]
+    LimitList {
+        /// The flag's value.
+        value: String,
+        /// The same limits as repeated flags.
+        suggestion: String,
+    },
     /// A policy file (or the generated policy) that does not build a stage.
     #[error("--policy: {0}")]
     Policy(PolicyError),
+    /// The policy file named by an inherited `PAIO_POLICY` does not build a
+    /// stage.
+    #[error("PAIO_POLICY (inherited from the environment; unset it or pass --policy): {0}")]
+    InheritedPolicy(PolicyError),
+    /// An inherited `PAIO_*` variable the interposer would refuse.
+    #[error("{0} (inherited from the environment: fix or unset it)")]
+    Env(paio::env::EnvError),
+    /// A DRL at rate 0 with no control plane to raise it.
+    #[error("{origin}: object {object:?} of channel {channel:?} has rate 0, which pauses every request it gets until a control rule raises it; without --control nothing will (give it a rate, or run under paiod with --control)")]
+    PausedForever {
+        /// The policy file.
+        origin: String,
+        /// The channel.
+        channel: String,
+        /// The object.
+        object: String,
+    },
     /// The generated policy was rejected: a bug in `paio run`.
     #[error("--limit: the generated policy was rejected (a bug in paio): {0}")]
     Generated(PolicyError),
@@ -180,6 +213,17 @@ impl FromStr for Limit {
     type Err = ArgError;
     fn from_str(value: &str) -> Result<Self, ArgError> {
         let text = value.to_string();
+        if value.contains(',') && value.matches('=').count() > 1 {
+            let suggestion = value
+                .split(',')
+                .map(|l| format!("--limit {}", l.trim()))
+                .collect::<Vec<_>>()
+                .join(" ");
+            return Err(ArgError::LimitList {
+                value: text,
+                suggestion,
+            });
+        }
         let (class, rate) = value.split_once('=').ok_or_else(|| ArgError::LimitSyntax {
             value: text.clone(),
         })?;
@@ -300,6 +344,37 @@ pub fn check_stats_pattern(pattern: &OsStr) -> Result<(), ArgError> {
     if let Some(slash) = last_slash {
         if bytes[..slash].windows(2).any(|w| w == b"%p") {
             return Err(ArgError::StatsPattern { value });
+        }
+        let dir = Path::new(OsStr::from_bytes(&bytes[..slash.max(1)]));
+        if !dir.is_dir() {
+            return Err(ArgError::StatsNoDirectory {
+                value,
+                dir: dir.to_string_lossy().into_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a policy with a DRL at rate 0 when no control plane will ever
+/// raise it (`control`: the stage registers with paiod).
+pub fn check_not_paused_forever(path: &Path, control: bool) -> Result<(), ArgError> {
+    if control {
+        return Ok(());
+    }
+    let policy = Policy::from_file(path).map_err(ArgError::Policy)?;
+    let stage = policy.new_stage().map_err(ArgError::Policy)?;
+    for ch in stage.info().channels {
+        for o in ch.objects {
+            if let Some(paio::ObjectConfig::Drl(d)) = &o.config {
+                if d.rate.per_second == 0 {
+                    return Err(ArgError::PausedForever {
+                        origin: path.display().to_string(),
+                        channel: ch.name.clone(),
+                        object: o.name,
+                    });
+                }
+            }
         }
     }
     Ok(())

@@ -107,10 +107,11 @@ struct RunArgs {
     #[arg(long)]
     summary: bool,
     /// Register the stage with paiod (PAIO_CONTROL) at SOCKET, or at paiod's
-    /// default socket when given without a value. The command runs even if
-    /// paiod is absent; the stage connects when it appears.
-    #[arg(long, value_name = "SOCKET", num_args = 0..=1, default_missing_value = "")]
-    control: Option<PathBuf>,
+    /// default socket when given without a value or as `default`. The
+    /// command runs even if paiod is absent; the stage connects when it
+    /// appears.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1)]
+    control: Option<Option<PathBuf>>,
     /// Mark every request of the command critical (PAIO_CRITICAL=1): priority
     /// objects admit them first, and other programs' priority objects hold
     /// their background requests back while they run (docs/criticality.md).
@@ -238,16 +239,32 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     } else {
         Some(args::checked_limit_policy(&limits)?)
     };
+    let control =
+        a.control.is_some() || std::env::var_os("PAIO_CONTROL").is_some_and(|v| !v.is_empty());
     let policy_path = match &a.policy {
-        Some(p) => Some(p.clone()),
-        // An inherited PAIO_POLICY is used by the interposer: check it too.
-        None if generated.is_none() => std::env::var_os("PAIO_POLICY")
+        Some(p) => {
+            args::check_policy_file(p)?;
+            Some(p.clone())
+        }
+        // An inherited PAIO_POLICY is used by the interposer: check it too,
+        // and say where it came from.
+        None if generated.is_none() => match std::env::var_os("PAIO_POLICY")
             .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
+            .map(PathBuf::from)
+        {
+            Some(p) => {
+                args::check_policy_file(&p).map_err(|e| match e {
+                    ArgError::Policy(e) => ArgError::InheritedPolicy(e),
+                    other => other,
+                })?;
+                Some(p)
+            }
+            None => None,
+        },
         None => None,
     };
     if let Some(p) = &policy_path {
-        args::check_policy_file(p)?;
+        args::check_not_paused_forever(p, control)?;
     }
     let labels = args::labels_env(&label_list)?;
     if let Some(s) = &a.stats {
@@ -315,13 +332,24 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         cmd.env("PAIO_CRITICAL", "1");
     }
     if let Some(sock) = &a.control {
-        let sock = if sock.as_os_str().is_empty() {
-            paio::control::default_socket_path()
-        } else {
-            absolute(sock)?
+        let sock = match sock {
+            Some(p) if p.as_os_str() != "default" => absolute(p)?,
+            _ => paio::control::default_socket_path(),
         };
         cmd.env("PAIO_CONTROL", sock);
     }
+    // Every PAIO_* the interposer will see, inherited or set above, checked
+    // by its own parser: a bad one stops here, not in every process.
+    let child_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with("PAIO_"))
+        .filter(|(k, _)| !cmd.get_envs().any(|(set, _)| set == k.as_str()))
+        .chain(
+            cmd.get_envs()
+                .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string()))),
+        )
+        .collect();
+    paio::env::parse(&child_env).map_err(ArgError::Env)?;
 
     // 3. Run.
     // Files written during the run (with a margin for coarse timestamps).

@@ -995,3 +995,115 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
         .expect("paiod's object in the stage");
     assert!(paiod_obj["bytes"].as_u64().unwrap() > 0, "{paiod_obj}");
 }
+
+/// Every PAIO_* the interposer would refuse, inherited from the environment,
+/// and the flag mistakes new users make, stop `paio run` with exit status 2
+/// and a message naming what is wrong, before the command runs.
+#[test]
+fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
+    let d = scratch("badenv");
+    let marker = d.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let long_name = "n".repeat(300);
+    let cases: &[(&str, &str, &str)] = &[
+        ("PAIO_LOG", "garbage", "PAIO_LOG=\"garbage\": expected 1"),
+        ("PAIO_WORKFLOW", "proc", "PAIO_WORKFLOW=\"proc\": expected \"thread\" or \"process\""),
+        ("PAIO_STATS_INTERVAL", "soon", "PAIO_STATS_INTERVAL=\"soon\""),
+        ("PAIO_FILE_CLASSES", "wal=db/wal", "PAIO_FILE_CLASSES=\"wal=db/wal\": \"db/wal\" is not an absolute path"),
+        ("PAIO_LABELS", "job", "PAIO_LABELS=\"job\": \"job\" is not key=value"),
+        ("PAIO_CONTEXT", &"c".repeat(300), "PAIO_CONTEXT="),
+        ("PAIO_CONTROL", "paiod.sock", "PAIO_CONTROL=\"paiod.sock\": expected an absolute socket path"),
+        ("PAIO_STAGE_NAME", &long_name, "a stage name has 1 to 128 bytes, this one 300"),
+        ("PAIO_CRITICAL", "yes", "PAIO_CRITICAL=\"yes\""),
+        ("PAIO_POLICY", "garbage", "PAIO_POLICY (inherited from the environment; unset it or pass --policy): garbage:1:1: policy: cannot read"),
+    ];
+    for (var, value, expected) in cases {
+        let o = paio()
+            .env(var, value)
+            .args(["run", "--", "sh", "-c", &touch])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{var}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{var}: {}", stderr(&o));
+        if *var != "PAIO_POLICY" {
+            assert!(
+                stderr(&o).contains("inherited from the environment"),
+                "{}",
+                stderr(&o)
+            );
+        }
+        assert!(!marker.exists(), "{var}: the command ran");
+    }
+    let zero = d.join("zero.toml");
+    std::fs::write(
+        &zero,
+        "[[channel]]\nname = \"r\"\nmatch = { request_type = \"read\" }\ndefault_object = \"z\"\n\
+         [[channel.object]]\nname = \"z\"\nkind = \"drl\"\nrate = \"0B/s\"\n",
+    )
+    .unwrap();
+    let zero = zero.to_str().unwrap();
+    let flags: &[(&[&str], &str)] = &[
+        (
+            &["--limit", "read=100MiB/s,write=100MiB/s"],
+            "one class per --limit; repeat the flag: --limit read=100MiB/s --limit write=100MiB/s",
+        ),
+        (
+            &["--stats", "/nonexistent-paio-dir/s.%p.json"],
+            "directory \"/nonexistent-paio-dir\" does not exist",
+        ),
+        (
+            &["--policy", zero],
+            "object \"z\" of channel \"r\" has rate 0, which pauses every request it gets until a control rule raises it; without --control nothing will",
+        ),
+    ];
+    for (f, expected) in flags {
+        let mut args = vec!["run"];
+        args.extend_from_slice(f);
+        args.extend_from_slice(&["--", "sh", "-c", &touch]);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{f:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(expected), "{f:?}: {}", stderr(&o));
+        assert!(!marker.exists(), "{f:?}: the command ran");
+    }
+    // With a control plane, a paused DRL is what the user asked for.
+    let sock = d.join("none.sock");
+    let o = run(&[
+        "run",
+        "--policy",
+        zero,
+        "--control",
+        sock.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// `--control` alone, `--control=default` and a relative path.
+#[test]
+fn control_without_a_value_or_default_means_paiods_default_socket() {
+    let d = scratch("control");
+    let show = ["sh", "-c", "printf %s \"$PAIO_CONTROL\""];
+    let default = paio::control::default_socket_path();
+    for flag in [&["--control"][..], &["--control=default"][..]] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flag);
+        args.push("--");
+        args.extend_from_slice(&show);
+        let o = paio()
+            .env_remove("PAIO_CONTROL")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{flag:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), default.display().to_string(), "{flag:?}");
+    }
+    let o = paio()
+        .current_dir(&d)
+        .args(["run", "--control", "my.sock", "--"])
+        .args(show)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), d.join("my.sock").display().to_string());
+}
