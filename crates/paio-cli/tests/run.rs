@@ -1042,6 +1042,13 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
     )
     .unwrap();
     let zero = zero.to_str().unwrap();
+    let reed = d.join("reed.toml");
+    std::fs::write(
+        &reed,
+        "[[channel]]\nname = \"r\"\nmatch = { request_type = \"reed\" }\n",
+    )
+    .unwrap();
+    let reed = reed.to_str().unwrap();
     let flags: &[(&[&str], &str)] = &[
         (
             &["--limit", "read=100MiB/s,write=100MiB/s"],
@@ -1050,6 +1057,10 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
         (
             &["--stats", "/nonexistent-paio-dir/s.%p.json"],
             "directory \"/nonexistent-paio-dir\" does not exist",
+        ),
+        (
+            &["--policy", reed],
+            ":3:9: channel[0].match.request_type: unknown request type \"reed\" (did you mean \"read\"?)",
         ),
         (
             &["--policy", zero],

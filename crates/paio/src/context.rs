@@ -105,6 +105,17 @@ impl RequestType {
         self.lookup_name().unwrap_or_else(|| format!("#{}", self.0))
     }
 
+    /// Whether the type is one of paio's built-in types (not interned by a
+    /// program or policy).
+    pub const fn is_builtin(self) -> bool {
+        self.0 < Self::FIRST_CUSTOM
+    }
+
+    /// The names of the built-in types, in number order.
+    pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+        BUILTIN_TYPES.iter().map(|(_, s)| *s)
+    }
+
     fn lookup_name(self) -> Option<String> {
         if self.0 < Self::FIRST_CUSTOM {
             BUILTIN_TYPES

@@ -15,6 +15,7 @@ use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use crate::context::RequestType;
 use crate::criticality::CriticalNames;
 use crate::differentiation::{Classifier, Pattern};
 use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig, SplitWhen};
@@ -80,10 +81,14 @@ struct PolicyFile {
 #[derive(Deserialize, Default)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [stage] table with name, classifiers, default_channel and labels"
+    expecting = "a [stage] table with name, classifiers, default_channel, labels and request_types"
 )]
 struct StageSection {
     name: Option<String>,
+    /// Custom request types the policy's patterns may name (a name that is
+    /// neither built in nor declared is refused: most are typos).
+    #[serde(default)]
+    request_types: Vec<String>,
     classifiers: Option<Spanned<Vec<Classifier>>>,
     default_channel: Option<Spanned<String>>,
     #[serde(default)]
@@ -176,6 +181,48 @@ impl Kind {
 }
 
 const KINDS: [Kind; 3] = [Kind::Noop, Kind::Drl, Kind::Priority];
+
+/// Refuses a pattern whose request type is neither built in nor in
+/// `declared`, suggesting the nearest built-in name.
+fn check_request_type(pattern: &Pattern, declared: &[String]) -> Result<(), String> {
+    let Some(t) = pattern.request_type else {
+        return Ok(());
+    };
+    let name = t.name();
+    if t.is_builtin() || declared.contains(&name) {
+        return Ok(());
+    }
+    let nearest = RequestType::builtin_names()
+        .map(|b| (edit_distance(&name, b), b))
+        .min()
+        .filter(|(d, _)| *d <= 2)
+        .map(|(_, b)| format!(" (did you mean {b:?}?)"))
+        .unwrap_or_default();
+    let all: Vec<&str> = RequestType::builtin_names().collect();
+    Err(format!(
+        "unknown request type {name:?}{nearest}; the built-in types are {}; a custom type \
+         must be declared: [stage] request_types = [{name:?}]",
+        all.join(", ")
+    ))
+}
+
+/// Levenshtein distance between `a` and `b` (by characters).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1)
+                .min(row[j] + 1)
+                .min(diag + usize::from(ca != cb));
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
 
 /// A `match` value: one pattern table, or an array of them (each with its
 /// own span, so errors point at the element).
@@ -353,6 +400,9 @@ impl Policy {
                 if let Some(m) = &obj.matches {
                     for (pattern, span, f) in m.get_ref().patterns(m.span()) {
                         let field = format!("{at}.{f}");
+                        check_request_type(&pattern, &file.stage.request_types).map_err(|m| {
+                            error(Some(span.clone()), format!("{field}.request_type"), m)
+                        })?;
                         claim(&mut object_patterns, pattern, &name, &field, "object")
                             .map_err(|m| error(Some(span.clone()), field.clone(), m))?;
                         push(
@@ -380,6 +430,9 @@ impl Policy {
             if let Some(m) = &ch.matches {
                 for (pattern, span, f) in m.get_ref().patterns(m.span()) {
                     let field = format!("{at}.{f}");
+                    check_request_type(&pattern, &file.stage.request_types).map_err(|m| {
+                        error(Some(span.clone()), format!("{field}.request_type"), m)
+                    })?;
                     claim(&mut channel_patterns, pattern, &channel, &field, "channel")
                         .map_err(|m| error(Some(span.clone()), field.clone(), m))?;
                     push(
@@ -672,6 +725,50 @@ burst = 4
 [[channel]]
 name = "fg"
 "#;
+
+    #[test]
+    fn unknown_request_types_are_refused_with_a_suggestion_unless_declared() {
+        let e = Policy::parse(
+            "[[channel]]\nname = \"r\"\nmatch = { request_type = \"reed\" }\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (3, "channel[0].match.request_type"),
+            "{e}"
+        );
+        assert!(
+            e.message
+                .contains("unknown request type \"reed\" (did you mean \"read\"?)"),
+            "{e}"
+        );
+        assert!(
+            e.message.contains("[stage] request_types = [\"reed\"]"),
+            "{e}"
+        );
+        // In an object's match, in an array, and with no near name.
+        let e = Policy::parse(
+            "[[channel]]\nname = \"r\"\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
+             match = [{ request_type = \"read\" }, { request_type = \"checkpoint\" }]\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "channel[0].object[0].match[1].request_type", "{e}");
+        assert!(!e.message.contains("did you mean"), "{e}");
+        // Declared: accepted and routed.
+        let stage = Stage::from_policy_str(
+            "[stage]\nrequest_types = [\"checkpoint\"]\n\
+             [[channel]]\nname = \"ck\"\nmatch = { request_type = \"checkpoint\" }\n",
+            "t.toml",
+        )
+        .unwrap();
+        let ctx = crate::Context::new(crate::RequestType::named("checkpoint").unwrap(), 1);
+        assert_eq!(stage.route(&ctx).map(|(c, _)| c).as_deref(), Some("ck"));
+        assert_eq!(edit_distance("reed", "read"), 1);
+        assert_eq!(edit_distance("", "stat"), 4);
+        assert_eq!(edit_distance("fsnyc", "fsync"), 2);
+    }
 
     #[test]
     fn full_policy_routes_as_written() {
