@@ -292,7 +292,7 @@ pub struct StageName(pub String);
 impl FromStr for StageName {
     type Err = ArgError;
     fn from_str(s: &str) -> Result<Self, ArgError> {
-        if s.is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
+        if paio::env::check_stage_name(s).is_err() {
             return Err(ArgError::Name {
                 value: s.to_string(),
             });
