@@ -9,7 +9,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use paio::units::{parse_rate, RateUnit};
-use paio::{Policy, PolicyError, Rate};
+use paio::{Policy, PolicyError, Rate, Stage};
 
 /// A class of requests `--limit` can limit, and the name of the channel of
 /// those requests (the same names as the interposer's default policy).
@@ -356,14 +356,13 @@ pub fn check_stats_pattern(pattern: &OsStr) -> Result<(), ArgError> {
     Ok(())
 }
 
-/// Refuses a policy with a DRL at rate 0 when no control plane will ever
-/// raise it (`control`: the stage registers with paiod).
-pub fn check_not_paused_forever(path: &Path, control: bool) -> Result<(), ArgError> {
+/// Refuses `stage` (built from the policy file `path`) if it has a DRL at
+/// rate 0 and no control plane will ever raise it (`control`: the stage
+/// registers with paiod).
+pub fn check_not_paused_forever(stage: &Stage, path: &Path, control: bool) -> Result<(), ArgError> {
     if control {
         return Ok(());
     }
-    let policy = Policy::from_file(path).map_err(ArgError::Policy)?;
-    let stage = policy.new_stage().map_err(ArgError::Policy)?;
     for ch in stage.info().channels {
         for o in ch.objects {
             if let Some(paio::ObjectConfig::Drl(d)) = &o.config {
@@ -438,10 +437,9 @@ pub fn checked_limit_policy(limits: &[Limit]) -> Result<String, ArgError> {
 
 /// Checks a policy file the way the interposer will load it: it must parse
 /// and build a stage. Errors carry `file:line:column`.
-pub fn check_policy_file(path: &Path) -> Result<(), ArgError> {
+pub fn check_policy_file(path: &Path) -> Result<Stage, ArgError> {
     let policy = Policy::from_file(path).map_err(ArgError::Policy)?;
-    policy.new_stage().map_err(ArgError::Policy)?;
-    Ok(())
+    policy.new_stage().map_err(ArgError::Policy)
 }
 
 #[cfg(test)]

@@ -241,30 +241,22 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     };
     let control =
         a.control.is_some() || std::env::var_os("PAIO_CONTROL").is_some_and(|v| !v.is_empty());
+    // The policy file the interposer will read, built into a stage here so
+    // that its errors stop `paio run`: --policy, or an inherited PAIO_POLICY
+    // (blamed as such).
     let policy_path = match &a.policy {
-        Some(p) => {
-            args::check_policy_file(p)?;
-            Some(p.clone())
-        }
-        // An inherited PAIO_POLICY is used by the interposer: check it too,
-        // and say where it came from.
-        None if generated.is_none() => match std::env::var_os("PAIO_POLICY")
+        Some(p) => Some(p.clone()),
+        None if generated.is_none() => std::env::var_os("PAIO_POLICY")
             .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-        {
-            Some(p) => {
-                args::check_policy_file(&p).map_err(|e| match e {
-                    ArgError::Policy(e) => ArgError::InheritedPolicy(e),
-                    other => other,
-                })?;
-                Some(p)
-            }
-            None => None,
-        },
+            .map(PathBuf::from),
         None => None,
     };
     if let Some(p) = &policy_path {
-        args::check_not_paused_forever(p, control)?;
+        let stage = args::check_policy_file(p).map_err(|e| match e {
+            ArgError::Policy(e) if a.policy.is_none() => ArgError::InheritedPolicy(e),
+            other => other,
+        })?;
+        args::check_not_paused_forever(&stage, p, control)?;
     }
     let labels = args::labels_env(&label_list)?;
     if let Some(s) = &a.stats {

@@ -181,17 +181,13 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
         Some(c) => RequestContext::named(c).map_err(|e| bad("PAIO_CONTEXT", c, e.to_string()))?,
         None => RequestContext::NONE,
     };
-    let log = match get("PAIO_LOG") {
-        None | Some("0") => false,
-        Some("1") => true,
-        Some(other) => {
-            return Err(bad(
-                "PAIO_LOG",
-                other,
-                "expected 1 (diagnostics on stderr) or 0".into(),
-            ))
-        }
+    // A 0/1 switch; `on` says what 1 means.
+    let switch = |variable: &'static str, on: &str| match get(variable) {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(bad(variable, other, format!("expected 1 ({on}) or 0"))),
     };
+    let log = switch("PAIO_LOG", "diagnostics on stderr")?;
     let board = match get("PAIO_BOARD") {
         None => BoardSetting::Default,
         Some("off") => BoardSetting::Off,
@@ -204,17 +200,7 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
             ))
         }
     };
-    let critical = match get("PAIO_CRITICAL") {
-        None | Some("0") => false,
-        Some("1") => true,
-        Some(other) => {
-            return Err(bad(
-                "PAIO_CRITICAL",
-                other,
-                "expected 1 (the process is critical) or 0".into(),
-            ))
-        }
-    };
+    let critical = switch("PAIO_CRITICAL", "the process is critical")?;
     let mut file_classes = Vec::new();
     if let Some(all) = get("PAIO_FILE_CLASSES") {
         for item in all.split(',').filter(|s| !s.is_empty()) {

@@ -199,16 +199,7 @@ impl ControlSettings {
 
     /// What the split needs to know of a stage.
     pub fn demand(&self, view: &StageView) -> StageDemand {
-        match self.counts(view) {
-            None => StageDemand {
-                achieved: None,
-                throttled: false,
-            },
-            Some(c) => StageDemand {
-                achieved: Some(finite(c.bytes_per_sec)),
-                throttled: c.wait.waited_ops > 0,
-            },
-        }
+        StageDemand::of(self.counts(view))
     }
 }
 
@@ -259,6 +250,28 @@ pub struct StageDemand {
     pub throttled: bool,
 }
 
+impl StageDemand {
+    /// The demand shown by `counts` (one period's figures of a channel or
+    /// object; `None`: no statistics yet).
+    pub fn of(counts: Option<&Counts>) -> Self {
+        match counts {
+            None => StageDemand {
+                achieved: None,
+                throttled: false,
+            },
+            Some(c) => StageDemand {
+                achieved: Some(finite(c.bytes_per_sec)),
+                throttled: c.wait.waited_ops > 0,
+            },
+        }
+    }
+}
+
+/// Whether rate `new` is within [`DEADBAND`] of `old`, the rate last sent.
+pub fn within_deadband(old: f64, new: f64) -> bool {
+    (new - old).abs() <= DEADBAND * old
+}
+
 /// Splits a group's `total` bytes/s among its stages by measured demand.
 ///
 /// Rule: a stage that waited in the DRL, or has no statistics yet, has an
@@ -302,7 +315,7 @@ impl RateTracker {
         for &(id, rate) in rates {
             let r = to_rate(rate);
             let keep = match self.last.get(&id) {
-                Some(&old) => (r as f64 - old as f64).abs() <= DEADBAND * old as f64,
+                Some(&old) => within_deadband(old as f64, r as f64),
                 None => false,
             };
             if keep {

@@ -43,7 +43,7 @@ use paio::stats::HistogramSnapshot;
 use paio::units::{parse_duration, Rate};
 use paio::{ObjectConfig, Rule};
 
-use super::common::{self, StageDemand, DEADBAND};
+use super::common::{self, StageDemand};
 use super::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
 
 /// Fewest critical requests a window needs to be judged.
@@ -181,8 +181,11 @@ pub struct CriticalityPolicy {
     /// Background bytes moved in the window, and its length so far.
     window_bytes: f64,
     window_secs: f64,
-    last: LatencyStatus,
+    /// The last judged window: (measured percentile, requests, verdict).
+    judged: (u64, u64, Verdict),
+    /// What the priority objects moved last period, bytes/s.
     achieved: f64,
+    /// Priority objects and the stages holding them, last period.
     objects: usize,
     stages: usize,
 }
@@ -200,10 +203,9 @@ impl CriticalityPolicy {
     /// A policy with `settings` (checked with [`LatencyTarget::validate`]).
     pub fn new(settings: LatencyTarget) -> Result<Self, PolicyError> {
         settings.validate()?;
-        let depth = settings.max_depth;
-        let mut p = Self {
+        Ok(Self {
+            depth: settings.max_depth,
             settings,
-            depth,
             rate: None,
             reference: 0.0,
             window_start: Duration::ZERO,
@@ -211,41 +213,31 @@ impl CriticalityPolicy {
             seen: BTreeMap::new(),
             window_bytes: 0.0,
             window_secs: 0.0,
-            last: LatencyStatus {
-                target_ns: 0,
-                percentile: 0.0,
-                measured_ns: 0,
-                samples: 0,
-                verdict: Verdict::None,
-                depth,
-                busy_depth: 0,
-                rate_bytes_per_sec: None,
-                objects: 0,
-            },
+            judged: (0, 0, Verdict::None),
             achieved: 0.0,
             objects: 0,
             stages: 0,
-        };
-        p.refresh_status();
-        Ok(p)
+        })
     }
 
     /// The control's state as of the last period.
-    pub fn status(&self) -> &LatencyStatus {
-        &self.last
+    pub fn status(&self) -> LatencyStatus {
+        let (measured_ns, samples, verdict) = self.judged;
+        LatencyStatus {
+            target_ns: self.settings.target.as_nanos() as u64,
+            percentile: self.settings.percentile,
+            measured_ns,
+            samples,
+            verdict,
+            depth: self.depth,
+            busy_depth: self.busy_depth(),
+            rate_bytes_per_sec: self.rate,
+            objects: self.objects,
+        }
     }
 
     fn busy_depth(&self) -> u32 {
         self.settings.busy_depth.min(self.depth)
-    }
-
-    fn refresh_status(&mut self) {
-        self.last.target_ns = self.settings.target.as_nanos() as u64;
-        self.last.percentile = self.settings.percentile;
-        self.last.depth = self.depth;
-        self.last.busy_depth = self.busy_depth();
-        self.last.rate_bytes_per_sec = self.rate;
-        self.last.objects = self.objects;
     }
 
     /// Judges the window that just ended (`background` bytes/s over it).
@@ -284,9 +276,7 @@ impl CriticalityPolicy {
             },
             Verdict::None => {}
         }
-        self.last.measured_ns = measured;
-        self.last.samples = samples;
-        self.last.verdict = verdict;
+        self.judged = (measured, samples, verdict);
         if (self.depth, self.rate) != before {
             let rate = |r: Option<f64>| {
                 r.map_or_else(
@@ -327,8 +317,7 @@ fn changed(old: &PriorityConfig, new: &PriorityConfig) -> bool {
     match (old.rate, new.rate) {
         (None, None) => false,
         (Some(a), Some(b)) if a.unit == b.unit => {
-            let (a, b) = (a.per_second as f64, b.per_second as f64);
-            (a - b).abs() > DEADBAND * a
+            !common::within_deadband(a.per_second as f64, b.per_second as f64)
         }
         _ => true,
     }
@@ -356,10 +345,7 @@ fn controlled(stages: &[StageView]) -> Vec<Controlled<'_>> {
                     channel: &ch.name,
                     object: &o.name,
                     config,
-                    demand: StageDemand {
-                        achieved: counts.map(|c| common::finite(c.bytes_per_sec)),
-                        throttled: counts.is_some_and(|c| c.wait.waited_ops > 0),
-                    },
+                    demand: StageDemand::of(counts),
                 });
             }
         }
@@ -444,7 +430,6 @@ impl ControlPolicy for CriticalityPolicy {
             ids.dedup();
             ids.len()
         };
-        self.refresh_status();
         out.into_iter().collect()
     }
 
@@ -489,7 +474,6 @@ impl ControlPolicy for CriticalityPolicy {
         if let Some(r) = self.rate {
             self.rate = Some(r.max(self.settings.min_rate));
         }
-        self.refresh_status();
         Ok(())
     }
 
@@ -506,7 +490,7 @@ impl ControlPolicy for CriticalityPolicy {
     }
 
     fn latency(&self) -> Option<LatencyStatus> {
-        Some(self.last.clone())
+        Some(self.status())
     }
 }
 
