@@ -41,21 +41,24 @@ fn stream_fd(stream: *mut FILE) -> c_int {
 
 // ------------------------------------------------------------ data calls
 
-/// A data call on the file offset (`read`, `writev`, ...): two phases,
-/// never split. `$size` computes the requested size (only when a stage is
-/// active).
+/// A data call on the file offset (`read`, `writev`, ...; also the sync
+/// calls, with size 0 and an `int` result): two phases, never split. `$size`
+/// computes the requested size (only when a stage is active).
 macro_rules! data_hook {
     ($name:ident, $sym:literal, $rt:ident, $fd:ident, $size:expr, ($($a:ident : $t:ty),*)) => {
+        data_hook!($name, $sym, $rt, $fd, $size, ($($a: $t),*) -> ssize_t);
+    };
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, $size:expr, ($($a:ident : $t:ty),*) -> $ret:ty) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> ssize_t {
-            let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
-                return nosys() as ssize_t;
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> $ret) else {
+                return nosys() as $ret;
             };
             rt::data_call(RequestType::$rt, $fd, || $size, rt::Split::Never, |_, _| {
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 unsafe { real($($a),*) as i64 }
-            }) as ssize_t
+            }) as $ret
         }
     };
 }
@@ -623,30 +626,14 @@ macro_rules! fd_meta_hook {
     };
 }
 
-/// A sync call: a two-phase request of size 0, so that it is ordered and
-/// held like other I/O before it runs (a non-critical `fsync` can flush a
-/// lot), counted on the board while a critical one runs, and its latency is
-/// in the statistics (a commit's `fsync` is what a database waits for).
-macro_rules! sync_hook {
-    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
-                return nosys();
-            };
-            rt::data_call(RequestType::$rt, $fd, || 0, rt::Split::Never, |_, _| {
-                // SAFETY: the caller's arguments, unchanged, to the real
-                // function of the same prototype.
-                i64::from(unsafe { real($($a),*) })
-            }) as c_int
-        }
-    };
-}
-
-sync_hook!(fsync, c"fsync", FSYNC, fd, (fd: c_int));
-sync_hook!(fdatasync, c"fdatasync", FDATASYNC, fd, (fd: c_int));
-sync_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd,
-    (fd: c_int, off: off64_t, n: off64_t, flags: c_uint));
+// Sync calls: two-phase requests of size 0, so that they are ordered and
+// held like other I/O before they run (a non-critical `fsync` can flush a
+// lot), counted on the board while a critical one runs, and their latency
+// is in the statistics (a commit's `fsync` is what a database waits for).
+data_hook!(fsync, c"fsync", FSYNC, fd, 0, (fd: c_int) -> c_int);
+data_hook!(fdatasync, c"fdatasync", FDATASYNC, fd, 0, (fd: c_int) -> c_int);
+data_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd, 0,
+    (fd: c_int, off: off64_t, n: off64_t, flags: c_uint) -> c_int);
 
 // ------------------------------------------------------------ metadata
 
