@@ -188,6 +188,9 @@ pub struct CriticalityPolicy {
     /// Priority objects and the stages holding them, last period.
     objects: usize,
     stages: usize,
+    /// Whether the warning that there is nothing to control was given for
+    /// the current stretch of periods without priority objects.
+    said_idle: bool,
 }
 
 /// One priority object of one stage.
@@ -217,6 +220,7 @@ impl CriticalityPolicy {
             achieved: 0.0,
             objects: 0,
             stages: 0,
+            said_idle: false,
         })
     }
 
@@ -423,6 +427,18 @@ impl ControlPolicy for CriticalityPolicy {
                 });
             }
         }
+        // Nothing to act on is said once, when it starts: the target cannot
+        // be held without priority objects in the background's stages.
+        let idle = objects.is_empty() && !stages.is_empty();
+        if idle && !self.said_idle {
+            tracing::warn!(
+                "{} stage(s) registered and none has a priority object: the latency target \
+                 controls nothing (give the background a `kind = \"priority\"` object, e.g. \
+                 paio run --policy policies/background.toml)",
+                stages.len()
+            );
+        }
+        self.said_idle = idle;
         self.achieved = background;
         self.objects = objects.len();
         self.stages = {
@@ -840,6 +856,41 @@ mod tests {
         let e = p.set("bg", "max_depth", "2").unwrap_err();
         assert!(e.message.contains("group `*`"), "{e}");
         assert_eq!(p.status().depth, 2, "a refused set changes nothing");
+    }
+
+    #[test]
+    fn stages_without_priority_objects_are_warned_about_once() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Log(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Log {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut p = policy();
+            let mut plain = stage(1);
+            plain.info.channels.clear();
+            for i in 1..=3 {
+                p.period(PERIOD * i, std::slice::from_ref(&plain));
+            }
+        });
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(
+            text.matches("none has a priority object").count(),
+            1,
+            "{text}"
+        );
     }
 
     proptest! {
