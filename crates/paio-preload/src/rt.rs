@@ -281,16 +281,37 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
                     STATE.store(ACTIVE, Ordering::Release);
                     log("active");
                 }
-                Err(e) => {
-                    raw_stderr(&format!("paio: {e}; running without a stage\n"));
-                    STATE.store(OFF, Ordering::Release);
-                }
+                Err(e) => unusable(&env, &e),
             }
         }
-        Err(e) => {
-            raw_stderr(&format!("paio: {e}; running without a stage\n"));
-            STATE.store(OFF, Ordering::Release);
+        Err(e) => unusable(&env, &e),
+    }
+}
+
+/// The configuration in `env` cannot be used (`why`). With limits asked for
+/// (`PAIO_POLICY` or `PAIO_CONTROL` set) the process ends with status 2
+/// before `main`: running it unenforced would drop those limits with only a
+/// line on stderr to show for it. Without, it runs without a stage (nothing
+/// to enforce is lost) after saying so.
+#[cold]
+fn unusable(env: &[(String, String)], why: &str) {
+    let asked = ["PAIO_POLICY", "PAIO_CONTROL"]
+        .into_iter()
+        .find(|k| env_get(env, k).is_some_and(|v| !v.is_empty()));
+    STATE.store(OFF, Ordering::Release);
+    match asked {
+        Some(var) => {
+            raw_stderr(&format!(
+                "paio: {why}\npaio: exiting with status 2 rather than run without the limits {var} asks for; \
+                 fix the setting, or unset {var} to run unenforced\n"
+            ));
+            loop {
+                // SAFETY: exit_group ends the process; nothing runs after it
+                // (before `main`, nothing of the program's is lost).
+                unsafe { libc::syscall(libc::SYS_exit_group, 2 as libc::c_long) };
+            }
         }
+        None => raw_stderr(&format!("paio: {why}; running without a stage\n")),
     }
 }
 

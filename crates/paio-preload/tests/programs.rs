@@ -302,21 +302,52 @@ name = "other"
 }
 
 #[test]
-fn policy_errors_are_reported_once_and_pass_through() {
+fn unusable_settings_with_limits_end_the_program_before_main() {
     let dir = scratch("badpolicy");
     random_file(&dir.join("in"), 10000);
+    // Limits asked for (a policy, or paiod's rules) and unusable: status 2,
+    // nothing of the program ran, and a message saying how to go on.
+    for env in [
+        &[("PAIO_POLICY", "/nonexistent/policy.toml")][..],
+        &[("PAIO_CONTROL", "default"), ("PAIO_STATS_INTERVAL", "soon")][..],
+    ] {
+        let out = run(&dir, &["cat", "in"], true, env);
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        assert!(out.stdout.is_empty(), "{env:?}: the program ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 2, "{err}");
+        let var = env[0].0;
+        assert!(
+            err.contains(&format!("rather than run without the limits {var} asks for"))
+                && err.contains(&format!("unset {var} to run unenforced")),
+            "{err}"
+        );
+    }
     let out = run(
         &dir,
         &["cat", "in"],
         true,
         &[("PAIO_POLICY", "/nonexistent/policy.toml")],
     );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("paio: PAIO_POLICY /nonexistent/policy.toml"),
+        "{err}"
+    );
+    // Nothing to enforce: the program runs unchanged after one line.
+    let out = run(
+        &dir,
+        &["cat", "in"],
+        true,
+        &[("PAIO_STATS_INTERVAL", "soon")],
+    );
     assert!(out.status.success());
     assert_eq!(out.stdout, std::fs::read(dir.join("in")).unwrap());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.starts_with("paio: PAIO_POLICY /nonexistent/policy.toml"),
+        err.starts_with("paio: PAIO_STATS_INTERVAL=\"soon\"")
+            && err.ends_with("; running without a stage\n"),
         "{err}"
     );
     assert!(take_stats(&dir).is_empty());
