@@ -10,6 +10,7 @@ use paio::RequestType;
 use crate::fdtable;
 use crate::real::real_fn;
 use crate::rt;
+use crate::stdio;
 
 type Loff = libc::loff_t;
 
@@ -234,34 +235,42 @@ copy_hook!(sendfile64, c"sendfile64", in_fd, out_fd,
 
 // ------------------------------------------------------------ stdio data
 // stdio moves file data through libc's internal read/write, which no
-// preload can see: the stdio calls themselves are charged with the bytes
-// they handed to or took from the program.
+// preload can see: the stdio calls themselves are charged, one request per
+// call that reached the kernel (crate::stdio).
 
 macro_rules! fread_hook {
-    ($name:ident, $sym:literal, $rt:ident, $buf:ty, ($($pre:ident : $pt:ty),*)) => {
+    ($name:ident, $sym:literal, $rt:ident, $lock:ident, $buf:ty, ($($pre:ident : $pt:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(ptr: $buf, $($pre: $pt,)* size: size_t, n: size_t, stream: *mut FILE) -> size_t {
             let Some(real) = real_fn!($sym, fn($buf, $($pt,)* size_t, size_t, *mut FILE) -> size_t) else {
                 return 0;
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real(ptr, $($pre,)* size, n, stream) };
-            rt::after_data_stream(RequestType::$rt, stream, r.saturating_mul(size) as i64);
-            r
+            stdio::call(RequestType::$rt, stream, stdio::Lock::$lock,
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                || unsafe { real(ptr, $($pre,)* size, n, stream) },
+                |&r| r.saturating_mul(size) as i64)
         }
     };
 }
 
-fread_hook!(fread, c"fread", READ, *mut c_void, ());
-fread_hook!(fread_unlocked, c"fread_unlocked", READ, *mut c_void, ());
-fread_hook!(__fread_chk, c"__fread_chk", READ, *mut c_void, (ptrlen: size_t));
-fread_hook!(__fread_unlocked_chk, c"__fread_unlocked_chk", READ, *mut c_void, (ptrlen: size_t));
-fread_hook!(fwrite, c"fwrite", WRITE, *const c_void, ());
+fread_hook!(fread, c"fread", READ, Take, *mut c_void, ());
+fread_hook!(
+    fread_unlocked,
+    c"fread_unlocked",
+    READ,
+    Held,
+    *mut c_void,
+    ()
+);
+fread_hook!(__fread_chk, c"__fread_chk", READ, Take, *mut c_void, (ptrlen: size_t));
+fread_hook!(__fread_unlocked_chk, c"__fread_unlocked_chk", READ, Held, *mut c_void, (ptrlen: size_t));
+fread_hook!(fwrite, c"fwrite", WRITE, Take, *const c_void, ());
 fread_hook!(
     fwrite_unlocked,
     c"fwrite_unlocked",
     WRITE,
+    Held,
     *const c_void,
     ()
 );
@@ -279,51 +288,49 @@ fn c_len(s: *const c_char) -> i64 {
 }
 
 macro_rules! fgets_hook {
-    ($name:ident, $sym:literal, ($($pre:ident : $pt:ty),*)) => {
+    ($name:ident, $sym:literal, $lock:ident, ($($pre:ident : $pt:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(s: *mut c_char, $($pre: $pt,)* n: c_int, stream: *mut FILE) -> *mut c_char {
             let Some(real) = real_fn!($sym, fn(*mut c_char, $($pt,)* c_int, *mut FILE) -> *mut c_char) else {
                 nosys();
                 return std::ptr::null_mut();
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real(s, $($pre,)* n, stream) };
-            if rt::active() {
-                // errno is untouched by c_len; after_data_stream restores it.
-                rt::after_data_stream(RequestType::READ, stream, c_len(r));
-            }
-            r
+            stdio::call(RequestType::READ, stream, stdio::Lock::$lock,
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                || unsafe { real(s, $($pre,)* n, stream) },
+                |&r| c_len(r))
         }
     };
 }
 
-fgets_hook!(fgets, c"fgets", ());
-fgets_hook!(fgets_unlocked, c"fgets_unlocked", ());
-fgets_hook!(__fgets_chk, c"__fgets_chk", (size: size_t));
-fgets_hook!(__fgets_unlocked_chk, c"__fgets_unlocked_chk", (size: size_t));
+fgets_hook!(fgets, c"fgets", Take, ());
+fgets_hook!(fgets_unlocked, c"fgets_unlocked", Held, ());
+fgets_hook!(__fgets_chk, c"__fgets_chk", Take, (size: size_t));
+fgets_hook!(__fgets_unlocked_chk, c"__fgets_unlocked_chk", Held, (size: size_t));
 
 macro_rules! fputs_hook {
-    ($name:ident, $sym:literal) => {
+    ($name:ident, $sym:literal, $lock:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(s: *const c_char, stream: *mut FILE) -> c_int {
             let Some(real) = real_fn!($sym, fn(*const c_char, *mut FILE) -> c_int) else {
                 return nosys();
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real(s, stream) };
-            if rt::active() {
-                let n = if r >= 0 { c_len(s) } else { -1 };
-                rt::after_data_stream(RequestType::WRITE, stream, n);
-            }
-            r
+            stdio::call(
+                RequestType::WRITE,
+                stream,
+                stdio::Lock::$lock,
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                || unsafe { real(s, stream) },
+                |&r| if r >= 0 { c_len(s) } else { -1 },
+            )
         }
     };
 }
 
-fputs_hook!(fputs, c"fputs");
-fputs_hook!(fputs_unlocked, c"fputs_unlocked");
+fputs_hook!(fputs, c"fputs", Take);
+fputs_hook!(fputs_unlocked, c"fputs_unlocked", Held);
 
 #[no_mangle]
 pub unsafe extern "C" fn getline(
@@ -337,10 +344,14 @@ pub unsafe extern "C" fn getline(
     ) else {
         return nosys() as ssize_t;
     };
-    // SAFETY: the caller's arguments, unchanged, to the real function.
-    let r = unsafe { real(line, n, stream) };
-    rt::after_data_stream(RequestType::READ, stream, r as i64);
-    r
+    stdio::call(
+        RequestType::READ,
+        stream,
+        stdio::Lock::Take,
+        // SAFETY: the caller's arguments, unchanged, to the real function.
+        || unsafe { real(line, n, stream) },
+        |&r| r as i64,
+    )
 }
 
 macro_rules! getdelim_hook {
@@ -358,17 +369,38 @@ macro_rules! getdelim_hook {
             ) else {
                 return nosys() as ssize_t;
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real(line, n, delim, stream) };
-            rt::after_data_stream(RequestType::READ, stream, r as i64);
-            r
+            stdio::call(
+                RequestType::READ,
+                stream,
+                stdio::Lock::Take,
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                || unsafe { real(line, n, delim, stream) },
+                |&r| r as i64,
+            )
         }
     };
 }
 
 getdelim_hook!(getdelim, c"getdelim");
 getdelim_hook!(__getdelim, c"__getdelim");
+
+macro_rules! fflush_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: *mut FILE) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut FILE) -> c_int) else {
+                return nosys();
+            };
+            stdio::before_flush(stream);
+            // SAFETY: the caller's argument to the real function.
+            unsafe { real(stream) }
+        }
+    };
+}
+
+fflush_hook!(fflush, c"fflush");
+fflush_hook!(fflush_unlocked, c"fflush_unlocked");
 
 // ------------------------------------------------------------ open / close
 // open and openat are variadic in C. Defining a variadic function is not
@@ -602,6 +634,9 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
         return nosys();
     };
     let fd = stream_fd(stream);
+    if !stream.is_null() {
+        stdio::before_flush(stream);
+    }
     rt::before_meta(RequestType::CLOSE, fd);
     // SAFETY: the caller's argument to the real fclose.
     let r = unsafe { real(stream) };

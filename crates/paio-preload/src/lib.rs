@@ -14,7 +14,8 @@
 //!   size), completed after it with the bytes it really moved (refund, call
 //!   latency); large non-critical positional calls may be split into pieces
 //!   with the semantics of one call; nothing of the library is held across
-//!   the real call. stdio and copy calls are charged after the call;
+//!   the real call. stdio calls are charged after the call, one request per
+//!   call that reached the kernel ([`stdio`]); copy calls after the call;
 //!   open/close/metadata calls before it;
 //! - errno is saved and restored around everything the library does itself;
 //! - a per-thread depth guard lets the library's own I/O (and Rust std's)
@@ -32,4 +33,5 @@ mod fdtable;
 mod hooks;
 mod real;
 mod rt;
+mod stdio;
 mod tsc;

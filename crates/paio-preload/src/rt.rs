@@ -316,10 +316,16 @@ fn unusable(env: &[(String, String)], why: &str) {
 }
 
 /// Runs from `.fini_array` at normal exit (after the program's own atexit
-/// handlers): the final statistics push.
+/// handlers, before stdio flushes its buffers): the exiting thread's
+/// carried stdio bytes, then the final statistics push.
 extern "C" fn destructor() {
     if STATE.load(Ordering::Acquire) == ACTIVE {
-        if let Some(_g) = Guard::enter_always() {
+        if let Some(g) = Guard::enter_always() {
+            charge_carried_on(
+                &g,
+                ptr::null_mut(),
+                &[RequestType::READ, RequestType::WRITE],
+            );
             push_stats(true);
         }
     }
@@ -336,7 +342,10 @@ static FINI: extern "C" fn() = destructor;
 /// Called by `_exit`/`_Exit` before the real call.
 pub(crate) fn before_exit() {
     if STATE.load(Ordering::Acquire) == ACTIVE {
-        if let Some(_g) = Guard::enter_always() {
+        if let Some(g) = Guard::enter_always() {
+            // stdio's buffered output is discarded by _exit: only the bytes
+            // read are charged.
+            charge_carried_on(&g, ptr::null_mut(), &[RequestType::READ]);
             push_stats(true);
         }
     }
@@ -1053,17 +1062,54 @@ pub(crate) fn classifying() -> bool {
     config().is_some_and(|c| !c.class_rules.is_empty())
 }
 
-/// [`after_data`] for a stdio call on `stream`; `bytes` < 0 counts 0.
+/// The fdtable class of `stream`'s descriptor (0 without file classes).
 #[inline]
-pub(crate) fn after_data_stream(rt: RequestType, stream: *mut libc::FILE, bytes: i64) {
+fn stream_class(stream: *mut libc::FILE) -> u16 {
+    if classifying() && !stream.is_null() {
+        // SAFETY: a stream the caller uses; errno is restored by the guard.
+        fdtable::get(unsafe { libc::fileno(stream) })
+    } else {
+        0
+    }
+}
+
+/// Index of a stdio direction in [`paio::context::EmbedderCells::carried`].
+#[inline]
+fn carry_slot(rt: RequestType) -> usize {
+    (rt != RequestType::READ) as usize
+}
+
+/// Charges a stdio call on `stream` that moved `bytes` in direction `rt`
+/// ([`crate::stdio`]): one request of the bytes carried so far plus these
+/// when it `reached` the kernel, else the bytes are carried.
+#[inline]
+pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, reached: bool) {
     if let Some(g) = Guard::enter() {
-        let class = if classifying() && !stream.is_null() {
-            // SAFETY: the stream the caller just used; errno is restored by
-            // the guard.
-            fdtable::get(unsafe { libc::fileno(stream) })
+        let carried = &g.thread.embedder().carried[carry_slot(rt)];
+        if reached {
+            let size = carried.replace(0).saturating_add(bytes);
+            submit(&g, rt, size, stream_class(stream));
         } else {
-            0
-        };
-        submit(&g, rt, bytes.max(0) as u64, class);
+            carried.set(carried.get().saturating_add(bytes));
+        }
+    }
+}
+
+/// Charges the calling thread's carried stdio bytes (reads and writes) as
+/// requests on `stream`'s class: its buffered output is about to reach the
+/// kernel (`fflush`, `fclose`, the process's exit).
+pub(crate) fn charge_carried(stream: *mut libc::FILE) {
+    if let Some(g) = Guard::enter_always() {
+        charge_carried_on(&g, stream, &[RequestType::READ, RequestType::WRITE]);
+    }
+}
+
+/// Charges the carried bytes of the directions `rts` (guard held).
+fn charge_carried_on(g: &Guard, stream: *mut libc::FILE, rts: &[RequestType]) {
+    for &rt in rts {
+        let n = g.thread.embedder().carried[carry_slot(rt)].replace(0);
+        if n > 0 {
+            submit(g, rt, n, stream_class(stream));
+        }
     }
 }

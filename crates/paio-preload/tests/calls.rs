@@ -293,3 +293,39 @@ fn vfork_children_exiting_write_no_statistics() {
     assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
     assert_eq!(stats[0].channel("read"), (1, 60));
 }
+
+/// Buffered stdio writes are charged when they reach the kernel — a full
+/// buffer, `fflush`, `fclose`, the flush at exit — with every byte, and one
+/// operation per call that reached it; reads likewise.
+#[test]
+fn stdio_charges_what_reaches_the_kernel() {
+    require("cc");
+    let dir = scratch("stdio");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stdio.c");
+    let exe = dir.join("stdio");
+    let st = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    let out = same(&dir, &[exe.to_str().unwrap()], &[]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "read 20014\nbye\n");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+    let (write_ops, write_bytes) = stats[0].channel("write");
+    let (read_ops, read_bytes) = stats[0].channel("read");
+    // Every byte handed to fputs/fwrite ("read " and "bye\n" to stdout
+    // too; printf is not interposed).
+    assert_eq!(write_bytes, 20014 + 5 + 4);
+    assert_eq!(read_bytes, 20014);
+    // 20,014 bytes through a 4 KiB buffer: 5 full-buffer writes, the
+    // fflush, the fclose, the exit flush — about 8, never one per call
+    // (1,003 calls).
+    assert!(
+        (3..=24).contains(&write_ops),
+        "{write_ops} write operations"
+    );
+    assert!((2..=24).contains(&read_ops), "{read_ops} read operations");
+}

@@ -318,8 +318,9 @@ fn unusable_settings_with_limits_end_the_program_before_main() {
         assert_eq!(err.lines().count(), 2, "{err}");
         let var = env[0].0;
         assert!(
-            err.contains(&format!("rather than run without the limits {var} asks for"))
-                && err.contains(&format!("unset {var} to run unenforced")),
+            err.contains(&format!(
+                "rather than run without the limits {var} asks for"
+            )) && err.contains(&format!("unset {var} to run unenforced")),
             "{err}"
         );
     }
@@ -436,4 +437,31 @@ fn runs_under_valgrind() {
     let stats = take_stats(&dir);
     let read: u64 = stats.iter().map(|s| s.channel("read").1).sum();
     assert_eq!(read, 40960, "{err}");
+}
+
+/// stdio calls are charged one operation per call that reached the kernel
+/// (an IOPS limit counted `sort`'s 3,000 buffered `fputs`-style calls), with
+/// every byte: the output file's size, and the input's.
+#[test]
+fn stdio_operations_are_the_calls_that_reach_the_kernel() {
+    let dir = scratch("stdio-ops");
+    let lines: String = (0..3000).rev().map(|i| format!("line {i:08}\n")).collect();
+    std::fs::write(dir.join("in"), &lines).unwrap();
+    same(&dir, &["sort", "-o", "out", "in"], &[]);
+    let out = std::fs::read(dir.join("out")).unwrap();
+    assert_eq!(out.len(), lines.len());
+    let stats = take_stats(&dir);
+    let sort: Vec<_> = stats.iter().filter(|s| s.exe.ends_with("/sort")).collect();
+    assert_eq!(sort.len(), 1, "{stats:?}");
+    let (write_ops, write_bytes) = sort[0].channel("write");
+    let (read_ops, read_bytes) = sort[0].channel("read");
+    assert_eq!(write_bytes, lines.len() as u64);
+    assert_eq!(read_bytes, lines.len() as u64);
+    // 39,000 bytes through a 4 KiB stdio buffer: about 10 write(2) calls
+    // (st_blksize decides the buffer; 64 bounds any sane one), not 3,000.
+    assert!(
+        (1..=64).contains(&write_ops),
+        "{write_ops} write operations"
+    );
+    assert!((1..=64).contains(&read_ops), "{read_ops} read operations");
 }

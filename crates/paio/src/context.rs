@@ -432,8 +432,9 @@ thread_local! {
             embedder: EmbedderCells {
                 depth: Cell::new(0),
                 countdown: Cell::new(0),
-            names: Cell::new(0),
+                names: Cell::new(0),
                 word: Cell::new(0),
+                carried: [Cell::new(0), Cell::new(0)],
             },
             slot: Cell::new(crate::stats::UNASSIGNED),
             tables: crate::stage::TableCache::new(),
@@ -466,6 +467,9 @@ pub struct EmbedderCells {
     /// Free for the embedder (the interposer: the generation of thread names
     /// it last checked this thread's name against).
     pub names: Cell<u32>,
+    /// Free for the embedder (the interposer: bytes of stdio reads and
+    /// writes not charged yet).
+    pub carried: [Cell<u64>; 2],
 }
 
 /// The calling thread's per-thread state (from [`with_thread_ref`]): its
