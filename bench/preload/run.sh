@@ -10,7 +10,11 @@
 # interposer alternate with blocks through libc's own pread; the median of
 # the per-pair differences, then the median over runs), which cancels the
 # drift between runs that dominates the first figure on a shared VM. Writes
-# bench/results/preload.csv. Used by `make bench`.
+# bench/results/preload.csv. Then the small-files case (issue 13): meta_loop
+# times what `tar c` does per small file (fstatat twice, openat, fstat, read,
+# close), paired the same way, and the added ns per file and its share of
+# the file's cost go to bench/results/preload-smallfiles.csv. Used by `make
+# bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
 set -euo pipefail
@@ -29,9 +33,11 @@ cargo build --release -q -p paio-preload
 lib="$target/release/libpaio_preload.so"
 [ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
+cc -O2 -o "$work/meta_loop" "$here/meta_loop.c" -ldl
 
-mkdir -p "$work/data"
+mkdir -p "$work/data" "$work/small"
 head -c 1048576 /dev/urandom > "$work/data/file"
+for ((i = 0; i < 64; i++)); do head -c $((100 + i * 37)) /dev/urandom > "$work/small/f$i"; done
 cat > "$work/classified.toml" <<POLICY
 [stage]
 name = "overhead"
@@ -61,7 +67,8 @@ env_for() {
 
 configs=(none passthrough classified)
 sizes=(0 4096)
-declare -A samples paired
+files="${FILES:-200000}"
+declare -A samples paired small_added small_direct
 for ((r = 1; r <= runs; r++)); do
     for size in "${sizes[@]}"; do
         for c in "${configs[@]}"; do
@@ -74,6 +81,12 @@ for ((r = 1; r <= runs; r++)); do
                 paired[$c,$size]+="$(echo "$v" | cut -d' ' -f3) "
             fi
         done
+    done
+    for c in passthrough classified; do
+        # shellcheck disable=SC2046
+        v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files")
+        small_added[$c]+="$(echo "$v" | cut -d' ' -f3) "
+        small_direct[$c]+="$(echo "$v" | cut -d' ' -f2) "
     done
     echo "preload overhead: run $r/$runs done" >&2
 done
@@ -135,3 +148,27 @@ for size in "${sizes[@]}"; do
     done
 done
 echo "wrote $out" >&2
+
+small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
+{
+    echo "# benchmark: interposer cost per small file: what tar c does per file (fstatat x2, openat, fstat, read, close) on page-cached 100-2.4 KiB files, ns per file"
+    echo "# command: bench/preload/run.sh (RUNS=$runs FILES=$files)"
+    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# host: $(hostname)"
+    echo "# cpu: $cpu; cores: $(nproc)"
+    echo "# kernel: $(uname -r)"
+    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "# note: paired in one process (meta_loop.c): blocks of 2000 files through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per file; added_pct = added_ns / direct_ns"
+    echo "config,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
+} > "$small_out"
+printf '\n%-12s %12s %22s %10s\n' config "direct ns" "added ns (min-max)" "added %" >&2
+for c in passthrough classified; do
+    d=$(echo "${small_direct[$c]}" | median)
+    a=$(echo "${small_added[$c]}" | median)
+    amin=$(echo "${small_added[$c]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+    amax=$(echo "${small_added[$c]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+    pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
+    echo "$c,$runs,$files,$d,$a,$amin,$amax,$pct" >> "$small_out"
+    printf '%-12s %12s %22s %10s\n' "$c" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+done
+echo "wrote $small_out" >&2
