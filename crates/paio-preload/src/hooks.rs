@@ -2,11 +2,12 @@
 //! caller's arguments unchanged and returns its result unchanged; the
 //! library's own work happens under `rt::Guard`, which restores errno.
 
-use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
+use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void, CStr};
 
 use libc::{iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 use paio::RequestType;
 
+use crate::aio;
 use crate::fdtable;
 use crate::real::real_fn;
 use crate::rt;
@@ -115,7 +116,7 @@ const IOV_MAX: c_int = 1024;
 ///
 /// # Safety
 /// `iov` points to `cnt` iovecs when `0 < cnt <= IOV_MAX` and it is not NULL.
-unsafe fn iov_len(iov: *const iovec, cnt: c_int) -> u64 {
+pub(crate) unsafe fn iov_len(iov: *const iovec, cnt: c_int) -> u64 {
     // SAFETY: the caller's contract.
     unsafe { iovecs(iov, cnt) }
         .iter()
@@ -728,6 +729,88 @@ fd_meta_hook!(fallocate64, c"fallocate64", FALLOCATE, fd, (fd: c_int, mode: c_in
 // value is passed back unchanged either way.
 fd_meta_hook!(posix_fallocate, c"posix_fallocate", FALLOCATE, fd, (fd: c_int, off: off_t, len: off_t));
 fd_meta_hook!(posix_fallocate64, c"posix_fallocate64", FALLOCATE, fd, (fd: c_int, off: off64_t, len: off64_t));
+
+// ------------------------------------------------------------ asynchronous I/O
+
+/// libaio's `io_submit(io_context_t, long nr, struct iocb *[])`: every data
+/// iocb is charged before the batch is handed over (crate::aio). The result
+/// (the number submitted, or a negative error number, libaio's convention)
+/// is passed back unchanged.
+#[no_mangle]
+pub unsafe extern "C" fn io_submit(
+    ctx: *mut c_void,
+    nr: c_long,
+    iocbs: *mut *mut aio::Iocb,
+) -> c_int {
+    let Some(real) = real_fn!(
+        c"io_submit",
+        fn(*mut c_void, c_long, *mut *mut aio::Iocb) -> c_int
+    ) else {
+        return -libc::ENOSYS;
+    };
+    if rt::active() && nr > 0 && !iocbs.is_null() {
+        for i in 0..nr as usize {
+            // SAFETY: libaio's contract: `iocbs` holds `nr` iocb pointers.
+            let iocb = unsafe { *iocbs.add(i) };
+            if iocb.is_null() {
+                // The kernel stops at a NULL entry (EFAULT): so does charging.
+                break;
+            }
+            // SAFETY: a valid iocb the kernel is about to read.
+            if let Some((rt, fd, size)) = unsafe { aio::request_of(iocb) } {
+                rt::async_request(rt, fd, size);
+            }
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged.
+    unsafe { real(ctx, nr, iocbs) }
+}
+
+/// libc's `syscall` is variadic: defined with six fixed `long` arguments,
+/// which on x86-64 and AArch64 travel in the registers a variadic call puts
+/// them in (as for `open` above); all six are passed on, and the kernel
+/// reads only those the call has. Only io_uring's setup is looked at.
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    let Some(real) = real_fn!(c"syscall", fn(c_long; ...) -> c_long) else {
+        return nosys() as c_long;
+    };
+    if n == libc::SYS_io_uring_setup {
+        aio::uring_setup();
+    }
+    // SAFETY: the caller's arguments to the real variadic syscall.
+    unsafe { real(n, a1, a2, a3, a4, a5, a6) }
+}
+
+/// liburing's setup calls (liburing makes its system calls itself, not
+/// through `syscall`): reported, then passed on unchanged.
+macro_rules! uring_setup_hook {
+    ($name:ident, $sym:literal, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
+                return -libc::ENOSYS;
+            };
+            aio::uring_setup();
+            // SAFETY: the caller's arguments, unchanged, to the real function
+            // of the same prototype.
+            unsafe { real($($a),*) }
+        }
+    };
+}
+
+uring_setup_hook!(io_uring_setup, c"io_uring_setup", (entries: c_uint, params: *mut c_void));
+uring_setup_hook!(io_uring_queue_init, c"io_uring_queue_init", (entries: c_uint, ring: *mut c_void, flags: c_uint));
+uring_setup_hook!(io_uring_queue_init_params, c"io_uring_queue_init_params",
+    (entries: c_uint, ring: *mut c_void, params: *mut c_void));
 
 // ------------------------------------------------------------ exit
 

@@ -28,6 +28,7 @@
 #![allow(clippy::missing_safety_doc)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod aio;
 mod board;
 mod fdtable;
 mod hooks;

@@ -694,6 +694,23 @@ pub(crate) fn data_call(
     r
 }
 
+/// Charges one request handed to the kernel asynchronously (a libaio
+/// iocb, [`crate::aio`]): admitted (a rate limiter may delay it, a priority
+/// object orders it) and completed at once with its size, untimed: its
+/// completion is not seen. Called before the batch is submitted.
+pub(crate) fn async_request(rt: RequestType, fd: c_int, size: u64) {
+    let Some(g) = Guard::enter() else { return };
+    let (Some(cfg), Some(stage)) = (config(), stage()) else {
+        return;
+    };
+    check_thread_name(&g);
+    let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
+    if let Ok(a) = stage.admit_on_thread(g.thread, &ctx) {
+        let _ = stage.complete_untimed_on_thread(g.thread, a, size);
+    }
+    maybe_push(&g, cfg);
+}
+
 /// Whether `fd` is a regular file opened without `O_APPEND` (Linux ignores
 /// a positional write's offset under `O_APPEND`: pieces would append out of
 /// order). Raw system calls: nothing interposed, errno restored by the guard.

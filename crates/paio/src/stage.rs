@@ -891,7 +891,7 @@ impl Stage {
     /// admitting object was removed meanwhile.
     #[inline]
     pub fn complete(&self, admission: Admission, moved: u64) -> Result<(), ForeignAdmission> {
-        with_thread(|t| self.complete_in(t, admission, moved))
+        with_thread(|t| self.complete_in(t, admission, moved, true))
     }
 
     /// [`Stage::complete`] on the thread whose state `thread` is (the calling
@@ -903,7 +903,23 @@ impl Stage {
         admission: Admission,
         moved: u64,
     ) -> Result<(), ForeignAdmission> {
-        self.complete_in(thread.0, admission, moved)
+        self.complete_in(thread.0, admission, moved, true)
+    }
+
+    /// [`Stage::complete_on_thread`] for a call whose completion the layer
+    /// does not see, completed when it was handed over (an asynchronous
+    /// submission: libaio's `io_submit`): the object's complete phase (a
+    /// rate limiter refunds what was not `moved`, i.e. not submitted; a
+    /// priority object frees its slot at submission) and the counts, but no
+    /// latency sample, since the call's latency is unknown.
+    #[inline]
+    pub fn complete_untimed_on_thread(
+        &self,
+        thread: ThreadRef<'_>,
+        admission: Admission,
+        moved: u64,
+    ) -> Result<(), ForeignAdmission> {
+        self.complete_in(thread.0, admission, moved, false)
     }
 
     #[inline]
@@ -912,8 +928,9 @@ impl Stage {
         t: &ThreadState,
         a: Admission,
         moved: u64,
+        timed: bool,
     ) -> Result<(), ForeignAdmission> {
-        let latency = self.clock.ticks().saturating_sub(a.start_ticks);
+        let latency = timed.then(|| self.clock.ticks().saturating_sub(a.start_ticks));
         if a.stage != self.uid {
             return Err(ForeignAdmission);
         }

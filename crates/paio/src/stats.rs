@@ -572,17 +572,20 @@ impl ObjectRecorder {
 
     /// Records one completed two-phase request that moved `bytes`, waited
     /// `waited_ns` in the stage and took `latency_ticks` (of the stage's
-    /// clock) in its call. The latency histogram takes two atomic adds.
+    /// clock) in its call, when known. The latency histogram takes two
+    /// atomic adds.
     #[inline]
     pub(crate) fn record_completion_at(
         &self,
         slot: usize,
         bytes: u64,
         waited_ns: u64,
-        latency_ticks: u64,
+        latency_ticks: Option<u64>,
     ) {
         self.record_at(slot, bytes, waited_ns);
-        self.latency.record(latency_ticks);
+        if let Some(l) = latency_ticks {
+            self.latency.record(l);
+        }
     }
 
     /// Cumulative figures.
