@@ -8,6 +8,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "internal.h"
@@ -516,9 +517,14 @@ bool PolicySource(const PluginOptions& o, std::string* text, std::string* origin
     *origin = "paio-rocksdb.toml";
     return true;
   }
+  errno = 0;
   std::ifstream in(o.policy_file, std::ios::binary);
   if (!in) {
-    *error = "paio-rocksdb: cannot read the policy file " + o.policy_file;
+    int e = errno;
+    *error = "paio-rocksdb: cannot read the policy file " + o.policy_file +
+             ": " + (e != 0 ? std::strerror(e) : "unreadable") +
+             " (PAIO_ROCKSDB_POLICY, or PluginOptions::policy_file; unset "
+             "it for the embedded layout)";
     return false;
   }
   std::ostringstream buf;
@@ -592,6 +598,18 @@ std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
     if (paio_stage_connect(stage, socket) != PAIO_OK) {
       *error = LastError("paio-rocksdb: cannot connect to paiod");
       return nullptr;
+    }
+    // The control thread registers in a few ms when paiod is up; say so
+    // when it is not, rather than let "ready" suggest it is connected.
+    for (int i = 0; i < 50 && paio_stage_connected(stage) == 0; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (paio_stage_connected(stage) == 0) {
+      std::fprintf(stderr,
+                   "paio-rocksdb: paiod is not answering at %s: the stage "
+                   "runs on its policy and registers when paiod appears (start "
+                   "paiod, or unset PAIO_ROCKSDB_SOCKET to run without it)\n",
+                   socket != nullptr ? socket : "paiod's default socket");
     }
   }
   std::unique_ptr<Plugin> p(new Plugin());

@@ -4,6 +4,7 @@
 //
 //   LD_PRELOAD=libpaio_rocksdb_preload.so db_bench --fs_uri=paio ...
 //
+// (or --env_uri=paio: an Env over the same file system)
 // Configured by environment variables (docs/rocksdb.md):
 //   PAIO_ROCKSDB_POLICY      policy file (default: the embedded layout)
 //   PAIO_ROCKSDB_SOCKET      paiod socket ("default" for paiod's default)
@@ -12,8 +13,12 @@
 //   PAIO_ROCKSDB_STATS       write the stage's statistics (JSON) to this file
 //                            at exit ("-": stderr)
 // SPDX-License-Identifier: Apache-2.0
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 
@@ -42,11 +47,31 @@ paio_rocksdb::Plugin* GlobalPlugin(std::string* error) {
     std::string name = Getenv("PAIO_ROCKSDB_STAGE_NAME");
     if (!name.empty()) o.stage_name = name;
     o.labels["application"] = "db_bench";
-    std::stringstream rates(Getenv("PAIO_ROCKSDB_RATES"));
+    std::string all_rates = Getenv("PAIO_ROCKSDB_RATES");
+    std::stringstream rates(all_rates);
     std::string item;
     while (std::getline(rates, item, ',')) {
       size_t eq = item.find('=');
-      if (eq != std::string::npos) o.rates[item.substr(0, eq)] = item.substr(eq + 1);
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+        create_error = "PAIO_ROCKSDB_RATES=\"" + all_rates + "\": \"" + item +
+                       "\" is not KEY=RATE (e.g. compaction_ln=10MiB/s; "
+                       "several joined by commas)";
+        std::fprintf(stderr, "paio-rocksdb preload: %s\n", create_error.c_str());
+        return;
+      }
+      o.rates[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    std::string stats = Getenv("PAIO_ROCKSDB_STATS");
+    if (!stats.empty() && stats != "-") {
+      // Written at exit: say now if it cannot be, not after the run.
+      size_t slash = stats.rfind('/');
+      std::string dir = slash == std::string::npos ? "." : stats.substr(0, slash + 1);
+      if (access(dir.c_str(), W_OK) != 0) {
+        std::fprintf(stderr,
+                     "paio-rocksdb preload: PAIO_ROCKSDB_STATS=%s: the directory "
+                     "%s is not writable (%s): no statistics will be written\n",
+                     stats.c_str(), dir.c_str(), std::strerror(errno));
+      }
     }
     plugin = paio_rocksdb::Plugin::Create(o, &create_error).release();
     if (plugin == nullptr) {
@@ -68,9 +93,20 @@ struct StatsAtExit {
     std::string json = p->CollectJson();
     if (path == "-") {
       std::fprintf(stderr, "%s\n", json.c_str());
-    } else if (FILE* f = std::fopen(path.c_str(), "w")) {
-      std::fprintf(f, "%s\n", json.c_str());
-      std::fclose(f);
+    } else {
+      FILE* f = std::fopen(path.c_str(), "w");
+      bool ok = f != nullptr && std::fprintf(f, "%s\n", json.c_str()) > 0;
+      int e = errno;
+      if (f != nullptr && std::fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+      }
+      if (!ok) {
+        std::fprintf(stderr,
+                     "paio-rocksdb preload: cannot write the statistics to "
+                     "PAIO_ROCKSDB_STATS=%s: %s\n",
+                     path.c_str(), std::strerror(e));
+      }
     }
   }
   bool used = false;
@@ -95,6 +131,18 @@ const bool registered = [] {
           const char* Name() const override { return "paio"; }
         };
         guard->reset(new Holder(fs));
+        return guard->get();
+      });
+  // --env_uri=paio (programs that take an Env rather than a FileSystem):
+  // the default Env over the paio file system.
+  lib->AddFactory<rocksdb::Env>(
+      "paio",
+      [](const std::string&, std::unique_ptr<rocksdb::Env>* guard,
+         std::string* errmsg) -> rocksdb::Env* {
+        paio_rocksdb::Plugin* p = GlobalPlugin(errmsg);
+        if (p == nullptr) return nullptr;
+        stats_at_exit.used = true;
+        *guard = rocksdb::NewCompositeEnv(p->WrapFileSystem(rocksdb::FileSystem::Default()));
         return guard->get();
       });
   lib->AddFactory<rocksdb::EventListener>(

@@ -42,4 +42,44 @@ PY
 
 run thread-names
 run listener --options_file="$here/db_bench/paio-options.ini"
+
+# What a user gets wrong is said, not ignored (issue 13).
+expect_error() {  # expect_error WHAT PATTERN ENV... -- DB_BENCH_ARGS...
+    local what="$1" pattern="$2"; shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    if env "${envs[@]}" LD_PRELOAD="$preload" "$db_bench" --benchmarks=fillseq --num=1000 \
+        --db="$work/db-msg" "$@" >"$work/msg.out" 2>&1; then
+        status=0
+    else
+        status=$?
+    fi
+    if ! grep -q -- "$pattern" "$work/msg.out"; then
+        echo "db_bench ($what): expected a message matching '$pattern'; got (status $status):" >&2
+        cat "$work/msg.out" >&2
+        exit 1
+    fi
+    echo "$what: $(grep -m1 -- "$pattern" "$work/msg.out")"
+}
+expect_error "rates with a colon" 'is not KEY=RATE' \
+    PAIO_ROCKSDB_RATES=compaction_ln:1MiB/s -- --fs_uri=paio
+expect_error "missing policy" 'cannot read the policy file /nonexistent/p.toml: No such file' \
+    PAIO_ROCKSDB_POLICY=/nonexistent/p.toml -- --fs_uri=paio
+expect_error "paiod not running" 'paiod is not answering at /nonexistent-dir/paiod.sock' \
+    PAIO_ROCKSDB_SOCKET=/nonexistent-dir/paiod.sock -- --fs_uri=paio
+expect_error "unwritable statistics" 'is not writable' \
+    PAIO_ROCKSDB_STATS=/nonexistent-dir/stats.json -- --fs_uri=paio
+# --env_uri=paio runs on the paio file system: the stage counts its I/O.
+rm -rf "$work/db-env" "$work/env.json"
+PAIO_ROCKSDB_STATS="$work/env.json" LD_PRELOAD="$preload" "$db_bench" --env_uri=paio \
+    --benchmarks=fillseq --num=20000 --db="$work/db-env" >"$work/env.out" 2>&1 ||
+    { cat "$work/env.out" >&2; exit 1; }
+python3 - "$work/env.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+total = sum(c["bytes"] for c in d["channels"])
+print("--env_uri=paio: the stage counted", total, "bytes")
+assert total > 0, d
+PY
 echo "db_bench on paio: OK"
