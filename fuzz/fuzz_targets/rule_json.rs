@@ -2,4 +2,6 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| paio_fuzz::check_rule_json(data));
+fuzz_target!(|data: &[u8]| {
+    paio_fuzz::check_rule_json(data);
+});

@@ -3,12 +3,23 @@
 //! file with `#[path]` and replays the corpus through it. Only `paio` and
 //! `serde_json` may be used here: both crates must compile it.
 //!
-//! Each check panics when an invariant breaks; returning means the input was
-//! handled (accepted or cleanly rejected).
+//! Each check panics when an invariant breaks; returning says how the input
+//! was handled ([`Handled`]).
 
 use paio::{
     Context, Pattern, Policy, PolicyError, RequestContext, RequestType, Rule, Stage, StageInfo,
 };
+
+/// How a check handled an input that broke no invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Not of the target's kind (not UTF-8, not a rule): nothing checked.
+    Skipped,
+    /// Refused with an error that passed the error checks.
+    Rejected,
+    /// Accepted, and the result passed its checks.
+    Accepted,
+}
 
 /// The origin given to fuzzed policies; errors must name it.
 pub const ORIGIN: &str = "fuzz.toml";
@@ -18,14 +29,17 @@ const MAX_CONTEXTS: usize = 64;
 
 /// The `policy` target: bytes that are valid UTF-8 are parsed as a policy;
 /// an accepted policy is built into a stage, whose routing is exercised.
-pub fn check_policy(data: &[u8]) {
+pub fn check_policy(data: &[u8]) -> Handled {
     // Policies are text: only inputs that are UTF-8 without loss go on.
     let Ok(text) = std::str::from_utf8(data) else {
-        return;
+        return Handled::Skipped;
     };
     let policy = match Policy::parse(text, ORIGIN) {
         Ok(p) => p,
-        Err(e) => return check_error(&e, text),
+        Err(e) => {
+            check_error(&e, text);
+            return Handled::Rejected;
+        }
     };
     // A policy is a list of rules a control plane could have sent: the rules
     // survive JSON.
@@ -42,6 +56,7 @@ pub fn check_policy(data: &[u8]) {
             let before = bare.info();
             assert!(bare.apply_all(policy.rules()).is_err(), "{e}");
             assert_eq!(bare.info(), before, "a failed policy changed the stage");
+            Handled::Rejected
         }
         Ok(stage) => {
             let info = stage.info();
@@ -56,6 +71,7 @@ pub fn check_policy(data: &[u8]) {
             check_routes(&stage, &info, policy.rules());
             serde_json::to_string(&info).expect("info serializes");
             serde_json::to_string(&stage.collect()).expect("stats serialize");
+            Handled::Accepted
         }
     }
 }
@@ -90,13 +106,13 @@ kind = "noop"
 /// The `rule_json` target: bytes that decode as one JSON rule (or an array
 /// of rules) are applied to a small stage ([`RULE_STAGE`]) as one
 /// transaction.
-pub fn check_rule_json(data: &[u8]) {
+pub fn check_rule_json(data: &[u8]) -> Handled {
     let rules = if let Ok(rule) = serde_json::from_slice::<Rule>(data) {
         vec![rule]
     } else if let Ok(rules) = serde_json::from_slice::<Vec<Rule>>(data) {
         rules
     } else {
-        return;
+        return Handled::Skipped;
     };
     for rule in &rules {
         let json = serde_json::to_string(rule).expect("a rule serializes");
@@ -110,6 +126,7 @@ pub fn check_rule_json(data: &[u8]) {
         Err(e) => {
             assert!(!e.to_string().is_empty());
             assert_eq!(stage.info(), before, "a failed rule changed the stage: {e}");
+            Handled::Rejected
         }
         Ok(()) => {
             let info = stage.info();
@@ -138,6 +155,7 @@ pub fn check_rule_json(data: &[u8]) {
                 .collect();
             check_routes(&stage, &info, &all);
             serde_json::to_string(&info).expect("info serializes");
+            Handled::Accepted
         }
     }
 }

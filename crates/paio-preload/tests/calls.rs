@@ -240,7 +240,11 @@ name = "other"
         true,
         &[("PAIO_POLICY", policy.to_str().unwrap())],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let terse = String::from_utf8_lossy(&out.stdout).to_string();
     // terse v3: field 48 (1-based) is the write bandwidth in KiB/s.
     let bw: f64 = terse
@@ -278,7 +282,10 @@ fn fio_io_uring_is_reported_once() {
     let out = run(&dir, &args, true, &[]);
     assert_eq!(out.status.code(), plain.status.code());
     let err = String::from_utf8_lossy(&out.stderr);
-    let warnings: Vec<_> = err.lines().filter(|l| l.contains("uses io_uring")).collect();
+    let warnings: Vec<_> = err
+        .lines()
+        .filter(|l| l.contains("uses io_uring"))
+        .collect();
     // One per process that set a ring up (fio's job process), each once.
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(

@@ -28,7 +28,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 
 /// Runs every input of `target` through `check`; fails listing the inputs
 /// that panicked.
-fn replay(target: &str, check: fn(&[u8]), extra: &[PathBuf], min_corpus: usize) {
+fn replay<R>(target: &str, check: fn(&[u8]) -> R, extra: &[PathBuf], min_corpus: usize) {
     let fuzz = root().join("fuzz");
     let corpus = files(&fuzz.join("corpus").join(target));
     assert!(
@@ -72,12 +72,29 @@ fn protocol_corpus() {
     replay("protocol", checks::check_protocol, &[], 8);
 }
 
-/// The checks reject what they should: a sanity test of the harness itself.
+/// The checks take the path each input calls for: a sanity test of the
+/// harness itself (a check that skipped everything would pass any corpus).
 #[test]
 fn checks_accept_and_reject() {
-    checks::check_policy(b"[[channel]]\nname = \"a\"\n");
-    checks::check_policy(b"[[channel]\n");
-    checks::check_policy(&[0xff, 0xfe, b'[']);
-    checks::check_rule_json(br#"{"rule":"create_channel","name":"z"}"#);
-    checks::check_rule_json(b"not json");
+    use checks::Handled::{Accepted, Rejected, Skipped};
+    assert_eq!(
+        checks::check_policy(b"[[channel]]\nname = \"a\"\n"),
+        Accepted
+    );
+    assert_eq!(checks::check_policy(b"[[channel]\n"), Rejected);
+    // Parses, but the stage refuses a second channel of the same name.
+    assert_eq!(
+        checks::check_policy(b"[[channel]]\nname = \"a\"\n[[channel]]\nname = \"a\"\n"),
+        Rejected
+    );
+    assert_eq!(checks::check_policy(&[0xff, 0xfe, b'[']), Skipped);
+    assert_eq!(
+        checks::check_rule_json(br#"{"rule":"create_channel","name":"z"}"#),
+        Accepted
+    );
+    assert_eq!(
+        checks::check_rule_json(br#"{"rule":"create_channel","name":"a"}"#),
+        Rejected
+    );
+    assert_eq!(checks::check_rule_json(b"not json"), Skipped);
 }
