@@ -3,22 +3,12 @@
 
 mod support;
 use std::path::Path;
-use std::process::Command;
 use support::*;
 
 fn compile_errno(dir: &Path) -> String {
-    require("cc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/errno.c");
-    let exe = dir.join("errno");
-    let st = Command::new("cc")
-        .args(["-O1", "-D_FORTIFY_SOURCE=2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
+    let exe = compile(dir, "errno", &["-D_FORTIFY_SOURCE=2"]);
     std::fs::write(dir.join("ro.txt"), "hello world\n").unwrap();
-    exe.to_str().unwrap().to_string()
+    exe
 }
 
 #[test]
@@ -313,18 +303,8 @@ fn fio_pvsync_verify() {
 
 #[test]
 fn preinit_thread_exit_envp_and_context_call() {
-    require("cc");
     let dir = scratch("edge");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/edge.c");
-    let exe = dir.join("edge");
-    let st = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-ldl")
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
+    let exe = compile(&dir, "edge", &["-pthread", "-ldl"]);
     std::fs::write(dir.join("in.txt"), "0123456789abcdef").unwrap();
     std::fs::write(
         dir.join("ctx.toml"),
@@ -342,7 +322,7 @@ name = "rest"
     let policy = dir.join("ctx.toml");
     let out = same(
         &dir,
-        &[exe.to_str().unwrap()],
+        &[exe.as_str()],
         &[("PAIO_POLICY", policy.to_str().unwrap())],
     );
     let text = String::from_utf8_lossy(&out.stdout);
@@ -359,40 +339,18 @@ name = "rest"
 
 #[test]
 fn pthread_cancel_in_a_blocked_read() {
-    require("cc");
     let dir = scratch("cancel");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cancel.c");
-    let exe = dir.join("cancel");
-    let st = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
-    let out = same(&dir, &[exe.to_str().unwrap()], &[]);
+    let exe = compile(&dir, "cancel", &["-pthread"]);
+    let out = same(&dir, &[exe.as_str()], &[]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "cancelled=1\n");
 }
 
 #[test]
 fn vfork_children_exiting_write_no_statistics() {
-    require("cc");
     let dir = scratch("vfork");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vfork.c");
-    let exe = dir.join("vfork");
-    let st = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
+    let exe = compile(&dir, "vfork", &[]);
     std::fs::write(dir.join("in.txt"), "x".repeat(60)).unwrap();
-    let out = same(
-        &dir,
-        &[exe.to_str().unwrap()],
-        &[("PAIO_STATS_INTERVAL", "1ms")],
-    );
+    let out = same(&dir, &[exe.as_str()], &[("PAIO_STATS_INTERVAL", "1ms")]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "read 60\n");
     let stats = take_stats(&dir);
     assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
@@ -404,18 +362,9 @@ fn vfork_children_exiting_write_no_statistics() {
 /// operation per call that reached it; reads likewise.
 #[test]
 fn stdio_charges_what_reaches_the_kernel() {
-    require("cc");
     let dir = scratch("stdio");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stdio.c");
-    let exe = dir.join("stdio");
-    let st = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc failed");
-    let out = same(&dir, &[exe.to_str().unwrap()], &[]);
+    let exe = compile(&dir, "stdio", &[]);
+    let out = same(&dir, &[exe.as_str()], &[]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "read 20014\nbye\n");
     let stats = take_stats(&dir);
     assert_eq!(stats.len(), 1, "{:?}", summary(&stats));

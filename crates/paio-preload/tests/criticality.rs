@@ -32,20 +32,6 @@ split_when = "always"
     p
 }
 
-fn compile(dir: &Path, name: &str) -> String {
-    require("cc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
-    let exe = dir.join(name);
-    let st = Command::new("cc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success(), "cc {name}.c failed");
-    exe.to_str().unwrap().to_string()
-}
-
 fn ops_of(stats: &[Stats], channel: &str) -> u64 {
     stats.iter().map(|s| s.channel(channel).0).sum()
 }
@@ -53,7 +39,7 @@ fn ops_of(stats: &[Stats], channel: &str) -> u64 {
 #[test]
 fn split_calls_return_what_one_call_returns() {
     let dir = scratch("split");
-    let exe = compile(&dir, "split");
+    let exe = compile(&dir, "split", &["-pthread"]);
     // Short reads at end of file, an error after progress and before any,
     // vectored calls, O_APPEND and pipes: stdout (results, errno, checksums)
     // equals the plain run's.
@@ -235,7 +221,7 @@ fn a_bad_paio_critical_is_refused_with_its_reason() {
 #[test]
 fn thread_names_mark_threads_critical() {
     let dir = scratch("critical-names");
-    let exe = compile(&dir, "names");
+    let exe = compile(&dir, "names", &["-pthread"]);
     let (c, n, out) = routed(&dir, "[criticality]\nthreads = [\"crit-*\"]", &[], &[&exe]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
     // Critical: the worker its parent named (10 × 1000 bytes) and the main

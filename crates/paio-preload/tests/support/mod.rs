@@ -37,6 +37,23 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Compiles `tests/NAME.c` into `dir/NAME` with `cc -O1 -Wall` and `flags`
+/// (after the source: defines, `-pthread`, libraries); returns its path.
+pub fn compile(dir: &Path, name: &str, flags: &[&str]) -> String {
+    require("cc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/{name}.c"));
+    let exe = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .args(flags)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc {name}.c failed");
+    exe.to_str().unwrap().to_string()
+}
+
 pub fn require(program: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
