@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "paired.h"
+
 #define BLOCK 2000
 #define FILES 64
 
@@ -37,12 +39,6 @@ struct calls {
     close_fn close;
 };
 
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
 /* Mean ns per file over `n` files through `c`; -1 on an error. */
 static double time_block(const struct calls *c, int dir, long n) {
     char name[16], buf[4096];
@@ -57,11 +53,6 @@ static double time_block(const struct calls *c, int dir, long n) {
         if (c->fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
     }
     return (now_ns() - start) / (double)n;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -115,8 +106,7 @@ int main(int argc, char **argv) {
         sum_d += t_d;
         diff[p] = t_i - t_d;
     }
-    qsort(diff, (size_t)pairs, sizeof(double), cmp_double);
-    double med = pairs % 2 ? diff[pairs / 2] : (diff[pairs / 2 - 1] + diff[pairs / 2]) / 2;
+    double med = median(diff, pairs);
     printf("%.2f %.2f %.2f\n", sum_i / pairs, sum_d / pairs, med);
     free(diff);
     close(dir);

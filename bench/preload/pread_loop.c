@@ -29,16 +29,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "paired.h"
+
 #define BLOCK 10000
 #define OFFSETS 8
 
 typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
-
-static double now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 /* Mean ns per call of `n` preads through `f`; -1 on a short read. */
 static double time_block(pread_fn f, int fd, char *buf, size_t size, long n) {
@@ -49,11 +45,6 @@ static double time_block(pread_fn f, int fd, char *buf, size_t size, long n) {
         }
     }
     return (now_ns() - start) / (double)n;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {
@@ -119,8 +110,7 @@ int main(int argc, char **argv) {
         sum_d += t_d;
         diff[p] = t_i - t_d;
     }
-    qsort(diff, (size_t)pairs, sizeof(double), cmp_double);
-    double med = pairs % 2 ? diff[pairs / 2] : (diff[pairs / 2 - 1] + diff[pairs / 2]) / 2;
+    double med = median(diff, pairs);
     printf("%.2f %.2f %.2f\n", sum_i / pairs, sum_d / pairs, med);
     free(area);
     free(diff);

@@ -3,12 +3,13 @@
 //! - **libaio** (`io_submit`, a library call in `libaio.so.1` that InnoDB,
 //!   fio and many databases use): every data iocb is admitted through the
 //!   stage *before* the batch is handed to the kernel (a rate limiter delays
-//!   the submission), in the order of the array, then completed when
-//!   `io_submit` returns: with its size if it was submitted, with 0 (a
-//!   refund) if not. The kernel's completion is not seen (it is reaped with
-//!   `io_getevents` or from the ring in user space), so these requests have
-//!   no latency sample, and a priority object's depth counts them only
-//!   until they are submitted.
+//!   the submission), in the order of the array, and completed at once with
+//!   its size: holding one iocb's admission while the next waits could
+//!   deadlock on a priority object's depth. The kernel's completion is not
+//!   seen (it is reaped with `io_getevents` or from the ring in user
+//!   space), so these requests have no latency sample, a priority object's
+//!   depth counts them only until they are submitted, and iocbs the kernel
+//!   refuses (`io_submit` returning fewer than `nr`) stay charged.
 //! - **io_uring** submits through shared rings that no library call
 //!   crosses: nothing is enforced. Its setup (`io_uring_setup` through
 //!   `syscall`, or liburing's setup calls) makes the process say so on

@@ -1116,7 +1116,7 @@ pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, 
 /// requests on `stream`'s class: its buffered output is about to reach the
 /// kernel (`fflush`, `fclose`, the process's exit).
 pub(crate) fn charge_carried(stream: *mut libc::FILE) {
-    if let Some(g) = Guard::enter_always() {
+    if let Some(g) = Guard::enter() {
         charge_carried_on(&g, stream, &[RequestType::READ, RequestType::WRITE]);
     }
 }
