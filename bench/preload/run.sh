@@ -82,7 +82,10 @@ for ((r = 1; r <= runs; r++)); do
             fi
         done
     done
-    for c in passthrough classified; do
+    # The two setups alternate which goes first from round to round.
+    small_order=(passthrough classified)
+    ((r % 2)) || small_order=(classified passthrough)
+    for c in "${small_order[@]}"; do
         # shellcheck disable=SC2046
         v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files")
         small_added[$c]+="$(echo "$v" | cut -d' ' -f3) "
