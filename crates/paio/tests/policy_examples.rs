@@ -96,9 +96,20 @@ fn example_policies_route_as_their_comments_say() {
         to("compaction", "l0")
     );
     assert_eq!(
-        route(&silk, 1, T::READ, "compaction_ln"),
+        route(&silk, 1, T::WRITE, "compaction_ln"),
         to("compaction", "ln")
     );
+    // Reads of flushes and compactions have their own objects, so the
+    // rate keys limit writes as RocksDB's limiter does (docs/rocksdb.md).
+    assert_eq!(
+        route(&silk, 1, T::READ, "compaction_ln"),
+        to("compaction", "reads")
+    );
+    assert_eq!(
+        route(&silk, 1, T::READ, "compaction_l0"),
+        to("compaction", "reads")
+    );
+    assert_eq!(route(&silk, 1, T::READ, "flush"), to("flush", "reads"));
     assert_eq!(
         route(&silk, 1, T::READ, "foreground"),
         to("foreground", "default")

@@ -534,6 +534,111 @@ bool PolicySource(const PluginOptions& o, std::string* text, std::string* origin
   return true;
 }
 
+// ---------- PluginOptions::rates (docs/rocksdb.md, "Rates") ----------
+
+const char kRateKeys[] =
+    "flush, flush_reads, compaction_l0, compaction_ln, compaction, "
+    "compaction_reads, background or background_reads";
+
+std::string DrlConfig(const std::string& rate) {
+  return "{\"kind\":\"drl\",\"rate\":" + JsonString(rate) + "}";
+}
+std::string ConfigureRule(const char* channel, const char* object,
+                          const std::string& rate) {
+  return std::string("{\"rule\":\"configure\",\"channel\":\"") + channel +
+         "\",\"object\":\"" + object + "\",\"config\":" + DrlConfig(rate) +
+         "}";
+}
+std::string CreateDrlRule(const char* channel, const char* object,
+                          const std::string& rate) {
+  return std::string("{\"rule\":\"create_object\",\"channel\":\"") +
+         channel + "\",\"name\":\"" + object +
+         "\",\"config\":" + DrlConfig(rate) + "}";
+}
+std::string Pattern(const char* context, const char* type) {
+  std::string p = "{";
+  if (context != nullptr)
+    p += std::string("\"request_context\":\"") + context + "\",";
+  return p + "\"request_type\":\"" + type + "\"}";
+}
+std::string MapObjectRule(const char* channel, const std::string& pattern,
+                          const char* object) {
+  return std::string("{\"rule\":\"map_object\",\"channel\":\"") + channel +
+         "\",\"pattern\":" + pattern + ",\"object\":\"" + object + "\"}";
+}
+std::string MapChannelRule(const std::string& pattern, const char* channel) {
+  return "{\"rule\":\"map_channel\",\"pattern\":" + pattern +
+         ",\"channel\":\"" + channel + "\"}";
+}
+
+// The rules that put `rates` into effect on the embedded layout, or false
+// and *error for an unknown key or two keys that limit the same bytes.
+// Each key limits writes, or reads with the _reads suffix, as RocksDB's
+// own rate limiter does; `compaction` and `background` are one budget for
+// several classes (a DRL they share, in an object or channel created here).
+bool RateRules(const std::map<std::string, std::string>& rates,
+               std::vector<std::string>* rules, std::string* error) {
+  static const std::map<std::string, std::pair<const char*, const char*>>
+      kObjects = {{"flush", {"flush", "limit"}},
+                  {"flush_reads", {"flush", "reads"}},
+                  {"compaction_l0", {"compaction", "l0"}},
+                  {"compaction_ln", {"compaction", "ln"}},
+                  {"compaction_reads", {"compaction", "reads"}}};
+  // key -> the keys it covers (giving both would limit bytes twice).
+  static const std::map<std::string, std::vector<const char*>> kShared = {
+      {"compaction", {"compaction_l0", "compaction_ln"}},
+      {"background", {"flush", "compaction_l0", "compaction_ln", "compaction"}},
+      {"background_reads", {"flush_reads", "compaction_reads"}}};
+  static const char* const kContexts[] = {"flush", "compaction_l0",
+                                          "compaction_ln"};
+  for (const auto& kv : rates) {
+    if (kObjects.count(kv.first) == 0 && kShared.count(kv.first) == 0) {
+      *error = "paio-rocksdb: unknown rate key \"" + kv.first +
+               "\" (expected " + kRateKeys + ")";
+      return false;
+    }
+    auto shared = kShared.find(kv.first);
+    if (shared == kShared.end()) continue;
+    for (const char* covered : shared->second) {
+      if (rates.count(covered) != 0) {
+        *error = "paio-rocksdb: rate keys \"" + kv.first + "\" and \"" +
+                 covered + "\" both limit " + covered +
+                 " I/O: give one (\"" + kv.first +
+                 "\" is one budget for all of its classes)";
+        return false;
+      }
+    }
+  }
+  bool background_channel = false;
+  for (const auto& kv : rates) {
+    const std::string& key = kv.first;
+    auto object = kObjects.find(key);
+    if (object != kObjects.end()) {
+      rules->push_back(
+          ConfigureRule(object->second.first, object->second.second, kv.second));
+    } else if (key == "compaction") {
+      rules->push_back(CreateDrlRule("compaction", "writes", kv.second));
+      for (const char* ctx : {"compaction_l0", "compaction_ln"})
+        rules->push_back(
+            MapObjectRule("compaction", Pattern(ctx, "write"), "writes"));
+    } else {  // background, background_reads
+      const bool reads = key == "background_reads";
+      const char* type = reads ? "read" : "write";
+      const char* name = reads ? "reads" : "writes";
+      if (!background_channel) {
+        rules->push_back("{\"rule\":\"create_channel\",\"name\":\"background\"}");
+        background_channel = true;
+      }
+      rules->push_back(CreateDrlRule("background", name, kv.second));
+      rules->push_back(
+          MapObjectRule("background", Pattern(nullptr, type), name));
+      for (const char* ctx : kContexts)
+        rules->push_back(MapChannelRule(Pattern(ctx, type), "background"));
+    }
+  }
+  return true;
+}
+
 std::string LastError(const char* what) {
   return std::string(what) + ": " + paio_last_error();
 }
@@ -570,24 +675,11 @@ std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
   core->stage = stage;
   core->critical_foreground = options.critical_foreground;
 
-  static const std::map<std::string, std::pair<const char*, const char*>>
-      kRateTargets = {{"flush", {"flush", "limit"}},
-                      {"compaction_l0", {"compaction", "l0"}},
-                      {"compaction_ln", {"compaction", "ln"}}};
-  for (const auto& kv : options.rates) {
-    auto t = kRateTargets.find(kv.first);
-    if (t == kRateTargets.end()) {
-      *error = "paio-rocksdb: unknown rate key \"" + kv.first +
-               "\" (expected flush, compaction_l0 or compaction_ln)";
-      return nullptr;
-    }
-    std::string rule = std::string("{\"rule\":\"configure\",\"channel\":\"") +
-                       t->second.first + "\",\"object\":\"" +
-                       t->second.second +
-                       "\",\"config\":{\"kind\":\"drl\",\"rate\":" +
-                       JsonString(kv.second) + "}}";
+  std::vector<std::string> rules;
+  if (!RateRules(options.rates, &rules, error)) return nullptr;
+  for (const std::string& rule : rules) {
     if (paio_stage_apply(stage, rule.c_str()) != PAIO_OK) {
-      *error = LastError(("paio-rocksdb: rate " + kv.first).c_str());
+      *error = LastError(("paio-rocksdb: rates: rule " + rule).c_str());
       return nullptr;
     }
   }

@@ -3,9 +3,12 @@
 # libpaio_rocksdb_preload.so, twice:
 #   1. --fs_uri=paio only: flushes and compactions are told apart by thread
 #      name (all compactions count as compaction_ln);
-#   2. plus --options_file=db_bench/paio-options.ini, whose listeners={id=paio}
-#      injects the paio listener: L0 and Ln compactions are told apart.
-# Checks the stage statistics written at exit (PAIO_ROCKSDB_STATS).
+#   2. plus --options_file=tests/small-db-options.ini, whose
+#      listeners={id=paio} injects the paio listener: L0 and Ln compactions
+#      are told apart.
+# Checks the stage statistics written at exit (PAIO_ROCKSDB_STATS); that
+# db_bench/paio-listener.ini (and db_bench/listener-options.sh for other
+# flags) changes nothing but the listener; and the messages of issue 13.
 # Usage: db_bench_preload.sh DB_BENCH PRELOAD_SO
 set -euo pipefail
 db_bench="$1"
@@ -41,7 +44,50 @@ PY
 }
 
 run thread-names
-run listener --options_file="$here/db_bench/paio-options.ini"
+run listener --options_file="$here/tests/small-db-options.ini"
+
+# The shipped options file is db_bench's defaults plus the listener, and
+# listener-options.sh keeps the flags it is given: a run with the options
+# file has the same options as a run with the flags (RocksDB's option dump
+# in LOG, addresses aside) and differs in OPTIONS only by the listener.
+options_of() {  # options_of DIR: the option dump of the DB's LOG
+    grep -E '^\S+ \S+ +(Options\.|  )' "$1/LOG" | sed -E 's/^\S+ \S+ +//; s/0x[0-9a-f]+/PTR/g'
+}
+same_options() {  # same_options NAME OPTIONS_FILE FLAGS...
+    local name="$1" file="$2"; shift 2
+    rm -rf "$work/db-$name-flags" "$work/db-$name-file"
+    LD_PRELOAD="$preload" "$db_bench" --fs_uri=paio --benchmarks=fillseq --num=1000 \
+        --db="$work/db-$name-flags" "$@" >"$work/$name.out" 2>&1 ||
+        { cat "$work/$name.out" >&2; exit 1; }
+    LD_PRELOAD="$preload" "$db_bench" --fs_uri=paio --benchmarks=fillseq --num=1000 \
+        --db="$work/db-$name-file" --options_file="$file" >"$work/$name.out" 2>&1 ||
+        { cat "$work/$name.out" >&2; exit 1; }
+    if ! diff <(options_of "$work/db-$name-flags") <(options_of "$work/db-$name-file") >&2; then
+        echo "$name: db_bench with $file has other options than with the flags ${*:-(none)}" >&2
+        exit 1
+    fi
+    local a b
+    a="$(ls "$work/db-$name-flags"/OPTIONS-* | sort | tail -1)"
+    b="$(ls "$work/db-$name-file"/OPTIONS-* | sort | tail -1)"
+    if [ "$(diff <(grep -v '^#' "$a") <(grep -v '^#' "$b") | grep -c '^[<>]')" != 2 ] ||
+        ! grep -q 'listeners={PaioListener' "$b"; then
+        echo "$name: OPTIONS should differ only by the paio listener:" >&2
+        diff "$a" "$b" >&2 || true
+        exit 1
+    fi
+    echo "$name: same options as db_bench's flags ${*:-(defaults)}, plus the paio listener"
+}
+DB_BENCH="$db_bench" bash "$here/db_bench/listener-options.sh" "$work/defaults.ini"
+if ! diff "$work/defaults.ini" "$here/db_bench/paio-listener.ini" >&2; then
+    echo "db_bench/paio-listener.ini is not what listener-options.sh writes for db_bench's defaults: regenerate it" >&2
+    exit 1
+fi
+same_options paio-listener "$here/db_bench/paio-listener.ini"
+DB_BENCH="$db_bench" bash "$here/db_bench/listener-options.sh" "$work/tuned.ini" \
+    --write_buffer_size=16777216 --compression_type=none --max_background_jobs=4
+grep -q '^  write_buffer_size=16777216$' "$work/tuned.ini"
+same_options tuned "$work/tuned.ini" \
+    --write_buffer_size=16777216 --compression_type=none --max_background_jobs=4
 
 # What a user gets wrong is said, not ignored (issue 13).
 expect_error() {  # expect_error WHAT PATTERN ENV... -- DB_BENCH_ARGS...
@@ -64,6 +110,8 @@ expect_error() {  # expect_error WHAT PATTERN ENV... -- DB_BENCH_ARGS...
 }
 expect_error "rates with a colon" 'is not KEY=RATE' \
     PAIO_ROCKSDB_RATES=compaction_ln:1MiB/s -- --fs_uri=paio
+expect_error "rate keys limiting the same bytes" '"background" and "flush" both limit' \
+    PAIO_ROCKSDB_RATES=background=10MiB/s,flush=5MiB/s -- --fs_uri=paio
 expect_error "missing policy" 'cannot read the policy file /nonexistent/p.toml: No such file' \
     PAIO_ROCKSDB_POLICY=/nonexistent/p.toml -- --fs_uri=paio
 expect_error "paiod not running" 'paiod is not answering at /nonexistent-dir/paiod.sock' \

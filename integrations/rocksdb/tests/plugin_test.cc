@@ -106,9 +106,11 @@ uint64_t Bytes(const Json* j) { return j ? (*j)["bytes"].u() : ~0ull; }
 enum Cls { kClsFg, kClsFlush, kClsL0, kClsLn, kClsUnthr, kClsOther, kNumCls };
 const char* kClsName[] = {"foreground", "flush", "compaction_l0", "compaction_ln", "unthrottled", "other"};
 
+enum Dir { kWrite, kRead, kNumDir };
 struct Tally {
-  std::atomic<uint64_t> bytes[kNumCls] = {};
+  std::atomic<uint64_t> bytes[kNumCls][kNumDir] = {};
   std::atomic<uint64_t> ops[kNumCls] = {};
+  uint64_t Of(Cls c) const { return bytes[c][kWrite].load() + bytes[c][kRead].load(); }
 };
 
 bool IsMeta(const std::string& f) {
@@ -142,15 +144,15 @@ Cls Independent(bool meta, Env::IOPriority pri) {
   return kClsFg;
 }
 
-void Add(Tally* t, Cls c, uint64_t n) { t->bytes[c] += n; t->ops[c] += 1; }
+void Add(Tally* t, Cls c, uint64_t n, Dir d = kRead) { t->bytes[c][d] += n; t->ops[c] += 1; }
 
 class CountW : public FSWritableFileOwnerWrapper {
  public:
   CountW(std::unique_ptr<FSWritableFile>&& f, Tally* t, bool meta) : FSWritableFileOwnerWrapper(std::move(f)), t_(t), meta_(meta) {}
-  IOStatus Append(const Slice& d, const IOOptions& o, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size()); return target()->Append(d, o, g); }
-  IOStatus Append(const Slice& d, const IOOptions& o, const DataVerificationInfo& v, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size()); return target()->Append(d, o, v, g); }
-  IOStatus PositionedAppend(const Slice& d, uint64_t off, const IOOptions& o, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size()); return target()->PositionedAppend(d, off, o, g); }
-  IOStatus PositionedAppend(const Slice& d, uint64_t off, const IOOptions& o, const DataVerificationInfo& v, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size()); return target()->PositionedAppend(d, off, o, v, g); }
+  IOStatus Append(const Slice& d, const IOOptions& o, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size(), kWrite); return target()->Append(d, o, g); }
+  IOStatus Append(const Slice& d, const IOOptions& o, const DataVerificationInfo& v, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size(), kWrite); return target()->Append(d, o, v, g); }
+  IOStatus PositionedAppend(const Slice& d, uint64_t off, const IOOptions& o, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size(), kWrite); return target()->PositionedAppend(d, off, o, g); }
+  IOStatus PositionedAppend(const Slice& d, uint64_t off, const IOOptions& o, const DataVerificationInfo& v, IODebugContext* g) override { Add(t_, Independent(meta_, GetIOPriority()), d.size(), kWrite); return target()->PositionedAppend(d, off, o, v, g); }
  private:
   Tally* t_; bool meta_;
 };
@@ -282,6 +284,8 @@ TEST(Layout, EmbeddedPolicyHasTheContractNames) {
   EXPECT_NE(Object(stats, "flush", "limit"), nullptr);
   EXPECT_NE(Object(stats, "compaction", "l0"), nullptr);
   EXPECT_NE(Object(stats, "compaction", "ln"), nullptr);
+  EXPECT_NE(Object(stats, "flush", "reads"), nullptr);
+  EXPECT_NE(Object(stats, "compaction", "reads"), nullptr);
   EXPECT_FALSE(p->Connected());
 }
 
@@ -394,25 +398,33 @@ TEST(RocksDB, StageBytesEqualFileBytesPerClass) {
   std::printf("jobs: flushes %d, L0 compactions %d (L0->L0 %d), Ln compactions %d\n",
               jobs->flushes.load(), jobs->l0.load(), jobs->l0_to_l0.load(), jobs->ln.load());
   for (int c = 0; c < kNumCls; ++c)
-    std::printf("files: %-14s %10llu bytes %8llu ops\n", kClsName[c],
-                (unsigned long long)tally.bytes[c].load(), (unsigned long long)tally.ops[c].load());
+    std::printf("files: %-14s %10llu bytes written %10llu read %8llu ops\n", kClsName[c],
+                (unsigned long long)tally.bytes[c][kWrite].load(),
+                (unsigned long long)tally.bytes[c][kRead].load(), (unsigned long long)tally.ops[c].load());
   EXPECT_GT(jobs->flushes.load(), 5);
   EXPECT_GT(jobs->l0.load(), 0);
   EXPECT_GT(jobs->ln.load(), 0);
-  EXPECT_GT(tally.bytes[kClsFlush].load(), 0u);
-  EXPECT_GT(tally.bytes[kClsL0].load(), 0u);
-  EXPECT_GT(tally.bytes[kClsLn].load(), 0u);
-  EXPECT_GT(tally.bytes[kClsFg].load(), 0u);
-  EXPECT_GT(tally.bytes[kClsUnthr].load(), 0u);
+  EXPECT_GT(tally.bytes[kClsFlush][kWrite].load(), 0u);
+  EXPECT_GT(tally.bytes[kClsL0][kWrite].load(), 0u);
+  EXPECT_GT(tally.bytes[kClsL0][kRead].load(), 0u);
+  EXPECT_GT(tally.bytes[kClsLn][kWrite].load(), 0u);
+  EXPECT_GT(tally.bytes[kClsLn][kRead].load(), 0u);
+  EXPECT_GT(tally.Of(kClsFg), 0u);
+  EXPECT_GT(tally.Of(kClsUnthr), 0u);
 
-  EXPECT_EQ(Bytes(Channel(s, "foreground")), tally.bytes[kClsFg].load());
-  EXPECT_EQ(Bytes(Channel(s, "flush")), tally.bytes[kClsFlush].load());
-  EXPECT_EQ(Bytes(Object(s, "flush", "limit")), tally.bytes[kClsFlush].load());
-  EXPECT_EQ(Bytes(Object(s, "compaction", "l0")), tally.bytes[kClsL0].load());
-  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), tally.bytes[kClsLn].load());
+  EXPECT_EQ(Bytes(Channel(s, "foreground")), tally.Of(kClsFg));
+  EXPECT_EQ(Bytes(Channel(s, "flush")), tally.Of(kClsFlush));
+  // The DRLs named by the rate keys take writes; each class's reads go to
+  // its channel's `reads` object.
+  EXPECT_EQ(Bytes(Object(s, "flush", "limit")), tally.bytes[kClsFlush][kWrite].load());
+  EXPECT_EQ(Bytes(Object(s, "flush", "reads")), tally.bytes[kClsFlush][kRead].load());
+  EXPECT_EQ(Bytes(Object(s, "compaction", "l0")), tally.bytes[kClsL0][kWrite].load());
+  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), tally.bytes[kClsLn][kWrite].load());
+  EXPECT_EQ(Bytes(Object(s, "compaction", "reads")),
+            tally.bytes[kClsL0][kRead].load() + tally.bytes[kClsLn][kRead].load());
   EXPECT_EQ(Bytes(Object(s, "compaction", "default")), 0u);
-  EXPECT_EQ(Bytes(Channel(s, "unthrottled")), tally.bytes[kClsUnthr].load());
-  EXPECT_EQ(Bytes(Channel(s, "other")), tally.bytes[kClsOther].load());
+  EXPECT_EQ(Bytes(Channel(s, "unthrottled")), tally.Of(kClsUnthr));
+  EXPECT_EQ(Bytes(Channel(s, "other")), tally.Of(kClsOther));
   EXPECT_EQ(s["unmatched"]["ops"].u(), 0u);
   EXPECT_EQ(plugin->EnforceErrors(), 0u);
   DestroyDB(dir, Options());
@@ -462,7 +474,7 @@ TEST(RocksDB, ThrottledClassWaitsOthersDoNot) {
 TEST(Drl, RateHoldsForLargeAppendsAndSmallReads) {
   const double kFlushRate = 16.0 * (1 << 20), kLnRate = 4.0 * (1 << 20);
   paio_rocksdb::PluginOptions po;
-  po.rates = {{"flush", "16MiB/s"}, {"compaction_ln", "4MiB/s"}};
+  po.rates = {{"flush", "16MiB/s"}, {"compaction_reads", "4MiB/s"}};
   std::string err;
   auto plugin = paio_rocksdb::Plugin::Create(po, &err);
   ASSERT_TRUE(plugin) << err;
@@ -496,15 +508,142 @@ TEST(Drl, RateHoldsForLargeAppendsAndSmallReads) {
   }).join();
   Json s = ParseJson(plugin->CollectJson());
   double flush_rate = Bytes(Object(s, "flush", "limit")) / write_secs;
-  double ln_rate = Bytes(Object(s, "compaction", "ln")) / read_secs;
-  std::printf("flush: 1 MiB appends %.2f MiB/s (target 16); compaction_ln: 4 KiB reads %.2f MiB/s (target 4)\n",
+  double ln_rate = Bytes(Object(s, "compaction", "reads")) / read_secs;
+  std::printf("flush: 1 MiB appends %.2f MiB/s (target 16); compaction_reads: 4 KiB reads %.2f MiB/s (target 4)\n",
               flush_rate / (1 << 20), ln_rate / (1 << 20));
   EXPECT_EQ(Bytes(Object(s, "flush", "limit")), 32u << 20);
-  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), 8u << 20);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "reads")), 8u << 20);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), 0u);
   EXPECT_NEAR(flush_rate / kFlushRate, 1.0, 0.15);
   EXPECT_NEAR(ln_rate / kLnRate, 1.0, 0.15);
   fs->DeleteFile(path, IOOptions(), nullptr);
   fs->DeleteDir(dir, IOOptions(), nullptr);
+}
+
+// ---------- the rate keys (docs/rocksdb.md, "Rates") ----------
+namespace {
+// Writes `writes` bytes then reads `reads` bytes of one file through the
+// plugin's file system, on a thread tagged with request context `ctx`, in
+// 64 KiB calls.
+void TaggedIo(paio_rocksdb::Plugin* plugin, uint16_t ctx, const std::string& path,
+              size_t writes, size_t reads) {
+  std::thread([&] {
+    paio_set_request_context(ctx);
+    auto fs = plugin->file_system();
+    std::string chunk(64 << 10, 'r');
+    std::unique_ptr<FSWritableFile> w;
+    ASSERT_TRUE(fs->NewWritableFile(path, FileOptions(), &w, nullptr).ok());
+    for (size_t done = 0; done < writes; done += chunk.size())
+      ASSERT_TRUE(w->Append(chunk, IOOptions(), nullptr).ok());
+    ASSERT_TRUE(w->Close(IOOptions(), nullptr).ok());
+    std::unique_ptr<FSRandomAccessFile> r;
+    ASSERT_TRUE(fs->NewRandomAccessFile(path, FileOptions(), &r, nullptr).ok());
+    std::vector<char> buf(chunk.size());
+    for (size_t done = 0; done < reads; done += chunk.size()) {
+      Slice got;
+      ASSERT_TRUE(r->Read(done % writes, chunk.size(), IOOptions(), &got, buf.data(), nullptr).ok());
+    }
+  }).join();
+}
+
+// The bytes each object received after 1 MiB written and 512 KiB read by
+// a flush, an L0 compaction and a deeper compaction, under `rates`.
+Json RunTagged(const std::map<std::string, std::string>& rates) {
+  paio_rocksdb::PluginOptions po;
+  po.rates = rates;
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  EXPECT_TRUE(plugin) << err;
+  if (!plugin) return Json();
+  std::string dir = TempDir("rates");
+  auto fs = plugin->file_system();
+  fs->CreateDirIfMissing(dir, IOOptions(), nullptr);
+  const auto& ids = paio_rocksdb::internal::Ids();
+  int n = 0;
+  for (uint16_t ctx : {ids.flush, ids.compaction_l0, ids.compaction_ln}) {
+    std::string path = dir + "/00000" + std::to_string(++n) + ".sst";
+    TaggedIo(plugin.get(), ctx, path, 1 << 20, 512 << 10);
+    fs->DeleteFile(path, IOOptions(), nullptr);
+  }
+  fs->DeleteDir(dir, IOOptions(), nullptr);
+  return ParseJson(plugin->CollectJson());
+}
+}  // namespace
+
+// Each key limits what RocksDB's own limiter would: writes, or reads with
+// _reads; `compaction` and `background` are one DRL for several classes.
+TEST(Rates, KeysLimitWritesReadsAndSharedBudgets) {
+  const uint64_t kW = 1 << 20, kR = 512 << 10;
+  Json s = RunTagged({});
+  EXPECT_EQ(Bytes(Object(s, "flush", "limit")), kW);
+  EXPECT_EQ(Bytes(Object(s, "flush", "reads")), kR);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "l0")), kW);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), kW);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "reads")), 2 * kR);
+
+  s = RunTagged({{"compaction", "1GiB/s"}, {"flush_reads", "1GiB/s"}});
+  EXPECT_EQ(Bytes(Object(s, "compaction", "writes")), 2 * kW);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "l0")), 0u);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), 0u);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "reads")), 2 * kR);
+  EXPECT_EQ(Bytes(Object(s, "flush", "reads")), kR);
+
+  s = RunTagged({{"background", "1GiB/s"}, {"background_reads", "1GiB/s"}});
+  EXPECT_EQ(Bytes(Object(s, "background", "writes")), 3 * kW);
+  EXPECT_EQ(Bytes(Object(s, "background", "reads")), 3 * kR);
+  EXPECT_EQ(Bytes(Channel(s, "flush")), 0u);
+  EXPECT_EQ(Bytes(Channel(s, "compaction")), 0u);
+
+  s = RunTagged({{"background", "1GiB/s"}});  // reads stay in their classes
+  EXPECT_EQ(Bytes(Object(s, "background", "writes")), 3 * kW);
+  EXPECT_EQ(Object(s, "background", "reads"), nullptr);
+  EXPECT_EQ(Bytes(Object(s, "flush", "reads")), kR);
+  EXPECT_EQ(Bytes(Object(s, "compaction", "reads")), 2 * kR);
+  EXPECT_EQ(Bytes(Object(s, "flush", "limit")), 0u);
+}
+
+TEST(Rates, KeysThatLimitTheSameBytesTwiceAreRefused) {
+  for (const auto& pair : std::vector<std::pair<std::string, std::string>>{
+           {"compaction", "compaction_l0"}, {"compaction", "compaction_ln"},
+           {"background", "flush"}, {"background", "compaction"},
+           {"background_reads", "compaction_reads"}, {"background_reads", "flush_reads"}}) {
+    paio_rocksdb::PluginOptions po;
+    po.rates = {{pair.first, "10MiB/s"}, {pair.second, "10MiB/s"}};
+    std::string err;
+    EXPECT_FALSE(paio_rocksdb::Plugin::Create(po, &err)) << pair.first << "+" << pair.second;
+    EXPECT_NE(err.find("\"" + pair.first + "\" and \"" + pair.second + "\""), std::string::npos) << err;
+  }
+  paio_rocksdb::PluginOptions po;
+  po.rates = {{"compaction_l0_reads", "10MiB/s"}};
+  std::string err;
+  EXPECT_FALSE(paio_rocksdb::Plugin::Create(po, &err));
+  EXPECT_NE(err.find("compaction_reads"), std::string::npos) << err;  // the list of keys
+}
+
+// A shared budget holds for its classes together: a flush and a deeper
+// compaction writing 4 MiB each at once under background=4MiB/s take about
+// two seconds (loose bounds, as in the DRL test above).
+TEST(Rates, BackgroundIsOneBudgetForFlushAndCompaction) {
+  paio_rocksdb::PluginOptions po;
+  po.rates = {{"background", "4MiB/s"}};
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(plugin) << err;
+  std::string dir = TempDir("background");
+  plugin->file_system()->CreateDirIfMissing(dir, IOOptions(), nullptr);
+  const auto& ids = paio_rocksdb::internal::Ids();
+  auto t0 = std::chrono::steady_clock::now();
+  std::thread a([&] { TaggedIo(plugin.get(), ids.flush, dir + "/1.sst", 4 << 20, 0); });
+  std::thread b([&] { TaggedIo(plugin.get(), ids.compaction_ln, dir + "/2.sst", 4 << 20, 0); });
+  a.join();
+  b.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  Json s = ParseJson(plugin->CollectJson());
+  double rate = Bytes(Object(s, "background", "writes")) / secs / (1 << 20);
+  std::printf("background: 8 MiB from two classes at %.2f MiB/s (target 4)\n", rate);
+  EXPECT_EQ(Bytes(Object(s, "background", "writes")), 8u << 20);
+  EXPECT_NEAR(rate / 4.0, 1.0, 0.15);
+  DestroyDB(dir, Options());
 }
 
 // Foreground requests carry criticality "critical" (a policy routes them by

@@ -37,6 +37,11 @@
 //! the four contexts are routed (a request-context pattern beats a
 //! request-type one) and everything else keeps going where it went.
 //!
+//! Without [`SilkPolicy::writes_only`] a class's reads and writes are
+//! limited together: where the layout sends flush or compaction reads to a
+//! [`READS_OBJECT`] (the RocksDB plugin's layout does, so that its rate keys
+//! limit writes), setup unmaps those patterns.
+//!
 //! With [`SilkPolicy::writes_only`] it also enables the `request_type`
 //! classifier and sends each class's reads to an object [`READS_OBJECT`] in
 //! `flush` and `compaction` (`{request_context, request_type = read}`
@@ -98,8 +103,8 @@
 //! `paio ctl set '*' kvs_bandwidth=200MiB/s`, `min_bandwidth=10MiB/s` and
 //! (with `writes_only`) `read_bandwidth=150MiB/s`; `minB < KVSB` and
 //! `minB < KVSB_r` must keep holding. A `read_bandwidth` set at run time
-//! applies to stages whose compaction `reads` object is a DRL, that is,
-//! stages that registered while a read budget was configured.
+//! applies to stages whose compaction `reads` object is a DRL: the RocksDB
+//! plugin's, and stages that registered while a read budget was configured.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -492,6 +497,32 @@ impl ControlPolicy for SilkPolicy {
                 object: L0_OBJECT.into(),
             });
         }
+        let read_patterns = [
+            (FLUSH, CTX_FLUSH),
+            (COMPACTION, CTX_L0),
+            (COMPACTION, CTX_LN),
+        ]
+        .map(|(ch, ctx)| {
+            let pattern = Pattern {
+                request_type: Some(paio::RequestType::READ),
+                ..context_pattern(ctx)
+            };
+            let mapped = channel(ch)
+                .is_some_and(|c| c.object_rules.contains(&(pattern, READS_OBJECT.into())));
+            (ch, pattern, mapped)
+        });
+        if !self.writes_only {
+            // Reads and writes together: a layout that sends reads to
+            // `reads` objects (the RocksDB plugin's) gives them back.
+            for (ch, pattern, mapped) in read_patterns {
+                if mapped {
+                    rules.push(Rule::UnmapObject {
+                        channel: ch.into(),
+                        pattern,
+                    });
+                }
+            }
+        }
         if self.writes_only {
             for ch in [FLUSH, COMPACTION] {
                 if !has_object(info, ch, READS_OBJECT) {
@@ -508,18 +539,8 @@ impl ControlPolicy for SilkPolicy {
             }
             // Two classifiers outrank the request context alone, so these
             // take the reads from `limit`, `l0` and `ln`.
-            for (ch, ctx) in [
-                (FLUSH, CTX_FLUSH),
-                (COMPACTION, CTX_L0),
-                (COMPACTION, CTX_LN),
-            ] {
-                let pattern = Pattern {
-                    request_type: Some(paio::RequestType::READ),
-                    ..context_pattern(ctx)
-                };
-                if channel(ch)
-                    .is_none_or(|c| !c.object_rules.contains(&(pattern, READS_OBJECT.into())))
-                {
+            for (ch, pattern, mapped) in read_patterns {
+                if !mapped {
                     rules.push(Rule::MapObject {
                         channel: ch.into(),
                         pattern,
@@ -1157,10 +1178,42 @@ name = "metadata"
         stage.enforce(&c, None).unwrap();
         let u = Usage::of(&v(&stage)).unwrap();
         assert!(u.flush_active && !u.l0_active, "{u:?}");
-        // Without the option nothing about reads is set up.
-        assert!(policy().setup(&v(&stage)).is_empty());
+        // Without the option nothing about reads is set up, and reads sent
+        // to `reads` objects are given back to the limited ones.
         let fresh = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
         assert!(policy().setup(&v(&fresh)).is_empty());
+        let back = policy().setup(&v(&stage));
+        assert_eq!(back.len(), 3, "{back:?}");
+        assert!(back.iter().all(|r| matches!(r, Rule::UnmapObject { .. })));
+        stage.apply_all(&back).unwrap();
+        for (ctx, limited) in [
+            (CTX_FLUSH, FLUSH_OBJECT),
+            (CTX_L0, L0_OBJECT),
+            (CTX_LN, LN_OBJECT),
+        ] {
+            assert_eq!(route(ctx, rd).as_deref(), Some(limited), "{ctx}");
+        }
+        assert!(policy().setup(&v(&stage)).is_empty());
+    }
+
+    /// The RocksDB plugin's real layout, as it ships.
+    const PLUGIN_LAYOUT: &str = include_str!("../../../../integrations/rocksdb/paio-rocksdb.toml");
+
+    #[test]
+    fn the_plugin_layout_needs_nothing_in_writes_only_mode_and_gives_reads_back_otherwise() {
+        let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
+        let v = live(&stage, 1);
+        assert!(policy().writes_only(true).setup(&v).is_empty());
+        let rules = policy().setup(&v);
+        assert_eq!(rules.len(), 3, "{rules:?}");
+        stage.apply_all(&rules).unwrap();
+        let c = paio::Context::explicit(
+            1,
+            paio::RequestType::READ,
+            RequestContext::named(CTX_LN).unwrap(),
+            10,
+        );
+        assert_eq!(stage.route(&c).map(|(_, o)| o).as_deref(), Some(LN_OBJECT));
     }
 
     #[test]

@@ -29,7 +29,13 @@ struct PluginOptions {
   std::string control_socket;                 // empty: no paiod; "default": paiod's default socket
   std::string stage_name = "rocksdb";
   std::map<std::string, std::string> labels;  // e.g. {"instance","db1"}
-  std::map<std::string, std::string> rates;   // optional initial DRL rates: keys "flush", "compaction_l0", "compaction_ln"; values like "50MiB/s"
+  // Optional limits, values like "50MiB/s" (docs/rocksdb.md, "Rates"). Keys
+  // limit writes: "flush", "compaction_l0", "compaction_ln", "compaction"
+  // (L0 and deeper together), "background" (flush and compaction together,
+  // as --rate_limiter_bytes_per_sec); reads: "flush_reads",
+  // "compaction_reads", "background_reads". A key and one it covers (e.g.
+  // "background" and "flush") cannot both be given.
+  std::map<std::string, std::string> rates;
   // Foreground (user) requests are critical (docs/criticality.md): a priority
   // object admits them first, and background programs of the same user under
   // `paio run` hold back while they are in flight. false: every request is
