@@ -45,17 +45,12 @@ enum Cmd {
         after_help = "Example:\n  paio status --socket /run/paio/paiod.sock\n\nGuide: docs/control-plane.md"
     )]
     Status(StatusArgs),
-    /// Change a policy parameter of a running paiod.
-    #[command(
-        override_usage = "paio ctl [--socket PATH] set GROUP KEY=VALUE...",
-        after_help = "Examples:\n  \
+    /// Change a running paiod: a policy parameter, or one object's rate.
+    #[command(after_help = "Examples:\n  \
         paio ctl set job=I3 demand=300MiB/s\n  \
         paio ctl set '*' max_bandwidth=1GiB/s\n  \
-        paio ctl set job=train weight=2\n\n\
-        GROUP is the value of paiod's grouping label (job=I3 and I3 both name group I3; * is the\n\
-        whole policy). Keys: demand, rate, weight, max_bandwidth, as the policy accepts.\n\
-        Guide: docs/control-plane.md"
-    )]
+        paio ctl set-rate rocksdb compaction ln 20MiB/s\n\n\
+        Guide: docs/control-plane.md")]
     Ctl(CtlArgs),
 }
 
@@ -72,17 +67,49 @@ struct StatusArgs {
 #[derive(clap::Args)]
 struct CtlArgs {
     /// paiod's socket (default: PAIO_CONTROL, else paiod's default).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     socket: Option<PathBuf>,
-    /// `set`.
-    #[arg(value_name = "set", value_parser = ["set"])]
-    verb: String,
-    /// The group (`job=I3`, `I3`, or `*`).
-    #[arg(value_name = "GROUP")]
-    group: String,
-    /// One or more KEY=VALUE.
-    #[arg(value_name = "KEY=VALUE")]
-    assignments: Vec<String>,
+    #[command(subcommand)]
+    command: CtlCmd,
+}
+
+#[derive(clap::Subcommand)]
+enum CtlCmd {
+    /// Change a parameter of paiod's policy.
+    #[command(after_help = "Examples:\n  \
+        paio ctl set job=I3 demand=300MiB/s\n  \
+        paio ctl set '*' max_bandwidth=1GiB/s\n  \
+        paio ctl set job=train weight=2\n\n\
+        GROUP is the value of paiod's grouping label (job=I3 and I3 both name group I3; * is the\n\
+        whole policy). Keys: demand, rate, weight, max_bandwidth, as the policy accepts.")]
+    Set {
+        /// The group (`job=I3`, `I3`, or `*`).
+        #[arg(value_name = "GROUP")]
+        group: String,
+        /// One or more KEY=VALUE.
+        #[arg(value_name = "KEY=VALUE")]
+        assignments: Vec<String>,
+    },
+    /// Set the rate of one DRL object in registered stages.
+    #[command(after_help = "Example:\n  \
+        paio ctl set-rate rocksdb compaction ln 20MiB/s\n\n\
+        STAGE is a stage id or name as `paio status` shows it (a name sets every stage of\n\
+        that name). Refused, with nothing changed, when a stage lacks the channel or the\n\
+        object, the object is not a DRL, or paiod's policy sets it itself each period.")]
+    SetRate {
+        /// A stage id or name.
+        #[arg(value_name = "STAGE")]
+        stage: String,
+        /// The channel.
+        #[arg(value_name = "CHANNEL")]
+        channel: String,
+        /// The DRL object.
+        #[arg(value_name = "OBJECT")]
+        object: String,
+        /// The rate, e.g. 20MiB/s or "500 iops".
+        #[arg(value_name = "RATE")]
+        rate: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -193,20 +220,38 @@ fn status(a: StatusArgs) -> Result<i32, Failure> {
 }
 
 fn ctl(a: CtlArgs) -> Result<i32, Failure> {
-    let commands = paio_cli::admin::set_commands(&a.group, &a.assignments)?;
+    use paio_control::ctl::CtlCommand;
+    let commands = match a.command {
+        CtlCmd::Set { group, assignments } => paio_cli::admin::set_commands(&group, &assignments)?,
+        CtlCmd::SetRate {
+            stage,
+            channel,
+            object,
+            rate,
+        } => vec![CtlCommand::SetRate {
+            stage,
+            channel,
+            object,
+            rate,
+        }],
+    };
     let socket = paiod_socket(a.socket);
     for c in commands {
         let what = match &c {
-            paio_control::ctl::CtlCommand::Set { group, key, value } => {
-                format!("{group}: {key}={value}")
-            }
-            paio_control::ctl::CtlCommand::Status => "status".to_string(),
+            CtlCommand::Set { group, key, value } => format!("{group}: {key}={value}"),
+            CtlCommand::SetRate {
+                stage,
+                channel,
+                object,
+                rate,
+            } => format!("{stage} {channel}/{object} = {rate}"),
+            CtlCommand::Status => "status".to_string(),
         };
-        paio_control::ctl::request(&socket, c, CTL_TIMEOUT).map_err(|e| Failure {
+        let reply = paio_control::ctl::request(&socket, c, CTL_TIMEOUT).map_err(|e| Failure {
             code: EXIT_USAGE,
             message: format!("error: {what}: {e}"),
         })?;
-        println!("paio: set {what}");
+        println!("paio: set {}", reply.done.unwrap_or(what));
     }
     Ok(0)
 }

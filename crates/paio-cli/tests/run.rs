@@ -944,6 +944,29 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
         seen = stdout(&o);
         std::thread::sleep(Duration::from_millis(20));
     }
+    // While dd still runs at 16 MiB/s: one object's rate, by stage name; refused where the policy sets it.
+    let set_rate = |object: &str, rate: &str| {
+        paio()
+            .args(["ctl", "set-rate", "--socket"])
+            .arg(&sock)
+            .args(["preload", "read", object, rate])
+            .output()
+            .unwrap()
+    };
+    let ok = set_rate("limit", "100MiB/s");
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    assert!(
+        stdout(&ok).contains("read/limit = 100MiB/s in stage(s)"),
+        "{}",
+        stdout(&ok)
+    );
+    let refused = set_rate("paiod", "1MiB/s");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("policy static sets read/paiod every period"),
+        "{}",
+        stderr(&refused)
+    );
     let ok = paio()
         .args(["ctl", "--socket"])
         .arg(&sock)

@@ -64,6 +64,21 @@ pub enum CtlCommand {
         /// Its new value.
         value: String,
     },
+    /// Sets the rate of one DRL object directly, in every registered stage
+    /// that `stage` names (its id, or its name: all stages of that name).
+    /// Refused, with nothing sent, unless every such stage has the channel
+    /// and the object, the object is a DRL, and the policy does not set it
+    /// itself each period. The object's burst and zero-size cost are kept.
+    SetRate {
+        /// A stage id (as `paio status` shows it) or a stage name.
+        stage: String,
+        /// The channel.
+        channel: String,
+        /// The DRL object in the channel.
+        object: String,
+        /// The new rate, e.g. `20MiB/s` or `500 iops`.
+        rate: String,
+    },
 }
 
 /// The answer to one [`CtlRequest`].
@@ -83,6 +98,9 @@ pub struct CtlReply {
     /// For `status`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Box<StatusReport>>,
+    /// What was done, for commands that say (`set_rate`: which stages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub done: Option<String>,
 }
 
 /// paiod's view, as `paio status` shows it.
@@ -270,5 +288,10 @@ mod tests {
             r#"{"type":"hello","id":1,"command":{"op":"status"}}"#
         )
         .is_err());
+        let r: CtlRequest = serde_json::from_str(
+            r#"{"type":"ctl","id":2,"command":{"op":"set_rate","stage":"rocksdb","channel":"compaction","object":"ln","rate":"20MiB/s"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(r.command, CtlCommand::SetRate { ref object, .. } if object == "ln"));
     }
 }

@@ -120,6 +120,112 @@ impl State {
         }
     }
 
+    /// `paio ctl set-rate`: sets `channel/object`'s DRL rate in every stage
+    /// `selector` names (an id or a name), after checking all of them, so
+    /// either every one gets the rule or none does. Returns what was done.
+    pub fn set_rate(
+        &mut self,
+        selector: &str,
+        channel: &str,
+        object: &str,
+        rate: &str,
+    ) -> Result<String, String> {
+        let parsed = paio::units::parse_rate(rate)
+            .map_err(|e| format!("rate {rate:?}: {e} (e.g. 20MiB/s or 500 iops)"))?;
+        let ids: Vec<StageId> = self
+            .stages
+            .iter()
+            .filter(|(id, e)| id.to_string() == selector || e.view.info.identity.name == selector)
+            .map(|(id, _)| *id)
+            .collect();
+        if ids.is_empty() {
+            let known: Vec<String> = self
+                .stages
+                .iter()
+                .map(|(id, e)| format!("{id} ({})", e.view.info.identity.name))
+                .collect();
+            return Err(format!(
+                "no registered stage has id or name {selector:?} (registered: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        }
+        let mut batch = Vec::new();
+        for id in &ids {
+            let view = &self.stages[id].view;
+            let who = format!(
+                "stage {id} ({} pid {})",
+                view.info.identity.name, view.info.identity.pid
+            );
+            let names = |it: &mut dyn Iterator<Item = &str>| it.collect::<Vec<_>>().join(", ");
+            let ch = view
+                .info
+                .channels
+                .iter()
+                .find(|c| c.name == channel)
+                .ok_or_else(|| {
+                    format!(
+                        "{who} has no channel {channel:?} (it has: {})",
+                        names(&mut view.info.channels.iter().map(|c| c.name.as_str()))
+                    )
+                })?;
+            let obj = ch
+                .objects
+                .iter()
+                .find(|o| o.name == object)
+                .ok_or_else(|| {
+                    format!(
+                        "{who}: channel {channel:?} has no object {object:?} (it has: {})",
+                        names(&mut ch.objects.iter().map(|o| o.name.as_str()))
+                    )
+                })?;
+            let Some(paio::ObjectConfig::Drl(current)) = &obj.config else {
+                return Err(format!(
+                    "{who}: {channel}/{object} is a {} object; set-rate changes DRL objects",
+                    obj.kind
+                ));
+            };
+            if self.policy.controls(view, channel, object) {
+                return Err(format!(
+                    "{who}: policy {} sets {channel}/{object} every period and would overwrite \
+                     the rate: change the policy's parameters with `paio ctl set` instead",
+                    self.policy.kind()
+                ));
+            }
+            let mut config = current.clone();
+            config.rate = parsed;
+            batch.push((
+                *id,
+                Rule::Configure {
+                    channel: channel.to_string(),
+                    object: object.to_string(),
+                    config: paio::ObjectConfig::Drl(config),
+                },
+            ));
+        }
+        for (id, rule) in batch {
+            let entry = self.stages.get_mut(&id).expect("checked above");
+            let rules = vec![rule];
+            apply_to_view(&mut entry.view, &rules);
+            entry.send(|rid| Message::Rules { id: rid, rules });
+        }
+        let pause = if parsed.per_second == 0 {
+            " (rate 0: the object holds every request until a later rate)"
+        } else {
+            ""
+        };
+        Ok(format!(
+            "{channel}/{object} = {rate} in stage(s) {}{pause}",
+            ids.iter()
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+
     /// paiod's view as `paio status` reports it.
     pub fn status(&self) -> StatusReport {
         let now = Instant::now();
@@ -438,6 +544,7 @@ impl Session {
                         ok: false,
                         error: Some(format!("bad ctl request: {e}")),
                         status: None,
+                        done: None,
                     },
                 };
                 let _ = out.send(protocol::encode_value(&answer));
@@ -456,6 +563,7 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
             ok: true,
             error: None,
             status: Some(Box::new(st.status())),
+            done: None,
         },
         CtlCommand::Set { group, key, value } => match st.policy.set(&group, &key, &value) {
             Ok(()) => {
@@ -466,6 +574,7 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
                     ok: true,
                     error: None,
                     status: None,
+                    done: None,
                 }
             }
             Err(e) => CtlReply {
@@ -474,8 +583,31 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
                 ok: false,
                 error: Some(e.to_string()),
                 status: None,
+                done: None,
             },
         },
+        CtlCommand::SetRate {
+            stage,
+            channel,
+            object,
+            rate,
+        } => {
+            let (ok, error, done) = match st.set_rate(&stage, &channel, &object, &rate) {
+                Ok(done) => {
+                    tracing::info!("ctl: set-rate {done}");
+                    (true, None, Some(done))
+                }
+                Err(e) => (false, Some(e), None),
+            };
+            CtlReply {
+                kind: Default::default(),
+                id: req.id,
+                ok,
+                error,
+                status: None,
+                done,
+            }
+        }
     }
 }
 

@@ -578,3 +578,111 @@ window = "100ms"
     bg_client.stop();
     fg_client.stop();
 }
+
+/// The DRL rate of `channel/object`, if that object is a DRL.
+fn drl_rate(stage: &Stage, channel: &str, object: &str) -> Option<u64> {
+    let info = stage.info();
+    let ch = info.channels.iter().find(|c| c.name == channel)?;
+    match &ch.objects.iter().find(|o| o.name == object)?.config {
+        Some(ObjectConfig::Drl(d)) => Some(d.rate.per_second),
+        _ => None,
+    }
+}
+
+/// Issue 13: a paiod rate on the RocksDB plugin's `compaction` channel
+/// reaches the requests that the layout's own objects used to take, and
+/// `paio ctl set-rate` sets one object's rate, refusing what it cannot do.
+#[test]
+fn a_static_rate_governs_the_rocksdb_layout_and_set_rate_sets_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(
+        dir.path(),
+        r#"
+period = "50ms"
+[policy]
+kind = "static"
+group_by = "db"
+channel = "compaction"
+match = { request_context = "compaction_l0" }
+[[policy.group]]
+name = "a"
+rate = "20MiB/s"
+"#,
+    );
+    let layout = include_str!("../../../integrations/rocksdb/paio-rocksdb.toml").replace(
+        "name = \"rocksdb\"\n",
+        "name = \"rocksdb\"\nlabels = { db = \"a\" }\n",
+    );
+    let s = Arc::new(Stage::from_policy_str(&layout, "<plugin>").unwrap());
+    let c = client(&s, &paiod.socket);
+    wait_for("paiod's compaction rate", || {
+        drl_rate(&s, "compaction", "paiod") == Some(20 * MIB)
+    });
+    for (ctx, rt) in [
+        ("compaction_l0", RequestType::WRITE),
+        ("compaction_ln", RequestType::WRITE),
+        ("compaction_ln", RequestType::READ),
+    ] {
+        let req = Context::explicit(1, rt, paio::RequestContext::named(ctx).unwrap(), 4096);
+        assert_eq!(
+            s.route(&req),
+            Some(("compaction".to_string(), "paiod".to_string())),
+            "{ctx} {rt:?}"
+        );
+    }
+    let set_rate = |stage: &str, channel: &str, object: &str, rate: &str| {
+        ctl::request(
+            &paiod.socket,
+            CtlCommand::SetRate {
+                stage: stage.into(),
+                channel: channel.into(),
+                object: object.into(),
+                rate: rate.into(),
+            },
+            Duration::from_secs(10),
+        )
+    };
+    let done = set_rate("rocksdb", "flush", "limit", "5MiB/s")
+        .unwrap()
+        .done
+        .unwrap();
+    assert!(done.contains("flush/limit = 5MiB/s"), "{done}");
+    wait_for("flush/limit at 5 MiB/s", || {
+        drl_rate(&s, "flush", "limit") == Some(5 * MIB)
+    });
+    let id = paiod.status().stages[0].id.to_string();
+    set_rate(&id, "flush", "limit", "6MiB/s").unwrap();
+    wait_for("flush/limit at 6 MiB/s", || {
+        drl_rate(&s, "flush", "limit") == Some(6 * MIB)
+    });
+    for (args, expected) in [
+        (
+            ["nope", "flush", "limit", "1MiB/s"],
+            "registered: 1 (rocksdb)",
+        ),
+        (
+            ["rocksdb", "flsh", "limit", "1MiB/s"],
+            "has no channel \"flsh\" (it has: foreground, flush",
+        ),
+        (
+            ["rocksdb", "flush", "limt", "1MiB/s"],
+            "no object \"limt\" (it has: default, limit, reads)",
+        ),
+        (
+            ["rocksdb", "foreground", "default", "1MiB/s"],
+            "is a noop object",
+        ),
+        (
+            ["rocksdb", "compaction", "paiod", "1MiB/s"],
+            "policy static sets compaction/paiod",
+        ),
+        (["rocksdb", "flush", "limit", "fast"], "rate \"fast\""),
+    ] {
+        let e = set_rate(args[0], args[1], args[2], args[3])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(expected), "{args:?}: {e}");
+    }
+    assert_eq!(drl_rate(&s, "flush", "limit"), Some(6 * MIB));
+    c.stop();
+}

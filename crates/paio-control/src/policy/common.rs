@@ -122,9 +122,30 @@ impl ControlSettings {
     /// the default object of the controlled channel, creating and mapping
     /// the channel (and enabling the pattern's classifiers) when the stage
     /// lacks it. Nothing the stage already has is created again.
+    ///
+    /// Every request of the channel then reaches the `paiod` DRL: the
+    /// channel's object mappings (e.g. the RocksDB plugin's `compaction_l0
+    /// → l0` in channel `compaction`), which would take requests past it,
+    /// are removed, and a log line names them. A request has one object, so
+    /// the limit paiod was asked to hold replaces theirs.
     pub fn setup_rules(&self, info: &StageInfo, initial_rate: f64) -> Vec<Rule> {
         let mut rules = Vec::new();
         let channel = info.channels.iter().find(|c| c.name == self.channel);
+        if let Some(c) = channel.filter(|c| !c.object_rules.is_empty()) {
+            let names: Vec<&str> = c.object_rules.iter().map(|(_, o)| o.as_str()).collect();
+            tracing::info!(
+                "stage {} (pid {}): channel {:?} sends requests to objects {:?} by pattern; \
+                 those mappings are removed so that the paiod DRL limits the whole channel",
+                info.identity.name,
+                info.identity.pid,
+                c.name,
+                names
+            );
+            rules.extend(c.object_rules.iter().map(|(pattern, _)| Rule::UnmapObject {
+                channel: c.name.clone(),
+                pattern: *pattern,
+            }));
+        }
         if channel.is_none() {
             let needed = pattern_classifiers(&self.pattern);
             if needed.iter().any(|c| !info.classifiers.contains(c)) {
@@ -186,6 +207,11 @@ impl ControlSettings {
             KernelCounter::Read => io.read_bytes_per_sec,
             KernelCounter::Write => io.write_bytes_per_sec,
         }))
+    }
+
+    /// Whether `channel/object` is the `paiod` DRL of the controlled channel.
+    pub fn is_controlled(&self, channel: &str, object: &str) -> bool {
+        channel == self.channel && object == OBJECT
     }
 
     /// The rule that sets the `paiod` object's rate.

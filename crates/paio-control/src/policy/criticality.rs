@@ -508,6 +508,11 @@ impl ControlPolicy for CriticalityPolicy {
     fn latency(&self) -> Option<LatencyStatus> {
         Some(self.status())
     }
+
+    /// It configures priority objects only, never a DRL.
+    fn controls(&self, _stage: &StageView, _channel: &str, _object: &str) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -125,6 +125,11 @@ pub trait ControlPolicy: Send {
     /// The figures of every group the policy knows, as of the last period.
     fn targets(&self) -> Vec<GroupTarget>;
 
+    /// Whether the policy sets the DRL `channel/object` of `stage` itself
+    /// (so a rate set by hand would be overwritten in a later period).
+    /// `paio ctl set-rate` refuses those objects.
+    fn controls(&self, stage: &StageView, channel: &str, object: &str) -> bool;
+
     /// The state of a latency target for critical I/O, for the policies
     /// that have one (`criticality`).
     fn latency(&self) -> Option<LatencyStatus> {

@@ -265,6 +265,11 @@ impl ControlPolicy for ProportionalPolicy {
     fn targets(&self) -> Vec<GroupTarget> {
         self.last.clone()
     }
+
+    fn controls(&self, stage: &StageView, channel: &str, object: &str) -> bool {
+        self.settings.is_controlled(channel, object)
+            && stage.label(&self.settings.group_by).is_some()
+    }
 }
 
 #[cfg(test)]

@@ -668,6 +668,15 @@ impl ControlPolicy for SilkPolicy {
     fn targets(&self) -> Vec<GroupTarget> {
         self.targets.clone()
     }
+
+    fn controls(&self, stage: &StageView, channel: &str, object: &str) -> bool {
+        let set_each_period = match (channel, object) {
+            (FLUSH, FLUSH_OBJECT) | (COMPACTION, L0_OBJECT) | (COMPACTION, LN_OBJECT) => true,
+            (COMPACTION, READS_OBJECT) => self.read_b.is_some(),
+            _ => false,
+        };
+        set_each_period && Usage::of(stage).is_some()
+    }
 }
 
 #[cfg(test)]

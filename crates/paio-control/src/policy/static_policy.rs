@@ -243,6 +243,10 @@ impl ControlPolicy for StaticPolicy {
     fn targets(&self) -> Vec<GroupTarget> {
         self.last.clone()
     }
+
+    fn controls(&self, stage: &StageView, channel: &str, object: &str) -> bool {
+        self.settings.is_controlled(channel, object) && self.rate_entry(stage, self.now).is_some()
+    }
 }
 
 #[cfg(test)]
@@ -357,6 +361,65 @@ mod tests {
         // Later open entry wins.
         let out = p.period(secs(100), &[gold.clone()]);
         assert_eq!(rate_of(&out, 1), Some(1_000_000));
+    }
+
+    /// A rate on a channel whose objects take requests by pattern (the
+    /// RocksDB plugin's `compaction`): setup removes those mappings, so the
+    /// `paiod` DRL receives every request of the channel and the rate holds.
+    #[test]
+    fn a_rate_on_the_rocksdb_plugins_compaction_channel_reaches_every_request() {
+        use paio::{Context, RequestContext, RequestType, Stage};
+        let layout = include_str!("../../../../integrations/rocksdb/paio-rocksdb.toml");
+        let stage = Stage::from_policy_str(layout, "<plugin>").unwrap();
+        let pattern = paio::Pattern {
+            request_context: Some(RequestContext::named("compaction_l0").unwrap()),
+            ..paio::Pattern::ANY
+        };
+        let settings = ControlSettings::new("db", "compaction", Some(pattern), false).unwrap();
+        let mut p = StaticPolicy::new(
+            settings,
+            vec![StaticEntry {
+                name: "a".into(),
+                rate: Some(20.0 * 1048576.0),
+                ..Default::default()
+            }],
+        );
+        let live = |stage: &Stage| StageView {
+            id: 1,
+            info: {
+                let mut i = stage.info();
+                i.identity.labels.insert("db".into(), "a".into());
+                i
+            },
+            stats: Some(stage.collect()),
+            proc_io: None,
+        };
+        let rules = p.setup(&live(&stage));
+        let unmaps = rules
+            .iter()
+            .filter(|r| matches!(r, Rule::UnmapObject { .. }))
+            .count();
+        assert_eq!(unmaps, 4, "l0, ln and two reads mappings: {rules:?}");
+        stage.apply_all(&rules).unwrap();
+        let route = |ctx: &str, rt: RequestType| {
+            let c = Context::explicit(1, rt, RequestContext::named(ctx).unwrap(), 10);
+            stage.route(&c)
+        };
+        let paiod = Some(("compaction".to_string(), super::common::OBJECT.to_string()));
+        for ctx in ["compaction_l0", "compaction_ln"] {
+            assert_eq!(route(ctx, RequestType::WRITE), paiod, "{ctx}");
+            assert_eq!(route(ctx, RequestType::READ), paiod, "{ctx}");
+        }
+        // Other channels keep their objects.
+        assert_eq!(
+            route("flush", RequestType::WRITE),
+            Some(("flush".to_string(), "limit".to_string()))
+        );
+        // Nothing more to set up; the rate goes to the paiod object.
+        assert!(crate::server::missing(p.setup(&live(&stage)), &live(&stage)).is_empty());
+        let out = p.period(secs(1), &[live(&stage)]);
+        assert_eq!(rate_of(&out, 1), Some(20 << 20));
+        stage.apply_all(&out[0].1).unwrap();
     }
 
     #[test]
