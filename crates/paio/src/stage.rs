@@ -158,8 +158,11 @@ impl Table {
     }
 }
 
-/// Entries of a thread's [`RouteMemo`].
-const MEMO_SLOTS: usize = 4;
+/// Entries of a thread's [`RouteMemo`]: 16, so the built-in request types a
+/// small-files walk alternates (stat, open, read, close, ...: numbers 0 to
+/// 15) each keep their own entry; with 4, stat and close shared one and
+/// missed twice per file.
+const MEMO_SLOTS: usize = 16;
 
 /// A thread's last routes on one table, direct-mapped by request type: a
 /// request whose workflow, type, request context and file class equal a
