@@ -74,12 +74,14 @@ bench: setup
 experiment-bandwidth: release-bins
 	python3 bench/bandwidth/run.py
 
-## The tail-latency experiment (paper §9.2, about 41 minutes per repeat):
-## baseline RocksDB, its auto-tuned rate limiter, and paio with paiod's SILK
-## policy, for three workloads; results and plots in bench/results/taillat/.
-## TAILLAT_REPEAT=N runs each N times, round-robin, and reports medians
-## (one run's max p99 varies by 1-2 ms between identical runs).
-TAILLAT_REPEAT ?= 1
+## The tail-latency experiment (paper §9.2, about 55 minutes per repeat):
+## baseline RocksDB, its auto-tuned rate limiter in both modes (kWritesOnly,
+## kAllIo), and paio with paiod's SILK policy, for three workloads; results
+## and plots in bench/results/taillat/. Each is run TAILLAT_REPEAT times
+## (default 3, about 2 h 45 min), round-robin with the setups' order rotating
+## each round, and medians are reported with each run's maximum (one run's
+## max p99 varies by 1-2 ms between identical runs).
+TAILLAT_REPEAT ?= 3
 experiment-taillat: taillat-driver
 	python3 bench/taillat/run.py --repeat $(TAILLAT_REPEAT)
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Tail-latency control in a key-value store (PAIO paper §9.2, Fig. 5-7), scaled down.
 
-RocksDB 7.8.3 under bursty closed-loop clients (taillat_driver, C++), three
+RocksDB 7.8.3 under bursty closed-loop clients (taillat_driver, C++), four
 setups x three workloads, every driver process in one cgroup-v1 blkio cgroup
 throttled to 200 MiB/s read and 200 MiB/s write (direct I/O, so the throttle
 sees every byte):
 
   baseline   plain RocksDB
   autotuned  RocksDB's auto-tuned rate limiter (200 MiB/s, kWritesOnly)
+  autotuned_all  the same limiter in kAllIo mode (compaction reads charged too)
   paio       the paio RocksDB plugin + paiod's SILK policy
 
 Builds nothing: it needs bench/taillat/build/taillat_driver (and, for paio,
@@ -42,10 +43,13 @@ from expt import BlkioCgroup, block_device_of, commit_info, machine_info, sh  # 
 
 REPO = expt.REPO
 MIB = 1 << 20
-ALL_SETUPS = ("baseline", "autotuned", "paio")
+ALL_SETUPS = ("baseline", "autotuned", "autotuned_all", "paio")
+# The auto-tuned limiter's modes: the goal compares paio with the better.
+AUTOTUNED = ("autotuned", "autotuned_all")
 ALL_WORKLOADS = ("mixture", "readheavy", "writeheavy")
 READ_RATIO = {"mixture": 0.5, "readheavy": 0.9, "writeheavy": 0.1}
-LABEL = {"baseline": "RocksDB", "autotuned": "Auto-tuned", "paio": "PAIO",
+LABEL = {"baseline": "RocksDB", "autotuned": "Auto-tuned", "autotuned_all": "Auto-tuned (kAllIo)",
+         "paio": "PAIO",
          "mixture": "Mixture (50:50)", "readheavy": "Read-heavy (90:10)",
          "writeheavy": "Write-heavy (10:90)"}
 DRIVER = REPO / "bench/taillat/build/taillat_driver"
@@ -226,8 +230,11 @@ def goal_verdict(summary, factor=GOAL_P99_FACTOR, min_tput=GOAL_THROUGHPUT):
     """Per workload with a paio row: the issue's goal, checked.
 
     Returns {workload: {"p99_vs_baseline": x, "p99_4x": bool|None,
-    "below_autotuned": bool|None, "tput_ratio": x, "tput_ok": bool|None,
-    "met": bool|None}} (None: the setup needed for that check was not run).
+    "below_autotuned": bool|None, "autotuned": setup|None, "tput_ratio": x,
+    "tput_ok": bool|None, "met": bool|None}} (None: the setup needed for that
+    check was not run).  The auto-tuned limiter is given its best mode: of
+    the AUTOTUNED setups that ran, the one with the lower max p99
+    (`autotuned` names it).
     """
     by = {(s["workload"], s["setup"]): s for s in summary}
     out = {}
@@ -236,9 +243,10 @@ def goal_verdict(summary, factor=GOAL_P99_FACTOR, min_tput=GOAL_THROUGHPUT):
         if not paio:
             continue
         base = by.get((workload, "baseline"))
-        auto = by.get((workload, "autotuned"))
+        autos = [by[(workload, a)] for a in AUTOTUNED if (workload, a) in by]
+        auto = min(autos, key=lambda s: s["p99_max_ms"], default=None)
         v = {"p99_vs_baseline": None, "p99_4x": None, "below_autotuned": None,
-             "tput_ratio": None, "tput_ok": None}
+             "autotuned": auto["setup"] if auto else None, "tput_ratio": None, "tput_ok": None}
         if base:
             v["p99_vs_baseline"] = base["p99_max_ms"] / paio["p99_max_ms"] if paio["p99_max_ms"] else None
             v["p99_4x"] = paio["p99_max_ms"] * factor <= base["p99_max_ms"]
@@ -293,13 +301,14 @@ def format_table(summary, verdict=None):
     if verdict:
         lines += ["", f"Goal: paio's max p99 >= {GOAL_P99_FACTOR:g}x below baseline's and below auto-tuned's, "
                   f"at >= {GOAL_THROUGHPUT:.0%} of baseline's mean throughput.", "",
-                  "| workload | baseline max p99 / paio max p99 | >= 4x | below auto-tuned | "
+                  "| workload | baseline max p99 / paio max p99 | >= 4x | below auto-tuned (its best mode) | "
                   "paio / baseline throughput | >= 95 % | goal met |",
                   "|---|---:|---|---|---:|---|---|"]
         yn = {True: "yes", False: "no", None: "-"}
         for w, v in verdict.items():
             lines.append(
-                f"| {w} | {_f(v['p99_vs_baseline'], '.2f')}x | {yn[v['p99_4x']]} | {yn[v['below_autotuned']]} | "
+                f"| {w} | {_f(v['p99_vs_baseline'], '.2f')}x | {yn[v['p99_4x']]} | {yn[v['below_autotuned']]}"
+                f"{' (' + v['autotuned'] + ')' if v.get('autotuned') else ''} | "
                 f"{_f(None if v['tput_ratio'] is None else 100 * v['tput_ratio'], '.1f')} % | "
                 f"{yn[v['tput_ok']]} | {yn[v['met']]} |")
     return "\n".join(lines) + "\n"
@@ -551,6 +560,12 @@ def start_paiod(args, scale, setup_dir, sock_dir):
     return None, None, "paiod did not create its socket within 5 s"
 
 
+def round_order(setups, k):
+    """The setups in round k (from 1): rotated left by k-1."""
+    i = (k - 1) % len(setups) if setups else 0
+    return list(setups[i:]) + list(setups[:i])
+
+
 def run_dir(out, workload, setup, run=1, repeat=1):
     """<out>/<workload>/<setup>/, or .../run<k>/ with --repeat > 1."""
     d = out / workload / setup
@@ -765,7 +780,8 @@ def main(argv=None):
         f"({fstype}), data dir {args.data_dir}",
         f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
         f"paio control: {args.paio_control}; repeat: {args.repeat}"
-        + (" (round-robin: run k of every workload x setup, then run k+1)" if args.repeat > 1 else ""),
+        + (" (round-robin: run k of every workload x setup, then run k+1; the setups' order "
+           "rotates by one each round)" if args.repeat > 1 else ""),
     ]
     (out / "header.txt").write_text("\n".join(header) + "\n")
     print("\n".join(header), flush=True)
@@ -784,10 +800,12 @@ def main(argv=None):
     if cgroup.note:
         notes.append(cgroup.note)
     try:
-        # Round-robin, so that the setups' runs are interleaved in time.
+        # Round-robin, so that the setups' runs are interleaved in time, and
+        # the setups' order rotates from round to round (round_order), so
+        # that no setup always runs first (on a cold device and page cache).
         for k in range(1, args.repeat + 1):
             for w in args.workloads:
-                for s in args.setups:
+                for s in round_order(args.setups, k):
                     r, info = run_setup(args, scale, cgroup, golden, out, w, s, notes, k, args.repeat)
                     rows += r
                     key = f"{w}/{s}" + (f"/run{k}" if args.repeat > 1 else "")

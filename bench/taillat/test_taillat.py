@@ -288,3 +288,24 @@ def test_repeat_option_and_run_dirs(tmp_path):
     assert run.run_dir(tmp_path, "writeheavy", "paio", 2, 3) == tmp_path / "writeheavy" / "paio" / "run2"
     assert run.run_label("writeheavy", "paio") == "writeheavy/paio"
     assert run.run_label("writeheavy", "paio", 2, 3) == "writeheavy/paio run 2/3"
+
+
+def test_round_order_rotates_so_no_setup_always_runs_first():
+    setups = list(run.ALL_SETUPS)
+    firsts = [run.round_order(setups, k)[0] for k in range(1, len(setups) + 1)]
+    assert sorted(firsts) == sorted(setups)
+    for k in range(1, 6):
+        assert sorted(run.round_order(setups, k)) == sorted(setups)
+    assert run.round_order(setups, 1) == setups
+
+
+def test_the_goal_compares_paio_with_the_better_autotuned_mode():
+    rows = summary((10.0, 40.0), (9.0, 8.0), (9.6, 6.0))
+    rows.append({"workload": "mixture", "setup": "autotuned_all", "mean_kops": 9.0, "p99_max_ms": 4.0})
+    v = run.goal_verdict(rows)["mixture"]
+    assert v["autotuned"] == "autotuned_all"
+    assert v["below_autotuned"] is False  # 6 ms is below kWritesOnly's 8 but not kAllIo's 4
+    assert "(autotuned_all)" in run.format_table([], run.goal_verdict(rows))
+    rows[-1]["p99_max_ms"] = 9.0
+    v = run.goal_verdict(rows)["mixture"]
+    assert v["autotuned"] == "autotuned" and v["below_autotuned"] is True
