@@ -90,34 +90,24 @@ fn example_policies_route_as_their_comments_say() {
     // The RocksDB plugin's layout, which paiod's SILK policy relies on.
     let silk =
         Stage::from_policy_file(&root().join("integrations/rocksdb/paio-rocksdb.toml")).unwrap();
-    assert_eq!(route(&silk, 1, T::WRITE, "flush"), to("flush", "limit"));
-    assert_eq!(
-        route(&silk, 1, T::WRITE, "compaction_l0"),
-        to("compaction", "l0")
-    );
-    assert_eq!(
-        route(&silk, 1, T::WRITE, "compaction_ln"),
-        to("compaction", "ln")
-    );
     // Reads of flushes and compactions have their own objects, so the
     // rate keys limit writes as RocksDB's limiter does (docs/rocksdb.md).
-    assert_eq!(
-        route(&silk, 1, T::READ, "compaction_ln"),
-        to("compaction", "reads")
-    );
-    assert_eq!(
-        route(&silk, 1, T::READ, "compaction_l0"),
-        to("compaction", "reads")
-    );
-    assert_eq!(route(&silk, 1, T::READ, "flush"), to("flush", "reads"));
-    assert_eq!(
-        route(&silk, 1, T::READ, "foreground"),
-        to("foreground", "default")
-    );
-    assert_eq!(
-        route(&silk, 1, T::WRITE, "unthrottled"),
-        to("unthrottled", "default")
-    );
+    for (rt, ctx, channel, object) in [
+        (T::WRITE, "flush", "flush", "limit"),
+        (T::READ, "flush", "flush", "reads"),
+        (T::WRITE, "compaction_l0", "compaction", "l0"),
+        (T::WRITE, "compaction_ln", "compaction", "ln"),
+        (T::READ, "compaction_l0", "compaction", "reads"),
+        (T::READ, "compaction_ln", "compaction", "reads"),
+        (T::READ, "foreground", "foreground", "default"),
+        (T::WRITE, "unthrottled", "unthrottled", "default"),
+    ] {
+        assert_eq!(
+            route(&silk, 1, rt, ctx),
+            to(channel, object),
+            "{rt:?} {ctx}"
+        );
+    }
     assert_eq!(route(&silk, 1, T::READ, "none"), to("other", "default"));
 
     let tenants = load("per-workflow.toml");
