@@ -55,6 +55,17 @@ static double time_block(const struct calls *c, int dir, long n) {
     return (now_ns() - start) / (double)n;
 }
 
+struct sides {
+    const struct calls *interposed, *direct;
+    int dir;
+};
+
+static double block(void *arg, int interposed, long pair) {
+    const struct sides *s = arg;
+    (void)pair;
+    return time_block(interposed ? s->interposed : s->direct, s->dir, BLOCK);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: %s DIR ITERATIONS\n", argv[0]);
@@ -85,30 +96,8 @@ int main(int argc, char **argv) {
     }
     long pairs = iterations / BLOCK;
     if (pairs < 1) pairs = 1;
-    double *diff = malloc(sizeof(double) * (size_t)pairs);
-    double sum_i = 0, sum_d = 0;
-    if (!diff) return 1;
-    for (long p = 0; p < pairs; p++) {
-        double t_i, t_d;
-        /* Alternate which side goes first, so neither always follows the other. */
-        if (p % 2 == 0) {
-            t_i = time_block(&interposed, dir, BLOCK);
-            t_d = time_block(&direct, dir, BLOCK);
-        } else {
-            t_d = time_block(&direct, dir, BLOCK);
-            t_i = time_block(&interposed, dir, BLOCK);
-        }
-        if (t_i < 0 || t_d < 0) {
-            perror("meta_loop: a call failed");
-            return 1;
-        }
-        sum_i += t_i;
-        sum_d += t_d;
-        diff[p] = t_i - t_d;
-    }
-    double med = median(diff, pairs);
-    printf("%.2f %.2f %.2f\n", sum_i / pairs, sum_d / pairs, med);
-    free(diff);
+    struct sides sides = {&interposed, &direct, dir};
+    int rc = paired_report(pairs, block, &sides, "meta_loop: a call failed");
     close(dir);
-    return 0;
+    return rc;
 }

@@ -47,6 +47,20 @@ static double time_block(pread_fn f, int fd, char *buf, size_t size, long n) {
     return (now_ns() - start) / (double)n;
 }
 
+struct sides {
+    pread_fn direct;
+    int fd;
+    char *area;
+    size_t size;
+};
+
+/* Successive pairs read into buffers at OFFSETS offsets within a page. */
+static double block(void *arg, int interposed, long pair) {
+    const struct sides *s = arg;
+    char *b = s->area + (pair / 2 % OFFSETS) * (4096 / OFFSETS);
+    return time_block(interposed ? pread : s->direct, s->fd, b, s->size, BLOCK);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4 && !(argc == 5 && strcmp(argv[4], "paired") == 0)) {
         fprintf(stderr, "usage: %s FILE SIZE ITERATIONS [paired]\n", argv[0]);
@@ -84,37 +98,15 @@ int main(int argc, char **argv) {
     if (pairs < 1) {
         pairs = 1;
     }
-    double *diff = malloc(sizeof(double) * (size_t)pairs);
     char *area = aligned_alloc(4096, 2 * 4096 + (size ? size : 1));
-    double sum_i = 0, sum_d = 0;
-    if (!diff || !area || time_block(direct, fd, area, size, BLOCK) < 0) {
+    if (!area || time_block(direct, fd, area, size, BLOCK) < 0) {
         perror("pread_loop: setup");
         return 1;
     }
-    for (long p = 0; p < pairs; p++) {
-        char *b = area + (p / 2 % OFFSETS) * (4096 / OFFSETS);
-        /* Alternate which side goes first, so neither always follows the other. */
-        double t_i, t_d;
-        if (p % 2 == 0) {
-            t_i = time_block(pread, fd, b, size, BLOCK);
-            t_d = time_block(direct, fd, b, size, BLOCK);
-        } else {
-            t_d = time_block(direct, fd, b, size, BLOCK);
-            t_i = time_block(pread, fd, b, size, BLOCK);
-        }
-        if (t_i < 0 || t_d < 0) {
-            perror("pread_loop: pread");
-            return 1;
-        }
-        sum_i += t_i;
-        sum_d += t_d;
-        diff[p] = t_i - t_d;
-    }
-    double med = median(diff, pairs);
-    printf("%.2f %.2f %.2f\n", sum_i / pairs, sum_d / pairs, med);
+    struct sides sides = {direct, fd, area, size};
+    int rc = paired_report(pairs, block, &sides, "pread_loop: pread");
     free(area);
-    free(diff);
     close(fd);
     free(buf);
-    return 0;
+    return rc;
 }

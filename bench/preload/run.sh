@@ -70,8 +70,11 @@ sizes=(0 4096)
 files="${FILES:-200000}"
 declare -A samples paired small_added small_direct
 for ((r = 1; r <= runs; r++)); do
+    # The configurations' order rotates by one each round.
+    shift_by=$(((r - 1) % ${#configs[@]}))
+    order=("${configs[@]:shift_by}" "${configs[@]:0:shift_by}")
     for size in "${sizes[@]}"; do
-        for c in "${configs[@]}"; do
+        for c in "${order[@]}"; do
             # shellcheck disable=SC2046
             v=$(env $(env_for "$c") "$work/pread_loop" "$work/data/file" "$size" "$iterations")
             samples[$c,$size]+="$v "

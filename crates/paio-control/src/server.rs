@@ -160,28 +160,21 @@ impl State {
                 "stage {id} ({} pid {})",
                 view.info.identity.name, view.info.identity.pid
             );
-            let names = |it: &mut dyn Iterator<Item = &str>| it.collect::<Vec<_>>().join(", ");
-            let ch = view
-                .info
-                .channels
-                .iter()
-                .find(|c| c.name == channel)
-                .ok_or_else(|| {
-                    format!(
-                        "{who} has no channel {channel:?} (it has: {})",
-                        names(&mut view.info.channels.iter().map(|c| c.name.as_str()))
-                    )
-                })?;
-            let obj = ch
-                .objects
-                .iter()
-                .find(|o| o.name == object)
-                .ok_or_else(|| {
-                    format!(
-                        "{who}: channel {channel:?} has no object {object:?} (it has: {})",
-                        names(&mut ch.objects.iter().map(|o| o.name.as_str()))
-                    )
-                })?;
+            let ch = view.info.channels.iter().find(|c| c.name == channel);
+            let Some(ch) = ch else {
+                let names: Vec<&str> = view.info.channels.iter().map(|c| c.name.as_str()).collect();
+                return Err(format!(
+                    "{who} has no channel {channel:?} (it has: {})",
+                    names.join(", ")
+                ));
+            };
+            let Some(obj) = ch.objects.iter().find(|o| o.name == object) else {
+                let names: Vec<&str> = ch.objects.iter().map(|o| o.name.as_str()).collect();
+                return Err(format!(
+                    "{who}: channel {channel:?} has no object {object:?} (it has: {})",
+                    names.join(", ")
+                ));
+            };
             let Some(paio::ObjectConfig::Drl(current)) = &obj.config else {
                 return Err(format!(
                     "{who}: {channel}/{object} is a {} object; set-rate changes DRL objects",

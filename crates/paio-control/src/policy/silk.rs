@@ -675,7 +675,8 @@ impl ControlPolicy for SilkPolicy {
             (COMPACTION, READS_OBJECT) => self.read_b.is_some(),
             _ => false,
         };
-        set_each_period && Usage::of(stage).is_some()
+        // The stages the policy controls (those Usage::of reads).
+        set_each_period && has_channel(&stage.info, FLUSH) && has_channel(&stage.info, COMPACTION)
     }
 }
 
