@@ -41,7 +41,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
