@@ -61,6 +61,26 @@ pub fn format_status(r: &StatusReport) -> String {
         r.period_ms,
         r.stages.len()
     );
+    if let Some(c) = &r.connections {
+        let closed: Vec<String> = c.closed.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            out,
+            "connections: stages cap {} ({} per uid), {} waiting (cap {}), {} ctl (cap {}), \
+             descriptor limit {}; closed by paiod: {}",
+            c.max_stages,
+            c.max_stages_per_uid,
+            c.waiting,
+            c.max_waiting,
+            c.ctl,
+            c.max_ctl,
+            c.descriptor_limit,
+            if closed.is_empty() {
+                "none".to_string()
+            } else {
+                closed.join(", ")
+            }
+        );
+    }
     if !r.groups.is_empty() {
         let _ = writeln!(
             out,
@@ -220,8 +240,23 @@ mod tests {
                 }],
             }],
             latency: None,
+            connections: Some(paio_control::ctl::ConnectionStatus {
+                descriptor_limit: 524_288,
+                max_stages: 523_936,
+                max_stages_per_uid: 523_936,
+                max_waiting: 256,
+                max_ctl: 32,
+                waiting: 3,
+                ctl: 1,
+                closed: [("hello_timeout".to_string(), 2)].into(),
+            }),
         };
         let text = format_status(&r);
+        assert!(
+            text.contains("3 waiting (cap 256)")
+                && text.contains("closed by paiod: hello_timeout 2"),
+            "{text}"
+        );
         assert!(text.contains("policy max_min"), "{text}");
         assert!(
             text.contains("I1") && text.contains("150.0 MiB/s") && text.contains("249.0 MiB/s"),
@@ -282,8 +317,10 @@ mod tests {
                     }],
                 }],
             }],
+            connections: None,
         };
         let text = format_status(&r);
+        assert!(!text.contains("connections:"), "{text}");
         assert!(
             text.contains("critical p99 5.50 ms (target 2.00 ms, 120 requests, missed: cut)"),
             "{text}"

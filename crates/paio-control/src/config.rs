@@ -5,6 +5,12 @@
 //! # collect_timeout = "2s"         # default: 20 periods, at least 2 s
 //! # socket = "/run/paio/paiod.sock"
 //! # metrics = "127.0.0.1:9464"
+//! [connections]                    # optional: see ConnectionLimits
+//! # max_stages = 10000             # default: what the descriptor limit allows
+//! # max_stages_per_uid = 10000     # default: max_stages
+//! # hello_timeout = "10s"          # a connection's time to say hello or ctl
+//! # max_waiting = 256              # connections that have not said it yet
+//! # drain_timeout = "10s"          # a peer that does not read its replies
 //! [policy]
 //! kind = "max_min"                 # static (default) | max_min | proportional | silk | criticality
 //! group_by = "job"                 # label that names a stage's group
@@ -120,6 +126,8 @@ pub struct PaiodConfig {
     pub metrics: Option<SocketAddr>,
     /// The control policy.
     pub policy: PolicyConfig,
+    /// Caps on connections (`[connections]`).
+    pub connections: ConnectionLimits,
 }
 
 impl Default for PaiodConfig {
@@ -130,9 +138,52 @@ impl Default for PaiodConfig {
             collect_timeout: default_collect_timeout(DEFAULT_PERIOD),
             metrics: None,
             policy: PolicyConfig::default(),
+            connections: ConnectionLimits::default(),
         }
     }
 }
+
+/// `[connections]`: what one peer, or all of them, can hold of paiod.
+///
+/// Every connection first *waits* until it says `hello` (a stage) or sends
+/// a `ctl` request (`paio status`, `paio ctl`). Waiting connections are
+/// capped and timed out, so idle or slow peers cannot use up descriptors;
+/// when the cap is reached the oldest waiting connection is closed (a real
+/// client speaks within microseconds of connecting, so it is never the
+/// oldest). Stages are capped overall and per uid. `ctl` sessions have a
+/// cap of their own ([`MAX_CTL_SESSIONS`]), so `paio status` works when
+/// stages are at their cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionLimits {
+    /// Registered stages at once (`None`: the descriptor limit less the
+    /// other caps and a reserve, see `server::Limits`). A stage over the
+    /// cap is told so and closed; it retries like after a paiod restart.
+    pub max_stages: Option<usize>,
+    /// Registered stages of one uid at once (`None`: `max_stages`). Lower
+    /// it when other users may connect (`--socket-mode`), so one user
+    /// cannot take every slot.
+    pub max_stages_per_uid: Option<usize>,
+    /// How long a connection may wait before its first message (`None`:
+    /// [`DEFAULT_HELLO_TIMEOUT`]). Shorter frees slots held by idle peers
+    /// sooner; it must exceed what a loaded client takes to send 1 frame.
+    pub hello_timeout: Option<Duration>,
+    /// Connections waiting at once (`None`: [`DEFAULT_MAX_WAITING`]).
+    pub max_waiting: Option<usize>,
+    /// How long a peer may leave more than [`crate::outbox::SOFT_LIMIT`]
+    /// bytes of replies unread before it is closed (`None`:
+    /// [`DEFAULT_DRAIN_TIMEOUT`]). Meanwhile paiod reads nothing more from
+    /// it.
+    pub drain_timeout: Option<Duration>,
+}
+
+/// Default [`ConnectionLimits::hello_timeout`].
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`ConnectionLimits::max_waiting`].
+pub const DEFAULT_MAX_WAITING: usize = 256;
+/// Default [`ConnectionLimits::drain_timeout`].
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// `ctl` sessions (`paio status`, `paio ctl`) at once.
+pub const MAX_CTL_SESSIONS: usize = 32;
 
 /// The kinds of policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -277,7 +328,18 @@ struct RawFile {
     period: Option<Spanned<HumanDuration>>,
     collect_timeout: Option<Spanned<HumanDuration>>,
     metrics: Option<SocketAddr>,
+    connections: Option<RawConnections>,
     policy: Option<RawPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConnections {
+    max_stages: Option<Spanned<usize>>,
+    max_stages_per_uid: Option<Spanned<usize>>,
+    hello_timeout: Option<Spanned<HumanDuration>>,
+    max_waiting: Option<Spanned<usize>>,
+    drain_timeout: Option<Spanned<HumanDuration>>,
 }
 
 #[derive(Deserialize)]
@@ -405,6 +467,33 @@ impl Ctx<'_> {
         check_byte_rate(*r.get_ref()).map_err(|e| self.err(Some(r.span()), field, e.message))
     }
 
+    fn count(&self, n: &Spanned<usize>, field: &str) -> Result<usize, ConfigError> {
+        match *n.get_ref() {
+            0 => Err(self.err(Some(n.span()), field, "must be at least 1")),
+            v => Ok(v),
+        }
+    }
+
+    fn connections(&self, raw: &RawConnections) -> Result<ConnectionLimits, ConfigError> {
+        let count = |n: &Option<Spanned<usize>>, f: &str| {
+            n.as_ref()
+                .map(|n| self.count(n, &format!("connections.{f}")))
+                .transpose()
+        };
+        let duration = |d: &Option<Spanned<HumanDuration>>, f: &str| {
+            d.as_ref()
+                .map(|d| self.duration(d, &format!("connections.{f}")))
+                .transpose()
+        };
+        Ok(ConnectionLimits {
+            max_stages: count(&raw.max_stages, "max_stages")?,
+            max_stages_per_uid: count(&raw.max_stages_per_uid, "max_stages_per_uid")?,
+            hello_timeout: duration(&raw.hello_timeout, "hello_timeout")?,
+            max_waiting: count(&raw.max_waiting, "max_waiting")?,
+            drain_timeout: duration(&raw.drain_timeout, "drain_timeout")?,
+        })
+    }
+
     fn duration(&self, d: &Spanned<HumanDuration>, field: &str) -> Result<Duration, ConfigError> {
         let v = d.get_ref().0;
         if v.is_zero() {
@@ -444,6 +533,10 @@ impl PaiodConfig {
             Some(t) => cx.duration(t, "collect_timeout")?,
             None => default_collect_timeout(period),
         };
+        let connections = match &raw.connections {
+            Some(c) => cx.connections(c)?,
+            None => ConnectionLimits::default(),
+        };
         let policy = match raw.policy {
             Some(p) => policy_config(&cx, p)?,
             None => PolicyConfig::default(),
@@ -454,6 +547,7 @@ impl PaiodConfig {
             collect_timeout,
             metrics: raw.metrics,
             policy,
+            connections,
         })
     }
 
@@ -862,6 +956,32 @@ mod tests {
         let mut p = c.policy.build();
         assert_eq!(p.kind(), "static");
         assert!(p.period(Duration::ZERO, &[]).is_empty());
+    }
+
+    #[test]
+    fn connection_limits_are_read_and_checked() {
+        let c = parse(
+            "[connections]\nmax_stages = 100\nmax_stages_per_uid = 10\nhello_timeout = \"2s\"\nmax_waiting = 8\ndrain_timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.connections,
+            ConnectionLimits {
+                max_stages: Some(100),
+                max_stages_per_uid: Some(10),
+                hello_timeout: Some(Duration::from_secs(2)),
+                max_waiting: Some(8),
+                drain_timeout: Some(Duration::from_millis(500)),
+            }
+        );
+        let e = err("[connections]\nmax_waiting = 0\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "connections.max_waiting"));
+        assert!(e.message.contains("at least 1"), "{e}");
+        let e = err("[connections]\n\ndrain_timeout = \"0s\"\n");
+        assert_eq!((e.line, e.field.as_str()), (3, "connections.drain_timeout"));
+        let e = err("[connections]\nmax_conns = 3\n");
+        assert_eq!(e.line, 2, "{e}");
+        assert!(e.message.contains("max_conns"), "{e}");
     }
 
     #[test]

@@ -121,6 +121,33 @@ pub struct StatusReport {
     pub latency: Option<LatencyStatus>,
     /// Registered stages, by id.
     pub stages: Vec<StageStatus>,
+    /// Connections and their caps (absent from a paiod before they were
+    /// reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<ConnectionStatus>,
+}
+
+/// paiod's connections and their caps (`[connections]` in its
+/// configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionStatus {
+    /// Descriptors paiod may open (its raised soft limit).
+    pub descriptor_limit: u64,
+    /// Cap on registered stages.
+    pub max_stages: u64,
+    /// Cap on registered stages of one uid.
+    pub max_stages_per_uid: u64,
+    /// Cap on connections that have not sent their first message.
+    pub max_waiting: u64,
+    /// Cap on `ctl` sessions.
+    pub max_ctl: u64,
+    /// Connections that have not sent their first message.
+    pub waiting: u64,
+    /// Open `ctl` sessions.
+    pub ctl: u64,
+    /// Connections paiod closed since it started, by reason (`stage_cap`,
+    /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `unread`).
+    pub closed: BTreeMap<String, u64>,
 }
 
 /// One registered stage.

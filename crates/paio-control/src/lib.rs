@@ -9,7 +9,9 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod conns;
 pub mod ctl;
 pub mod metrics;
+pub mod outbox;
 pub mod policy;
 pub mod server;

@@ -1,11 +1,14 @@
 //! `paiod`: the paio control plane daemon. Thin glue over `paio_control`.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use clap::Parser;
 use paio_control::config::PaiodConfig;
+use paio_control::conns::Limits;
 use paio_control::server::{self, State};
 
 /// The paio control plane: stages register over a Unix socket and receive
@@ -56,6 +59,14 @@ fn main() -> anyhow::Result<()> {
         Some(path) => PaiodConfig::from_file(path)?,
         None => PaiodConfig::parse("", "<default>")?,
     };
+    let descriptors = raise_descriptor_limit();
+    let limits = Limits::resolve(&config.connections, descriptors)?;
+    tracing::info!(
+        "descriptor limit {descriptors}: up to {} stages ({} per uid), {} waiting connections",
+        limits.max_stages,
+        limits.max_stages_per_uid,
+        limits.max_waiting
+    );
     let socket = server::socket_path(args.socket.clone(), &config);
     let metrics = args.metrics.or(config.metrics);
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -68,6 +79,7 @@ fn main() -> anyhow::Result<()> {
             config.policy.build(),
             config.period,
             config.collect_timeout,
+            limits,
         )));
         if let Some(addr) = metrics {
             let l = tokio::net::TcpListener::bind(addr)
@@ -107,6 +119,29 @@ fn main() -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&socket);
         anyhow::Ok(())
     })
+}
+
+/// Raises the soft descriptor limit to the hard one (the usual soft 1,024
+/// would cap paiod at about 700 stages); returns the limit in force.
+fn raise_descriptor_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    let soft = lim.current;
+    if lim.current != lim.maximum {
+        lim.current = lim.maximum;
+        match setrlimit(Resource::Nofile, lim) {
+            Ok(()) => tracing::info!(
+                "descriptor soft limit raised from {} to {}",
+                soft.map_or("unlimited".into(), |v| v.to_string()),
+                lim.maximum.map_or("unlimited".into(), |v| v.to_string())
+            ),
+            Err(e) => {
+                tracing::warn!("cannot raise the descriptor soft limit to the hard limit: {e}");
+                return soft.unwrap_or(u64::MAX);
+            }
+        }
+    }
+    lim.current.unwrap_or(u64::MAX)
 }
 
 fn lock_kind(state: &server::Shared) -> String {

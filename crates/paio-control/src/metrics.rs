@@ -14,6 +14,10 @@
 //! | `paio_group_demand_bytes_per_second`, `..._target_...`, `..._achieved_...` | gauge | group |
 //! | `paio_critical_latency_target_seconds`, `..._measured_seconds` | gauge (policy `criticality`) | |
 //! | `paio_background_depth`, `paio_background_busy_depth`, `paio_background_rate_bytes_per_second` | gauge (policy `criticality`; the rate only while limited) | |
+//! | `paiod_descriptor_limit` | gauge | |
+//! | `paiod_connections` | gauge | state (`stage`, `waiting`, `ctl`) |
+//! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`) |
+//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `unread`) |
 //!
 //! The endpoint answers `GET /metrics` (and `/`) with HTTP/1.0 and closes
 //! the connection; it reads at most 8 KiB of request head.
@@ -77,6 +81,32 @@ fn with(mut l: Labels, k: &str, v: &str) -> Labels {
     l
 }
 
+fn counters(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: Vec<(Labels, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauges(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: Vec<(Labels, f64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
 impl prometheus_client::collector::Collector for Snapshot {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let r = &self.report;
@@ -88,13 +118,8 @@ impl prometheus_client::collector::Collector for Snapshot {
             g.metric_type(),
         )?)?;
 
-        let mut counter = |name: &str, help: &str, rows: Vec<(Labels, u64)>| {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, v) in rows {
-                ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-            }
-            Ok::<(), std::fmt::Error>(())
-        };
+        let mut counter =
+            |name: &str, help: &str, rows: Vec<(Labels, u64)>| counters(&mut enc, name, help, rows);
         let mut ch_ops = Vec::new();
         let mut ch_bytes = Vec::new();
         let mut ob_ops = Vec::new();
@@ -124,13 +149,8 @@ impl prometheus_client::collector::Collector for Snapshot {
         )?;
         counter("paio_object_bytes", "Bytes through an object", ob_bytes)?;
 
-        let mut gauge = |name: &str, help: &str, rows: Vec<(Labels, f64)>| {
-            let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (labels, v) in rows {
-                ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
-            }
-            Ok::<(), std::fmt::Error>(())
-        };
+        let mut gauge =
+            |name: &str, help: &str, rows: Vec<(Labels, f64)>| gauges(&mut enc, name, help, rows);
         let mut ch_bw = Vec::new();
         let mut rates = Vec::new();
         let mut proc_r = Vec::new();
@@ -229,6 +249,46 @@ impl prometheus_client::collector::Collector for Snapshot {
                 "paio_background_rate_bytes_per_second",
                 "Total non-critical rate of the priority objects (absent: unlimited)",
                 l.rate_bytes_per_sec,
+            )?;
+        }
+
+        if let Some(c) = &r.connections {
+            let one = |k: &str, v: &str, x: u64| (vec![(k.to_string(), v.to_string())], x as f64);
+            gauges(
+                &mut enc,
+                "paiod_descriptor_limit",
+                "Descriptors paiod may open (its soft limit, raised to the hard one at start)",
+                vec![(vec![], c.descriptor_limit as f64)],
+            )?;
+            gauges(
+                &mut enc,
+                "paiod_connections",
+                "Open connections by state (stage: registered; waiting: no first message yet)",
+                vec![
+                    one("state", "stage", r.stages.len() as u64),
+                    one("state", "waiting", c.waiting),
+                    one("state", "ctl", c.ctl),
+                ],
+            )?;
+            gauges(
+                &mut enc,
+                "paiod_connection_cap",
+                "Caps on connections ([connections] in paiod's configuration)",
+                vec![
+                    one("cap", "max_stages", c.max_stages),
+                    one("cap", "max_stages_per_uid", c.max_stages_per_uid),
+                    one("cap", "max_waiting", c.max_waiting),
+                    one("cap", "max_ctl", c.max_ctl),
+                ],
+            )?;
+            counters(
+                &mut enc,
+                "paiod_connections_closed",
+                "Connections paiod closed, by reason (a cap, a timeout, unread replies)",
+                c.closed
+                    .iter()
+                    .map(|(k, v)| (vec![("reason".to_string(), k.clone())], *v))
+                    .collect(),
             )?;
         }
 

@@ -11,7 +11,7 @@
 //!   it returns, and asks every stage to collect.
 //! - State is behind one mutex held only between awaits, never across one.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -19,16 +19,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use paio::protocol::{self, ErrorCode, FrameDecoder, FrameError, Hello, Message};
-use paio::stats::{ChannelStats, Counts};
+use paio::stats::Counts;
 use paio::{Rule, StageStats};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::mpsc;
 
 use crate::config::PaiodConfig;
+use crate::conns::{Closed, Conns, Limits};
 use crate::ctl::{
     ChannelStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus, StatusReport,
 };
+use crate::outbox::{self, Outbox};
 use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
 
 /// Errors that stop the daemon from starting.
@@ -50,6 +50,25 @@ pub enum ServerError {
     },
 }
 
+/// A peer's text as it goes into paiod's log: control characters (a
+/// newline that would forge a log line, terminal escapes) are written
+/// escaped (`\n`, `\u{1b}`), everything else as is.
+pub struct Escaped<'a>(pub &'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            if c.is_control() || c == '\\' {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Kernel-reported credentials of a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerCred {
@@ -65,9 +84,8 @@ struct StageEntry {
     view: StageView,
     cred: PeerCred,
     registered_at: Instant,
-    tx: mpsc::UnboundedSender<Message>,
-    /// Wakes the stage's connection task to close the connection.
-    kick: Arc<tokio::sync::Notify>,
+    /// The stage's connection (closing it ends the connection task).
+    out: Outbox,
     /// Last stats as received (cumulative totals), with their arrival time.
     last_raw: Option<(Instant, StageStats)>,
     /// The collect request outstanding, with when it was sent.
@@ -81,7 +99,7 @@ impl StageEntry {
     fn send(&mut self, make: impl FnOnce(u64) -> Message) -> u64 {
         self.next_request += 1;
         let id = self.next_request;
-        let _ = self.tx.send(make(id));
+        self.out.send(&make(id));
         id
     }
 }
@@ -94,6 +112,7 @@ pub struct State {
     started: Instant,
     period: Duration,
     collect_timeout: Duration,
+    conns: Conns,
 }
 
 /// The daemon's shared state, for the metrics endpoint and tests.
@@ -104,11 +123,13 @@ fn lock(state: &Shared) -> MutexGuard<'_, State> {
 }
 
 impl State {
-    /// A state running `policy` every `period`.
+    /// A state running `policy` every `period`, serving connections
+    /// within `limits`.
     pub fn new(
         policy: Box<dyn ControlPolicy>,
         period: Duration,
         collect_timeout: Duration,
+        limits: Limits,
     ) -> Self {
         Self {
             policy,
@@ -117,7 +138,15 @@ impl State {
             started: Instant::now(),
             period,
             collect_timeout,
+            conns: Conns::new(limits),
         }
+    }
+
+    /// Removes stage `id` and gives back its connection slot.
+    fn remove_stage(&mut self, id: StageId) -> Option<StageEntry> {
+        let e = self.stages.remove(&id)?;
+        self.conns.stage_left(e.cred.uid);
+        Some(e)
     }
 
     /// `paio ctl set-rate`: sets `channel/object`'s DRL rate in every stage
@@ -230,6 +259,7 @@ impl State {
             groups: self.policy.targets(),
             latency: self.policy.latency(),
             stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
+            connections: Some(self.conns.status()),
         }
     }
 
@@ -316,7 +346,6 @@ pub async fn serve(
     config: &PaiodConfig,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let max_frame = protocol::DEFAULT_MAX_FRAME;
     let accept = {
         let state = state.clone();
         async move {
@@ -324,9 +353,7 @@ pub async fn serve(
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let state = state.clone();
-                        tokio::spawn(async move {
-                            connection(stream, state, max_frame).await;
-                        });
+                        tokio::spawn(connection(stream, state));
                     }
                     Err(e) => {
                         tracing::warn!("accept: {e}");
@@ -345,27 +372,23 @@ pub async fn serve(
     // Tell stages we are leaving; they keep their rules and reconnect.
     let st = lock(&state);
     for e in st.stages.values() {
-        let _ = e.tx.send(Message::Goodbye {
+        e.out.send(&Message::Goodbye {
             reason: Some("paiod shutting down".into()),
         });
     }
 }
 
-async fn write_task(
-    mut w: tokio::net::unix::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-) {
-    while let Some(frame) = rx.recv().await {
-        if w.write_all(&frame).await.is_err() {
-            break;
-        }
-    }
-    let _ = w.shutdown().await;
-}
+/// Bytes a connection reads at once at first; doubled up to
+/// [`MAX_READ_BUF`] while reads fill it. Idle connections hold none.
+const FIRST_READ_BUF: usize = 4 * 1024;
+/// The largest read buffer of a connection.
+const MAX_READ_BUF: usize = 64 * 1024;
+/// How long a closing connection's writer may take to send what is queued.
+const WRITER_GRACE: Duration = Duration::from_secs(1);
 
 /// One connection: a stage or an administration client, told apart by the
-/// first message.
-async fn connection(stream: UnixStream, state: Shared, max_frame: usize) {
+/// first message, within the caps of [`Conns`].
+async fn connection(stream: UnixStream, state: Shared) {
     let cred = match stream.peer_cred() {
         Ok(c) => PeerCred {
             pid: c.pid().map_or(0, |p| p as u32),
@@ -377,83 +400,174 @@ async fn connection(stream: UnixStream, state: Shared, max_frame: usize) {
             return;
         }
     };
-    let (mut r, w) = stream.into_split();
-    let (frames_tx, frames_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let writer = tokio::spawn(write_task(w, frames_rx));
-    let mut decoder = FrameDecoder::new(max_frame);
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut session = Session::New;
-    let kick = Arc::new(tokio::sync::Notify::new());
-    'read: loop {
-        let n = tokio::select! {
-            n = r.read(&mut buf) => match n {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            },
-            _ = kick.notified() => break,
+    let (r, w) = stream.into_split();
+    let (out, rx) = Outbox::new();
+    let writer = tokio::spawn(rx.write_all_to(w));
+    let (conn, limits) = {
+        let mut st = lock(&state);
+        (st.conns.wait(out.clone()), *st.conns.limits())
+    };
+    let hello_deadline = tokio::time::Instant::now() + limits.hello_timeout;
+    let mut session = Session::New { conn };
+    let end = serve_connection(&r, &out, &state, cred, &mut session, hello_deadline).await;
+    {
+        let mut st = lock(&state);
+        match session {
+            Session::New { conn } => st.conns.done_waiting(conn),
+            Session::Ctl => st.conns.ctl_left(),
+            Session::Stage { id } => {
+                if let Some(e) = st.remove_stage(id) {
+                    tracing::info!(
+                        "stage {id} ({} pid {}) left",
+                        Escaped(&e.view.info.identity.name),
+                        e.cred.pid
+                    );
+                }
+            }
+        }
+        if let Some(why) = end {
+            st.conns.count(why);
+            // Counted either way; only a peer that stops reading is worth
+            // a warning (idle peers would flood the log).
+            let level_warn = why == Closed::Unread;
+            let message = format!(
+                "connection of pid {} uid {} closed: {}",
+                cred.pid,
+                cred.uid,
+                match why {
+                    Closed::HelloTimeout =>
+                        format!("no hello or ctl within {:?}", limits.hello_timeout),
+                    _ => format!(
+                        "it did not read its replies (over {} bytes queued for {:?}, or over {})",
+                        outbox::SOFT_LIMIT,
+                        limits.drain_timeout,
+                        outbox::HARD_LIMIT
+                    ),
+                }
+            );
+            if level_warn {
+                tracing::warn!("{message}");
+            } else {
+                tracing::debug!("{message}");
+            }
+        }
+    }
+    // Frames still queued get a moment to go out (a goodbye); a peer that
+    // does not read them does not keep the task, its buffers and the
+    // socket alive.
+    out.close();
+    drop(out);
+    let abort = writer.abort_handle();
+    if tokio::time::timeout(WRITER_GRACE, writer).await.is_err() {
+        abort.abort();
+    }
+}
+
+/// Reads and handles `r`'s frames until the peer leaves, the connection is
+/// closed from elsewhere, or a cap ends it (the returned reason).
+async fn serve_connection(
+    r: &tokio::net::unix::OwnedReadHalf,
+    out: &Outbox,
+    state: &Shared,
+    cred: PeerCred,
+    session: &mut Session,
+    hello_deadline: tokio::time::Instant,
+) -> Option<Closed> {
+    let drain_timeout = lock(state).conns.limits().drain_timeout;
+    let mut decoder = FrameDecoder::new(protocol::DEFAULT_MAX_FRAME);
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        let waiting = matches!(session, Session::New { .. });
+        tokio::select! {
+            ready = r.readable() => if ready.is_err() { return None },
+            _ = out.closing() => return out.overflowed().then_some(Closed::Unread),
+            _ = tokio::time::sleep_until(hello_deadline), if waiting => {
+                return Some(Closed::HelloTimeout)
+            }
+        }
+        if buf.is_empty() {
+            buf = vec![0; FIRST_READ_BUF];
+        }
+        let n = match r.try_read(&mut buf) {
+            Ok(0) => return None,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
         };
         decoder.push(&buf[..n]);
+        if n == buf.len() && buf.len() < MAX_READ_BUF {
+            buf = vec![0; buf.len() * 2];
+        }
         loop {
             let payload = match decoder.next_frame() {
                 Ok(Some(p)) => p,
                 Ok(None) => break,
                 Err(FrameError::TooLarge { len, max }) => {
-                    let m = Message::error(
+                    out.send(&Message::error(
                         None,
                         ErrorCode::TooLarge,
                         format!("frame of {len} bytes exceeds paiod's limit of {max}"),
-                    );
-                    let _ = frames_tx.send(protocol::encode(&m));
+                    ));
                     continue;
                 }
-                Err(_) => break 'read,
+                Err(_) => return None,
             };
-            if !session.handle(&payload, &state, cred, &frames_tx, &kick) {
-                break 'read;
+            if !session.handle(&payload, state, cred, out) {
+                return None;
+            }
+            // Backpressure: no more requests from a peer that does not read.
+            if out.queued() > outbox::SOFT_LIMIT && !out.drained(drain_timeout).await {
+                return (out.overflowed() || !out.is_closed()).then_some(Closed::Unread);
             }
         }
     }
-    if let Session::Stage { id, .. } = session {
-        let removed = lock(&state).stages.remove(&id);
-        if let Some(e) = removed {
-            tracing::info!(
-                "stage {id} ({} pid {}) left",
-                e.view.info.identity.name,
-                e.cred.pid
-            );
-        }
-    }
-    drop(frames_tx);
-    let _ = writer.await;
 }
 
 enum Session {
-    New,
-    Stage { id: StageId },
+    /// Waiting for its first message; `conn` is its id in [`Conns`].
+    New {
+        conn: u64,
+    },
+    Stage {
+        id: StageId,
+    },
     Ctl,
 }
 
 impl Session {
     /// Handles one payload; false closes the connection.
-    fn handle(
-        &mut self,
-        payload: &[u8],
-        state: &Shared,
-        cred: PeerCred,
-        out: &mpsc::UnboundedSender<Vec<u8>>,
-        kick: &Arc<tokio::sync::Notify>,
-    ) -> bool {
+    fn handle(&mut self, payload: &[u8], state: &Shared, cred: PeerCred, out: &Outbox) -> bool {
         let reply = |m: Message| {
-            let _ = out.send(protocol::encode(&m));
+            out.send(&m);
         };
         match self {
-            Session::New => {
+            Session::New { conn } => {
+                let conn = *conn;
                 let kind = serde_json::from_slice::<serde_json::Value>(payload)
                     .ok()
                     .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_string));
                 if kind.as_deref() == Some("ctl") {
-                    *self = Session::Ctl;
-                    return self.handle(payload, state, cred, out, kick);
+                    let admitted = {
+                        let mut st = lock(state);
+                        st.conns.done_waiting(conn);
+                        let admitted = st.conns.admit_ctl();
+                        if admitted.is_ok() {
+                            *self = Session::Ctl;
+                        }
+                        admitted
+                    };
+                    if let Err(e) = admitted {
+                        out.send_frame(protocol::encode_value(&CtlReply {
+                            kind: Default::default(),
+                            id: 0,
+                            ok: false,
+                            error: Some(e),
+                            status: None,
+                            done: None,
+                        }));
+                        return false;
+                    }
+                    return self.handle(payload, state, cred, out);
                 }
                 match protocol::decode(payload) {
                     Ok(Message::Hello(hello)) => {
@@ -469,9 +583,16 @@ impl Session {
                             ));
                             return false;
                         }
-                        let id = register(state, *hello, cred, out.clone(), kick.clone());
-                        *self = Session::Stage { id };
-                        true
+                        match register(state, *hello, cred, out.clone(), conn) {
+                            Ok(id) => {
+                                *self = Session::Stage { id };
+                                true
+                            }
+                            Err(e) => {
+                                reply(Message::error(None, ErrorCode::Limit, e));
+                                false
+                            }
+                        }
                     }
                     Ok(other) => {
                         reply(Message::error(
@@ -504,11 +625,17 @@ impl Session {
                         message,
                         ..
                     }) => {
-                        tracing::warn!("stage {id} refused request {req:?} ({code:?}): {message}");
+                        tracing::warn!(
+                            "stage {id} refused request {req:?} ({code:?}): {}",
+                            Escaped(&message)
+                        );
                         true
                     }
                     Ok(Message::Goodbye { reason }) => {
-                        tracing::info!("stage {id} said goodbye: {}", reason.unwrap_or_default());
+                        tracing::info!(
+                            "stage {id} said goodbye: {}",
+                            Escaped(&reason.unwrap_or_default())
+                        );
                         false
                     }
                     Ok(other) => {
@@ -540,7 +667,7 @@ impl Session {
                         done: None,
                     },
                 };
-                let _ = out.send(protocol::encode_value(&answer));
+                out.send_frame(protocol::encode_value(&answer));
                 true
             }
         }
@@ -560,7 +687,12 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
         },
         CtlCommand::Set { group, key, value } => match st.policy.set(&group, &key, &value) {
             Ok(()) => {
-                tracing::info!("ctl: set {group} {key}={value}");
+                tracing::info!(
+                    "ctl: set {} {}={}",
+                    Escaped(&group),
+                    Escaped(&key),
+                    Escaped(&value)
+                );
                 CtlReply {
                     kind: Default::default(),
                     id: req.id,
@@ -587,7 +719,7 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
         } => {
             let (ok, error, done) = match st.set_rate(&stage, &channel, &object, &rate) {
                 Ok(done) => {
-                    tracing::info!("ctl: set-rate {done}");
+                    tracing::info!("ctl: set-rate {}", Escaped(&done));
                     (true, None, Some(done))
                 }
                 Err(e) => (false, Some(e), None),
@@ -605,24 +737,18 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
 }
 
 /// Registers a stage: welcome, then the policy's setup rules minus the
-/// creations of what the stage already has.
+/// creations of what the stage already has. Err: the stage caps are
+/// reached (the message says which).
 fn register(
     state: &Shared,
     hello: Hello,
     cred: PeerCred,
-    out: mpsc::UnboundedSender<Vec<u8>>,
-    kick: Arc<tokio::sync::Notify>,
-) -> StageId {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
-    // Messages for this stage are encoded on their way to the writer.
-    tokio::spawn(async move {
-        while let Some(m) = rx.recv().await {
-            if out.send(protocol::encode(&m)).is_err() {
-                break;
-            }
-        }
-    });
+    out: Outbox,
+    conn: u64,
+) -> Result<StageId, String> {
     let mut st = lock(state);
+    st.conns.done_waiting(conn);
+    st.conns.admit_stage(cred.uid)?;
     st.next_id += 1;
     let id = st.next_id;
     let mut info = hello.info;
@@ -643,7 +769,7 @@ fn register(
     let setup = missing(st.policy.setup(&view), &view);
     tracing::info!(
         "stage {id} registered: {} pid {} uid {} labels {:?}",
-        view.info.identity.name,
+        Escaped(&view.info.identity.name),
         cred.pid,
         cred.uid,
         view.info.identity.labels
@@ -653,14 +779,13 @@ fn register(
         view,
         cred,
         registered_at: Instant::now(),
-        tx,
-        kick,
+        out,
         last_raw: None,
         outstanding: None,
         proc_prev: None,
         next_request: 0,
     };
-    let _ = entry.tx.send(Message::Welcome {
+    entry.out.send(&Message::Welcome {
         version: protocol::VERSION,
         stage_id: id,
         period_ms,
@@ -673,7 +798,7 @@ fn register(
         });
     }
     st.stages.insert(id, entry);
-    id
+    Ok(id)
 }
 
 /// `rules` without the creation of channels and objects `view` already has
@@ -803,15 +928,22 @@ pub fn rebase(cur: &mut StageStats, prev: &StageStats, secs: f64) {
             c.bytes_per_sec = 0.0;
         }
     }
-    let find =
-        |name: &str| -> Option<&ChannelStats> { prev.channels.iter().find(|c| c.name == name) };
+    // Linear in channels and objects: one index of the previous report.
+    let prev_channels: HashMap<&str, (&Counts, HashMap<&str, &Counts>)> = prev
+        .channels
+        .iter()
+        .map(|c| {
+            let objects = c.objects.iter().map(|o| (o.name.as_str(), &o.counts));
+            (c.name.as_str(), (&c.counts, objects.collect()))
+        })
+        .collect();
     cur.interval_ns = (secs * 1e9) as u64;
     for ch in &mut cur.channels {
-        let pch = find(&ch.name);
-        counts(&mut ch.counts, pch.map(|p| &p.counts), secs);
+        let pch = prev_channels.get(ch.name.as_str());
+        counts(&mut ch.counts, pch.map(|p| p.0), secs);
         for o in &mut ch.objects {
-            let po = pch.and_then(|p| p.objects.iter().find(|x| x.name == o.name));
-            counts(&mut o.counts, po.map(|p| &p.counts), secs);
+            let po = pch.and_then(|p| p.1.get(o.name.as_str()).copied());
+            counts(&mut o.counts, po, secs);
         }
     }
     counts(&mut cur.unmatched, Some(&prev.unmatched), secs);
@@ -852,23 +984,23 @@ pub fn tick(state: &Shared) {
         .stages
         .iter()
         .filter(|(_, e)| {
-            e.tx.is_closed()
+            e.out.is_closed()
                 || e.outstanding
                     .is_some_and(|(_, at)| now.duration_since(at) > timeout)
         })
         .map(|(id, _)| *id)
         .collect();
     for id in dead {
-        if let Some(e) = st.stages.remove(&id) {
+        if let Some(e) = st.remove_stage(id) {
             tracing::warn!(
                 "stage {id} ({} pid {}) stopped answering; dropped",
-                e.view.info.identity.name,
+                Escaped(&e.view.info.identity.name),
                 e.cred.pid
             );
-            let _ = e.tx.send(Message::Goodbye {
+            e.out.send(&Message::Goodbye {
                 reason: Some(format!("no answer to collect within {timeout:?}")),
             });
-            e.kick.notify_one();
+            e.out.close();
         }
     }
     for e in st.stages.values_mut() {
@@ -955,5 +1087,55 @@ mod tests {
         assert_eq!(ch.counts.interval_bytes, 10_000);
         assert_eq!(ch.counts.bytes_per_sec, 5_000.0);
         assert_eq!(ch.counts.ops_per_sec, 5.0);
+    }
+
+    /// Channels and objects are matched by name whatever their order (the
+    /// index that made rebase linear must not pair them by position).
+    #[test]
+    fn rebase_matches_reordered_channels_and_objects_by_name() {
+        let report = |order: &[usize]| {
+            let mut s = StageStats::default();
+            for &i in order {
+                let mut ch = paio::stats::ChannelStats {
+                    name: format!("c{i}"),
+                    counts: Counts::default(),
+                    objects: Vec::new(),
+                };
+                ch.counts.bytes = 1000 * i as u64 + 5;
+                for &j in order {
+                    let mut o = paio::stats::ObjectStats {
+                        name: format!("o{j}"),
+                        kind: "noop".into(),
+                        counts: Counts::default(),
+                    };
+                    o.counts.ops = (10 * i + j) as u64 + 1;
+                    ch.objects.push(o);
+                }
+                s.channels.push(ch);
+            }
+            s
+        };
+        let prev = report(&[0, 1, 2, 3]);
+        let mut cur = report(&[3, 1, 0, 2]);
+        for ch in &mut cur.channels {
+            ch.counts.bytes += 7;
+            for o in &mut ch.objects {
+                o.counts.ops += 3;
+            }
+        }
+        cur.channels.push(paio::stats::ChannelStats {
+            name: "new".into(),
+            counts: Counts {
+                bytes: 11,
+                ..Default::default()
+            },
+            objects: Vec::new(),
+        });
+        rebase(&mut cur, &prev, 1.0);
+        for ch in &cur.channels[..4] {
+            assert_eq!(ch.counts.interval_bytes, 7, "{}", ch.name);
+            assert!(ch.objects.iter().all(|o| o.counts.interval_ops == 3));
+        }
+        assert_eq!(cur.channels[4].counts.interval_bytes, 11);
     }
 }

@@ -23,20 +23,34 @@ struct Paiod {
 
 impl Paiod {
     fn start(dir: &Path, config: &str) -> Paiod {
+        Paiod::start_with(dir, config, None, None)
+    }
+
+    /// paiod with a descriptor soft limit of `soft_nofile` (when given)
+    /// and its `info` log written to `log` (when given).
+    fn start_with(dir: &Path, config: &str, soft_nofile: Option<u32>, log: Option<&Path>) -> Paiod {
         let cfg = dir.join("paiod.toml");
         std::fs::write(&cfg, config).unwrap();
         let socket = dir.join("paiod.sock");
-        let child = Command::new(env!("CARGO_BIN_EXE_paiod"))
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(match soft_nofile {
+                Some(n) => format!("ulimit -Sn {n} && exec \"$0\" \"$@\""),
+                None => "exec \"$0\" \"$@\"".to_string(),
+            })
+            .arg(env!("CARGO_BIN_EXE_paiod"))
             .arg("--config")
             .arg(&cfg)
             .arg("--socket")
             .arg(&socket)
             .arg("--log")
-            .arg("warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .arg(if log.is_some() { "info" } else { "warn" })
+            .stdout(Stdio::null());
+        match log {
+            Some(path) => cmd.stderr(std::fs::File::create(path).unwrap()),
+            None => cmd.stderr(Stdio::inherit()),
+        };
+        let child = cmd.spawn().unwrap();
         let p = Paiod { child, socket };
         wait_for("paiod to listen", || UnixStream::connect(&p.socket).is_ok());
         p
@@ -685,4 +699,200 @@ rate = "20MiB/s"
     }
     assert_eq!(drl_rate(&s, "flush", "limit"), Some(6 * MIB));
     c.stop();
+}
+
+/// Resident memory of `pid` in bytes.
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kb * 1024
+}
+
+fn connections(paiod: &Paiod) -> ctl::ConnectionStatus {
+    paiod
+        .status()
+        .connections
+        .expect("paiod reports connections")
+}
+
+/// Issue 14: 16 MiB of 5-byte invalid frames from a client that never
+/// reads its replies took paiod from 4 MB to 568 MB. Now paiod stops
+/// reading that client once 1 MiB of replies is queued, closes it after
+/// the drain timeout, and keeps serving everyone else.
+#[test]
+fn a_client_that_never_reads_its_replies_cannot_grow_paiod() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), "[connections]\ndrain_timeout = \"1s\"\n");
+    let pid = paiod.child.id();
+    let before = rss(pid);
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    s.set_write_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let chunk: Vec<u8> = [0u8, 0, 0, 1, b'x'].repeat(64 * 1024 / 5);
+    let (mut sent, mut peak) = (0usize, before);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let closed = loop {
+        assert!(Instant::now() < deadline, "paiod neither read nor closed");
+        match s.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break true, // EPIPE / ECONNRESET: paiod closed it
+        }
+        peak = peak.max(rss(pid));
+        if sent >= 16 << 20 {
+            break false;
+        }
+    };
+    assert!(
+        closed,
+        "paiod read all {sent} bytes without ever pushing back"
+    );
+    assert!(
+        sent < 16 << 20,
+        "paiod read {sent} bytes from a client that reads nothing"
+    );
+    assert!(
+        peak < before + 48 * MIB,
+        "paiod grew from {before} to {peak} bytes"
+    );
+    // Everyone else is still served, and the close is accounted.
+    let c = connections(&paiod);
+    assert_eq!(c.closed.get("unread"), Some(&1), "{c:?}");
+    let st = stage("t");
+    let _c = client(&st, &paiod.socket);
+    wait_for("the stage to register", || paiod.status().stages.len() == 1);
+}
+
+/// Issue 14: with the usual soft limit of 1,024 descriptors, 1,100 idle
+/// connections locked out `paio status` and new stages. paiod raises its
+/// soft limit to the hard one, caps connections that never speak (the
+/// oldest is closed for a new one) and times them out.
+#[test]
+fn idle_connections_do_not_lock_out_status_or_stages() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start_with(
+        dir.path(),
+        "[connections]\nmax_waiting = 16\nhello_timeout = \"2s\"\n",
+        Some(128),
+        None,
+    );
+    let c = connections(&paiod);
+    let hard = std::fs::read_to_string(format!("/proc/{}/limits", paiod.child.id()))
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .unwrap();
+    assert_eq!(
+        c.descriptor_limit.to_string(),
+        hard,
+        "soft limit raised to the hard one"
+    );
+    assert!(c.descriptor_limit > 128, "{c:?}");
+    let idle: Vec<UnixStream> = (0..300)
+        .map(|_| UnixStream::connect(&paiod.socket).unwrap())
+        .collect();
+    let st = stage("t");
+    let _client = client(&st, &paiod.socket);
+    wait_for("the stage to register", || paiod.status().stages.len() == 1);
+    let c = connections(&paiod);
+    assert!(c.waiting <= 16, "{c:?}");
+    assert!(
+        c.closed.get("waiting_cap").copied().unwrap_or(0) >= 284,
+        "{c:?}"
+    );
+    drop(idle);
+    // Below the cap, connections that never speak are closed once their
+    // time to speak is up (status requests do not evict them here).
+    wait_for("no connection waiting", || connections(&paiod).waiting == 0);
+    let timed_out = |p: &Paiod| connections(p).closed.get("hello_timeout").copied();
+    let before = timed_out(&paiod).unwrap_or(0);
+    let idle: Vec<UnixStream> = (0..3)
+        .map(|_| UnixStream::connect(&paiod.socket).unwrap())
+        .collect();
+    wait_for("idle connections to time out", || {
+        timed_out(&paiod) == Some(before + 3)
+    });
+    assert_eq!(connections(&paiod).waiting, 0);
+    drop(idle);
+}
+
+/// Stages over `max_stages_per_uid` are refused with a `limit` error that
+/// says which cap, and are accounted.
+#[test]
+fn stages_over_the_per_uid_cap_are_refused_with_the_cap_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), "[connections]\nmax_stages_per_uid = 1\n");
+    let st = stage("t");
+    let _client = client(&st, &paiod.socket);
+    wait_for("the stage to register", || paiod.status().stages.len() == 1);
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let hello = Message::Hello(Box::new(protocol::Hello {
+        version: protocol::VERSION,
+        ppid: 1,
+        user: "t".into(),
+        exe: None,
+        info: stage("u").info(),
+    }));
+    protocol::write_message(&mut s, &hello).unwrap();
+    match read_msg(&mut s) {
+        Message::Error { code, message, .. } => {
+            assert_eq!(code, protocol::ErrorCode::Limit);
+            assert!(message.contains("max_stages_per_uid"), "{message}");
+        }
+        m => panic!("expected a limit error, got {m:?}"),
+    }
+    assert_eq!(paiod.status().stages.len(), 1);
+    assert_eq!(connections(&paiod).closed.get("uid_cap"), Some(&1));
+}
+
+/// A stage cannot forge lines in paiod's log: control characters in its
+/// name and messages are written escaped.
+#[test]
+fn a_stage_name_with_a_newline_cannot_forge_a_log_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("paiod.log");
+    let paiod = Paiod::start_with(dir.path(), "", None, Some(&log));
+    let mut info = stage("t").info();
+    info.identity.name = "evil\nFORGED paiod line\u{1b}[2J".into();
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    protocol::write_message(
+        &mut s,
+        &Message::Hello(Box::new(protocol::Hello {
+            version: protocol::VERSION,
+            ppid: 1,
+            user: "t".into(),
+            exe: None,
+            info,
+        })),
+    )
+    .unwrap();
+    assert!(matches!(read_msg(&mut s), Message::Welcome { .. }));
+    protocol::write_message(
+        &mut s,
+        &Message::Goodbye {
+            reason: Some("bye\nFORGED too".into()),
+        },
+    )
+    .unwrap();
+    wait_for("the goodbye in the log", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("said goodbye")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r"evil\nFORGED paiod line\u{1b}[2J"), "{text}");
+    assert!(text.contains(r"bye\nFORGED too"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED")) && !text.contains('\u{1b}'),
+        "{text}"
+    );
 }

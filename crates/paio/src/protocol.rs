@@ -47,6 +47,9 @@ pub enum ErrorCode {
     Rule,
     /// The peer is not allowed (credentials or ownership mismatch).
     Denied,
+    /// A cap of the receiver's is reached (e.g. paiod's stages per uid);
+    /// the message says which and how to raise it. Retry later.
+    Limit,
     /// Anything else (the message says what).
     Internal,
 }
@@ -235,8 +238,12 @@ pub struct FrameDecoder {
     skip: usize,
 }
 
+/// Buffer capacity a [`FrameDecoder`] keeps once it holds no bytes.
+const RETAINED_BUF: usize = 64 * 1024;
+
 impl FrameDecoder {
-    /// A decoder accepting payloads up to `max` bytes.
+    /// A decoder accepting payloads up to `max` bytes. Its buffer grows to
+    /// the largest frame in flight and is released when empty.
     pub fn new(max: usize) -> Self {
         Self {
             buf: Vec::new(),
@@ -278,6 +285,10 @@ impl FrameDecoder {
         }
         let payload = self.buf[HEADER_LEN..HEADER_LEN + len].to_vec();
         self.buf.drain(..HEADER_LEN + len);
+        if self.buf.is_empty() && self.buf.capacity() > RETAINED_BUF {
+            // A large frame's buffer is not kept by an idle connection.
+            self.buf = Vec::new();
+        }
         Ok(Some(payload))
     }
 
@@ -412,6 +423,20 @@ mod tests {
             assert_eq!(decode(&payload).unwrap(), m);
             assert!(read_frame(&mut r, DEFAULT_MAX_FRAME).unwrap().is_none());
         }
+    }
+
+    #[test]
+    fn a_large_frames_buffer_is_released_once_handled() {
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        let big = encode(&Message::error(None, ErrorCode::Internal, "x".repeat(512 << 10)));
+        d.push(&big);
+        assert!(d.next_frame().unwrap().is_some());
+        assert_eq!(d.buf.capacity(), 0);
+        // Small frames keep their (small) buffer: no reallocation per frame.
+        let small = encode(&Message::Collect { id: 1 });
+        d.push(&[small.clone(), small].concat());
+        assert!(d.next_frame().unwrap().is_some());
+        assert!(d.buf.capacity() > 0);
     }
 
     #[test]
