@@ -183,7 +183,7 @@ fn main() -> ExitCode {
     let code = match result {
         Ok(code) => code,
         Err(f) => {
-            eprintln!("paio: {}", f.message);
+            stderr(&format!("paio: {}\n", f.message));
             f.code
         }
     };
@@ -208,15 +208,34 @@ fn status(a: StatusArgs) -> Result<i32, Failure> {
         paio_control::ctl::request(&socket, paio_control::ctl::CtlCommand::Status, CTL_TIMEOUT)
             .map_err(anyhow::Error::from)?;
     let report = reply.status.context("paiod sent no status")?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("encoding the report")?
-        );
+    let text = if a.json {
+        serde_json::to_string_pretty(&report).context("encoding the report")? + "\n"
     } else {
-        print!("{}", paio_cli::admin::format_status(&report));
-    }
+        paio_cli::admin::format_status(&report)
+    };
+    stdout(&text)?;
     Ok(0)
+}
+
+/// Writes `text` to standard output. A reader that went away (`paio status
+/// | head -1`) ends the output quietly; any other error is paio's failure.
+fn stdout(text: &str) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure {
+            code: EXIT_PAIO_FAILED,
+            message: format!("error: writing to standard output: {e}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `text` to standard error, ignoring failures (there is nowhere
+/// left to report them).
+fn stderr(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 fn ctl(a: CtlArgs) -> Result<i32, Failure> {
@@ -248,10 +267,15 @@ fn ctl(a: CtlArgs) -> Result<i32, Failure> {
             CtlCommand::Status => "status".to_string(),
         };
         let reply = paio_control::ctl::request(&socket, c, CTL_TIMEOUT).map_err(|e| Failure {
-            code: EXIT_USAGE,
+            // A refused value is the user's to fix; anything else means
+            // paiod could not be reached or trusted.
+            code: match e {
+                paio_control::ctl::CtlError::Refused(_) => EXIT_USAGE,
+                _ => EXIT_PAIO_FAILED,
+            },
             message: format!("error: {what}: {e}"),
         })?;
-        println!("paio: set {}", reply.done.unwrap_or(what));
+        stdout(&format!("paio: set {}\n", reply.done.unwrap_or(what)))?;
     }
     Ok(0)
 }
@@ -324,7 +348,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     };
     if let Ok(info) = exe::inspect(&resolved) {
         if let Some(w) = info.warning(&resolved) {
-            eprintln!("paio: {w}");
+            stderr(&format!("paio: {w}\n"));
         }
     }
 
@@ -408,9 +432,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         if let Some(pattern) = &stats_pattern {
             let (files, errors) = summary::read_all(pattern, Some(since));
             for e in errors {
-                eprintln!("paio: warning: {e}");
+                stderr(&format!("paio: warning: {e}\n"));
             }
-            eprint!("{}", summary::format_summary(&files, elapsed));
+            stderr(&summary::format_summary(&files, elapsed));
         }
     }
     drop(tmp);

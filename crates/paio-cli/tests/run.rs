@@ -873,6 +873,132 @@ fn status_and_ctl_say_when_paiod_is_not_there() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A well-formed command that cannot reach paiod is 125, as documented.
+    let o = paio()
+        .args(["ctl", "--socket"])
+        .arg(&sock)
+        .args(["set", "job=I1", "demand=1MiB/s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot reach paiod at"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A socket another user created at paiod's path (squatting) is not
+/// trusted: `paio status` does not print its report and `paio ctl` does not
+/// report a value as set (issue 14).
+#[test]
+fn status_and_ctl_refuse_a_socket_squatted_by_another_user() {
+    assert!(
+        running_as_root(),
+        "this test runs a squatter as another uid (nobody) with setpriv: run it as root"
+    );
+    // Under /tmp: the squatter (nobody) must reach it.
+    let d = std::env::temp_dir().join(format!("paio-squat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let sock = d.join("paiod.sock");
+    // The squatter answers every connection with a forged, valid reply.
+    let forged = r#"{"type":"ctl_reply","id":1,"ok":true,"status":{"pid":1,"uptime_s":1,"period_ms":100,"policy":"forged","groups":[],"stages":[]}}"#;
+    let script = format!(
+        "import socket,struct\ns=socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(8)\n\
+         while True:\n c,_=s.accept()\n try:\n  c.recv(65536)\n  b={forged:?}.encode()\n  \
+         c.sendall(struct.pack('>I',len(b))+b)\n except OSError:\n  pass\n c.close()\n",
+        sock.display().to_string()
+    );
+    let _squatter = KillOnDrop(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "/usr/bin/python3",
+                "-c",
+            ])
+            .arg(&script)
+            .spawn()
+            .expect("setpriv (util-linux) and /usr/bin/python3, which uid nobody can run"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "the squatter never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = paio()
+        .args(["status", "--socket"])
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("forged"));
+    assert!(
+        stderr(&o).contains("runs as uid 65534") && stderr(&o).contains("not talking to it"),
+        "{}",
+        stderr(&o)
+    );
+    let o = paio()
+        .args(["ctl", "--socket"])
+        .arg(&sock)
+        .args(["set", "job=I1", "demand=1MiB/s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("set"));
+    drop(_squatter);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Whether this process runs as root (the squatting test needs another uid).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
+
+/// `paio status | head -1`: a reader that goes away ends the output
+/// quietly, with no panic (it said "failed printing to stdout: Broken
+/// pipe").
+#[test]
+fn status_into_a_closed_pipe_exits_quietly() {
+    let d = scratch("closed-pipe");
+    let sock = d.join("paiod.sock");
+    let _daemon = KillOnDrop(
+        Command::new(paiod_binary())
+            .arg("--socket")
+            .arg(&sock)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "paiod never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for json in [false, true] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader); // every write now fails with EPIPE
+        let mut c = paio();
+        c.args(["status", "--socket"]).arg(&sock);
+        if json {
+            c.arg("--json");
+        }
+        let o = c
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(stderr(&o), "", "json {json}");
+    }
 }
 
 #[test]

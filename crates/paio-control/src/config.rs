@@ -160,8 +160,8 @@ pub struct ConnectionLimits {
     /// cap is told so and closed; it retries like after a paiod restart.
     pub max_stages: Option<usize>,
     /// Registered stages of one uid at once (`None`: `max_stages`). Lower
-    /// it when other users may connect (`--socket-mode`), so one user
-    /// cannot take every slot.
+    /// it to keep room for other stages (paiod serves only its own uid and
+    /// root, whose stages share it).
     pub max_stages_per_uid: Option<usize>,
     /// How long a connection may wait before its first message (`None`:
     /// [`DEFAULT_HELLO_TIMEOUT`]). Shorter frees slots held by idle peers

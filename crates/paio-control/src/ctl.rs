@@ -206,20 +206,24 @@ pub struct ObjectStatus {
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
     /// paiod is not reachable at the socket.
-    #[error("cannot reach paiod at {path}: {source} (is paiod running? see `paiod --help`)")]
+    #[error("cannot reach paiod at {path}: {error} (is paiod running? see `paiod --help`)")]
     Connect {
         /// The socket.
         path: String,
-        /// The error.
-        source: io::Error,
+        /// The error (in the message, not a separate cause).
+        error: io::Error,
     },
+    /// The socket's server is not a paiod this user may trust (another
+    /// non-root user's process, e.g. one squatting the socket path).
+    #[error("{0}; not talking to it (a socket squatted by another user?)")]
+    Denied(String),
     /// The connection failed mid-request.
-    #[error("paiod at {path}: {source}")]
+    #[error("paiod at {path}: {error}")]
     Io {
         /// The socket.
         path: String,
-        /// The error.
-        source: io::Error,
+        /// The error (in the message, not a separate cause).
+        error: io::Error,
     },
     /// paiod answered something that is not a reply to the request.
     #[error("paiod at {path} answered unexpectedly: {message}")]
@@ -235,21 +239,23 @@ pub enum CtlError {
 }
 
 /// Sends one command to paiod at `socket` and waits (at most `timeout`)
-/// for its reply.
+/// for its reply, after checking that the server runs as this user or
+/// root ([`paio::control::check_paiod`]).
 pub fn request(
     socket: &Path,
     command: CtlCommand,
     timeout: Duration,
 ) -> Result<CtlReply, CtlError> {
     let path = socket.display().to_string();
-    let io_err = |source| CtlError::Io {
+    let io_err = |error| CtlError::Io {
         path: path.clone(),
-        source,
+        error,
     };
-    let mut s = UnixStream::connect(socket).map_err(|source| CtlError::Connect {
+    let mut s = UnixStream::connect(socket).map_err(|error| CtlError::Connect {
         path: path.clone(),
-        source,
+        error,
     })?;
+    paio::control::check_paiod(&s, socket, None).map_err(CtlError::Denied)?;
     s.set_read_timeout(Some(timeout)).map_err(io_err)?;
     s.set_write_timeout(Some(timeout)).map_err(io_err)?;
     let req = CtlRequest {

@@ -25,10 +25,6 @@ struct Args {
     /// /run/paio/paiod.sock for root.
     #[arg(long, short = 's', value_name = "PATH")]
     socket: Option<PathBuf>,
-    /// The socket's permission bits, in octal. 0600 lets only paiod's user
-    /// (and root) connect.
-    #[arg(long, value_name = "MODE", default_value = "600", value_parser = parse_mode)]
-    socket_mode: u32,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464;
     /// overrides the configuration).
     #[arg(long, value_name = "ADDR")]
@@ -36,13 +32,6 @@ struct Args {
     /// Log filter (error, warn, info, debug), also from RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
-}
-
-fn parse_mode(s: &str) -> Result<u32, String> {
-    u32::from_str_radix(s.trim_start_matches("0o"), 8)
-        .ok()
-        .filter(|m| *m <= 0o777)
-        .ok_or_else(|| format!("{s:?}: expected octal permission bits such as 600 or 660"))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,7 +63,7 @@ fn main() -> anyhow::Result<()> {
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let listener = server::bind(&socket, args.socket_mode)?;
+        let listener = server::bind(&socket)?;
         let state = Arc::new(Mutex::new(State::new(
             config.policy.build(),
             config.period,

@@ -40,6 +40,15 @@ pub enum ServerError {
         /// The socket.
         path: String,
     },
+    /// The socket's directory or an existing file at the socket's path is
+    /// not paiod's own (socket squatting, or a misconfigured path).
+    #[error("{path}: {reason}")]
+    NotOwn {
+        /// The directory or file.
+        path: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The socket or its directory could not be set up.
     #[error("{path}: {source}")]
     Socket {
@@ -310,21 +319,71 @@ fn stage_status(e: &StageEntry, now: Instant) -> StageStatus {
     }
 }
 
-/// Creates the socket's directory (mode 0700) if missing, refuses to start
-/// when another paiod answers, removes a stale socket file, binds, and sets
-/// the socket's mode.
-pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServerError> {
+/// Why paiod, running as `me`, must not put its socket in a directory
+/// owned by `owner` with permission bits `mode`: it is another user's
+/// (who could replace the socket), or others may write to it without the
+/// sticky bit (so they could delete or replace the socket). None: safe.
+pub fn unsafe_socket_dir(owner: u32, mode: u32, me: u32) -> Option<String> {
+    if owner != me && owner != 0 {
+        return Some(format!(
+            "the socket's directory belongs to uid {owner}, not to paiod's uid {me}: another \
+             user could replace the socket; use a directory of your own (the default is \
+             $XDG_RUNTIME_DIR/paio)"
+        ));
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Some(format!(
+            "the socket's directory has mode {:o}: writable by others without the sticky bit, \
+             so another user could replace the socket; use a directory only you can write to",
+            mode & 0o7777
+        ));
+    }
+    None
+}
+
+/// Creates the socket's directory (mode 0700) if missing, refuses a
+/// directory that is not safely paiod's ([`unsafe_socket_dir`]) and a file
+/// at the path that is not paiod's own socket, refuses to start when
+/// another paiod answers, removes a stale socket of its own, binds, and
+/// makes the socket 0600: only paiod's user (and root) may connect.
+pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let err = |source| ServerError::Socket {
         path: path.display().to_string(),
         source,
     };
+    let me = rustix::process::geteuid().as_raw();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
             std::fs::create_dir_all(dir).map_err(err)?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
         }
+        let meta = std::fs::metadata(dir).map_err(err)?;
+        if let Some(reason) = unsafe_socket_dir(meta.uid(), meta.mode(), me) {
+            return Err(ServerError::NotOwn {
+                path: dir.display().to_string(),
+                reason,
+            });
+        }
     }
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let not_own = |reason: String| ServerError::NotOwn {
+            path: path.display().to_string(),
+            reason,
+        };
+        if !meta.file_type().is_socket() {
+            return Err(not_own(
+                "exists and is not a socket: paiod will not replace it; choose another --socket"
+                    .into(),
+            ));
+        }
+        if meta.uid() != me {
+            return Err(not_own(format!(
+                "a socket of uid {}, not paiod's uid {me} (another user's paiod, or a socket \
+                 squatted at this path): choose another --socket",
+                meta.uid()
+            )));
+        }
         match std::os::unix::net::UnixStream::connect(path) {
             Ok(_) => {
                 return Err(ServerError::InUse {
@@ -335,7 +394,7 @@ pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, ServerError> {
         }
     }
     let listener = UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(listener)
 }
 
@@ -1066,6 +1125,49 @@ mod tests {
         assert_eq!(parse_proc_io(text), Some((4096, 8192)));
         assert_eq!(parse_proc_io("rchar: 1\n"), None);
         assert!(read_proc_io(std::process::id()).is_some());
+    }
+
+    #[test]
+    fn only_a_socket_directory_of_paiods_own_is_safe() {
+        assert_eq!(unsafe_socket_dir(1000, 0o700, 1000), None);
+        assert_eq!(unsafe_socket_dir(0, 0o1777, 1000), None); // /tmp
+        assert_eq!(unsafe_socket_dir(0, 0o755, 0), None);
+        let e = unsafe_socket_dir(1001, 0o777, 1000).unwrap();
+        assert!(e.contains("uid 1001") && e.contains("uid 1000"), "{e}");
+        let e = unsafe_socket_dir(1000, 0o777, 1000).unwrap();
+        assert!(e.contains("mode 777") && e.contains("sticky"), "{e}");
+        assert!(unsafe_socket_dir(1000, 0o720, 1000).is_some());
+    }
+
+    #[test]
+    fn bind_refuses_unsafe_places_and_replaces_only_its_own_stale_socket() {
+        let d = tempfile::tempdir().unwrap();
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = bind(&open.join("paiod.sock")).unwrap_err().to_string();
+        assert!(e.contains("mode 777"), "{e}");
+        let file = d.path().join("notes.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let e = bind(&file).unwrap_err().to_string();
+        assert!(e.contains("not a socket"), "{e}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        // A stale socket of paiod's own user is replaced; a new directory is 0700.
+        let sock = d.path().join("run/paiod.sock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            drop(bind(&sock).unwrap());
+            let l = bind(&sock).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+            assert_eq!((mode(sock.parent().unwrap()), mode(&sock)), (0o700, 0o600));
+            let e = bind(&sock).unwrap_err().to_string();
+            assert!(e.contains("already listening"), "{e}");
+            drop(l);
+        });
     }
 
     #[test]

@@ -254,11 +254,15 @@ enum SessionError {
     Protocol(String),
 }
 
-/// Checks that paiod runs as an allowed user: from the kernel for the peer,
-/// from the file system for the socket.
-fn check_peer(stream: &UnixStream, path: &Path, options: &ControlOptions) -> Result<(), String> {
+/// Checks that the paiod answering on `stream` (connected to `path`) runs
+/// as an allowed user, `owner_uid` or else this process's uid or root: the
+/// peer's uid from the kernel (`SO_PEERCRED`) and the socket file's owner.
+/// Err: a message naming the socket, the uid found and the one expected.
+/// A stage checks this before it accepts rules; `paio status` and
+/// `paio ctl` before they trust a report or say a value was set.
+pub fn check_paiod(stream: &UnixStream, path: &Path, owner_uid: Option<u32>) -> Result<(), String> {
     let me = rustix::process::getuid().as_raw();
-    let allowed = |uid: u32| match options.owner_uid {
+    let allowed = |uid: u32| match owner_uid {
         Some(owner) => uid == owner,
         None => uid == me || uid == 0,
     };
@@ -269,7 +273,7 @@ fn check_peer(stream: &UnixStream, path: &Path, options: &ControlOptions) -> Res
         return Err(format!(
             "{}: paiod runs as uid {peer}; expected uid {} or root",
             path.display(),
-            options.owner_uid.unwrap_or(me)
+            owner_uid.unwrap_or(me)
         ));
     }
     let owner = std::fs::metadata(path)
@@ -279,7 +283,7 @@ fn check_peer(stream: &UnixStream, path: &Path, options: &ControlOptions) -> Res
         return Err(format!(
             "{}: the socket belongs to uid {owner}; expected uid {} or root",
             path.display(),
-            options.owner_uid.unwrap_or(me)
+            owner_uid.unwrap_or(me)
         ));
     }
     Ok(())
@@ -295,7 +299,7 @@ fn session(
         path: path.display().to_string(),
         source,
     })?;
-    check_peer(&stream, path, options).map_err(SessionError::Denied)?;
+    check_paiod(&stream, path, options.owner_uid).map_err(SessionError::Denied)?;
     stream.set_read_timeout(Some(POLL))?;
     *shared.stream.lock().unwrap_or_else(|e| e.into_inner()) = Some(stream.try_clone()?);
 

@@ -428,7 +428,11 @@ mod tests {
     #[test]
     fn a_large_frames_buffer_is_released_once_handled() {
         let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
-        let big = encode(&Message::error(None, ErrorCode::Internal, "x".repeat(512 << 10)));
+        let big = encode(&Message::error(
+            None,
+            ErrorCode::Internal,
+            "x".repeat(512 << 10),
+        ));
         d.push(&big);
         assert!(d.next_frame().unwrap().is_some());
         assert_eq!(d.buf.capacity(), 0);
