@@ -13,5 +13,6 @@ pub mod conns;
 pub mod ctl;
 pub mod metrics;
 pub mod outbox;
+pub mod peer;
 pub mod policy;
 pub mod server;

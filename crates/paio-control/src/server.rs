@@ -29,6 +29,7 @@ use crate::ctl::{
     ChannelStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus, StatusReport,
 };
 use crate::outbox::{self, Outbox};
+use crate::peer::{self, Escaped};
 use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
 
 /// Errors that stop the daemon from starting.
@@ -57,25 +58,6 @@ pub enum ServerError {
         /// The error.
         source: io::Error,
     },
-}
-
-/// A peer's text as it goes into paiod's log: control characters (a
-/// newline that would forge a log line, terminal escapes) are written
-/// escaped (`\n`, `\u{1b}`), everything else as is.
-pub struct Escaped<'a>(pub &'a str);
-
-impl std::fmt::Display for Escaped<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use std::fmt::Write as _;
-        for c in self.0.chars() {
-            if c.is_control() || c == '\\' {
-                write!(f, "{}", c.escape_default())?;
-            } else {
-                f.write_char(c)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Kernel-reported credentials of a peer.
@@ -642,6 +624,15 @@ impl Session {
                             ));
                             return false;
                         }
+                        if let Err(e) = peer::check_hello(&hello) {
+                            lock(state).conns.done_waiting(conn);
+                            reply(Message::error(
+                                None,
+                                ErrorCode::BadMessage,
+                                format!("hello refused: {e}"),
+                            ));
+                            return false;
+                        }
                         match register(state, *hello, cred, out.clone(), conn) {
                             Ok(id) => {
                                 *self = Session::Stage { id };
@@ -674,6 +665,14 @@ impl Session {
                 let id = *id;
                 match protocol::decode(payload) {
                     Ok(Message::Stats { id: req, stats }) => {
+                        if let Err(e) = peer::check_stats(&stats) {
+                            reply(Message::error(
+                                Some(req),
+                                ErrorCode::BadMessage,
+                                format!("stats refused: {e}"),
+                            ));
+                            return true;
+                        }
                         on_stats(state, id, req, *stats);
                         true
                     }
@@ -716,7 +715,17 @@ impl Session {
             }
             Session::Ctl => {
                 let answer = match serde_json::from_slice::<CtlRequest>(payload) {
-                    Ok(req) => ctl(state, req),
+                    Ok(req) => match peer::check_ctl(&req.command) {
+                        Ok(()) => ctl(state, req),
+                        Err(e) => CtlReply {
+                            kind: Default::default(),
+                            id: req.id,
+                            ok: false,
+                            error: Some(e),
+                            status: None,
+                            done: None,
+                        },
+                    },
                     Err(e) => CtlReply {
                         kind: Default::default(),
                         id: 0,

@@ -853,15 +853,101 @@ fn stages_over_the_per_uid_cap_are_refused_with_the_cap_named() {
     assert_eq!(connections(&paiod).closed.get("uid_cap"), Some(&1));
 }
 
-/// A stage cannot forge lines in paiod's log: control characters in its
-/// name and messages are written escaped.
+/// Issue 14: a stage could forge lines in paiod's log with a newline in its
+/// name. Names with control characters are refused at hello (as `paio run
+/// --name` refuses them), and every other peer text that reaches the log
+/// (labels, goodbye reasons, error messages) is escaped.
 #[test]
-fn a_stage_name_with_a_newline_cannot_forge_a_log_line() {
+fn a_stage_cannot_forge_a_log_line() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("paiod.log");
     let paiod = Paiod::start_with(dir.path(), "", None, Some(&log));
+    let hello = |info: paio::StageInfo| {
+        Message::Hello(Box::new(protocol::Hello {
+            version: protocol::VERSION,
+            ppid: 1,
+            user: "t".into(),
+            exe: None,
+            info,
+        }))
+    };
+    let refused = |info: paio::StageInfo| {
+        let mut s = UnixStream::connect(&paiod.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        protocol::write_message(&mut s, &hello(info)).unwrap();
+        match read_msg(&mut s) {
+            Message::Error { code, message, .. } => {
+                assert_eq!(code, protocol::ErrorCode::BadMessage);
+                assert!(message.contains("control characters"), "{message}");
+            }
+            m => panic!("expected the hello to be refused, got {m:?}"),
+        }
+    };
     let mut info = stage("t").info();
-    info.identity.name = "evil\nFORGED paiod line\u{1b}[2J".into();
+    info.identity.name = "evil\nFORGED name".into();
+    refused(info);
+    let mut info = stage("t").info();
+    info.identity
+        .labels
+        .insert("job".into(), "x\nFORGED label\u{1b}[2J".into());
+    refused(info);
+    let mut s = UnixStream::connect(&paiod.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    protocol::write_message(&mut s, &hello(stage("t").info())).unwrap();
+    assert!(matches!(read_msg(&mut s), Message::Welcome { .. }));
+    protocol::write_message(
+        &mut s,
+        &Message::error(
+            Some(1),
+            protocol::ErrorCode::Internal,
+            "no\nFORGED error\u{1b}[2J",
+        ),
+    )
+    .unwrap();
+    protocol::write_message(
+        &mut s,
+        &Message::Goodbye {
+            reason: Some("bye\nFORGED reason".into()),
+        },
+    )
+    .unwrap();
+    wait_for("the goodbye in the log", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("said goodbye")
+    });
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r"no\nFORGED error\u{1b}[2J"), "{text}");
+    assert!(text.contains(r"bye\nFORGED reason"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("FORGED")) && !text.contains('\u{1b}'),
+        "{text}"
+    );
+}
+
+/// Issue 14: a `ctl set` with a 900 KB group name was stored and echoed in
+/// every status reply. Every string a peer sends has a cap.
+#[test]
+fn oversized_names_are_refused_with_the_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), &static_config("10MiB/s"));
+    let e = ctl::request(
+        &paiod.socket,
+        CtlCommand::Set {
+            group: "g".repeat(900_000),
+            key: "rate".into(),
+            value: "1MiB/s".into(),
+        },
+        Duration::from_secs(10),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("group") && e.contains("128") && e.contains("900000"),
+        "{e}"
+    );
+    let mut info = stage("t").info();
+    info.identity.name = "n".repeat(300);
     let mut s = UnixStream::connect(&paiod.socket).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     protocol::write_message(
@@ -875,24 +961,14 @@ fn a_stage_name_with_a_newline_cannot_forge_a_log_line() {
         })),
     )
     .unwrap();
-    assert!(matches!(read_msg(&mut s), Message::Welcome { .. }));
-    protocol::write_message(
-        &mut s,
-        &Message::Goodbye {
-            reason: Some("bye\nFORGED too".into()),
-        },
-    )
-    .unwrap();
-    wait_for("the goodbye in the log", || {
-        std::fs::read_to_string(&log)
-            .unwrap()
-            .contains("said goodbye")
-    });
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains(r"evil\nFORGED paiod line\u{1b}[2J"), "{text}");
-    assert!(text.contains(r"bye\nFORGED too"), "{text}");
-    assert!(
-        !text.lines().any(|l| l.starts_with("FORGED")) && !text.contains('\u{1b}'),
-        "{text}"
-    );
+    match read_msg(&mut s) {
+        Message::Error { message, .. } => {
+            assert!(
+                message.contains("1 to 128 bytes, this one 300"),
+                "{message}"
+            )
+        }
+        m => panic!("expected the hello to be refused, got {m:?}"),
+    }
+    assert!(paiod.status().stages.is_empty());
 }

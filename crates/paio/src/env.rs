@@ -14,6 +14,12 @@ use crate::context::{FileClass, RequestContext};
 
 /// Longest stage name, in bytes (`PAIO_STAGE_NAME`, `paio run --name`).
 pub const MAX_STAGE_NAME: usize = 128;
+/// Most labels of a stage (paiod refuses a stage with more).
+pub const MAX_LABELS: usize = 32;
+/// Longest label key, in bytes.
+pub const MAX_LABEL_KEY: usize = 64;
+/// Longest label value, in bytes.
+pub const MAX_LABEL_VALUE: usize = 256;
 
 /// Default `PAIO_STATS_INTERVAL`: one second.
 pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(1);
@@ -151,6 +157,16 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
             }
             if labels.iter().any(|(seen, _)| seen == k) {
                 return Err(bad("PAIO_LABELS", all, format!("key {k:?} given twice")));
+            }
+            if k.len() > MAX_LABEL_KEY || v.len() > MAX_LABEL_VALUE || labels.len() == MAX_LABELS {
+                return Err(bad(
+                    "PAIO_LABELS",
+                    all,
+                    format!(
+                        "at most {MAX_LABELS} labels, keys of at most {MAX_LABEL_KEY} bytes and \
+                         values of at most {MAX_LABEL_VALUE}"
+                    ),
+                ));
             }
             labels.push((k.to_string(), v.to_string()));
         }
@@ -321,6 +337,22 @@ mod tests {
             (&[("PAIO_LABELS", "job")][..], "PAIO_LABELS", "key=value"),
             (&[("PAIO_LABELS", "=x")][..], "PAIO_LABELS", "non-empty key"),
             (&[("PAIO_LABELS", "a=1,a=2")][..], "PAIO_LABELS", "twice"),
+            (
+                &[("PAIO_LABELS", &*format!("job={}", "v".repeat(257)))][..],
+                "PAIO_LABELS",
+                "at most 256",
+            ),
+            (
+                &[(
+                    "PAIO_LABELS",
+                    &*(0..33)
+                        .map(|i| format!("k{i}=v"))
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )][..],
+                "PAIO_LABELS",
+                "at most 32 labels",
+            ),
             (
                 &[("PAIO_WORKFLOW", "proc")][..],
                 "PAIO_WORKFLOW",

@@ -1,0 +1,309 @@
+//! What paiod takes of a peer's text.
+//!
+//! Every string a peer can make paiod store, echo or log has a cap, checked
+//! when it arrives (a stage's `hello` and `stats`, a `ctl` request); a
+//! message over a cap is refused with the field, its length and the cap.
+//! Text written to the log is escaped ([`Escaped`]).
+//!
+//! | text | cap |
+//! |---|---|
+//! | stage, channel, object, group and ctl stage names | [`MAX_NAME`] bytes (as `paio run --name`), no control characters |
+//! | labels of a stage | [`MAX_LABELS`] labels, keys [`MAX_LABEL_KEY`] bytes, values [`MAX_LABEL_VALUE`] bytes, no control characters |
+//! | host, user, executable path, ctl keys, values and rates | [`MAX_TEXT`] bytes |
+//! | channels of a stage, objects of a channel | [`MAX_CHANNELS`], [`MAX_OBJECTS`] |
+//!
+//! A whole message is at most [`paio::protocol::DEFAULT_MAX_FRAME`] bytes.
+
+use paio::protocol::Hello;
+use paio::StageStats;
+
+use crate::ctl::CtlCommand;
+
+/// Bytes of a stage, channel, object or group name.
+pub const MAX_NAME: usize = paio::env::MAX_STAGE_NAME;
+/// Labels of one stage.
+pub const MAX_LABELS: usize = paio::env::MAX_LABELS;
+/// Bytes of a label's key.
+pub const MAX_LABEL_KEY: usize = paio::env::MAX_LABEL_KEY;
+/// Bytes of a label's value.
+pub const MAX_LABEL_VALUE: usize = paio::env::MAX_LABEL_VALUE;
+/// Bytes of other text: host, user, executable, ctl keys and values.
+pub const MAX_TEXT: usize = 4096;
+/// Channels of one stage.
+pub const MAX_CHANNELS: usize = 1024;
+/// Objects of one channel.
+pub const MAX_OBJECTS: usize = 256;
+/// Bytes of a peer's message (error, goodbye) written to the log; the rest
+/// is cut and its length said.
+pub const MAX_LOGGED: usize = 512;
+
+fn name(field: &str, v: &str) -> Result<(), String> {
+    if v.is_empty() || v.len() > MAX_NAME {
+        return Err(format!(
+            "{field}: a name has 1 to {MAX_NAME} bytes, this one {}",
+            v.len()
+        ));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(format!(
+            "{field} \"{}\": a name has no control characters",
+            Escaped(v)
+        ));
+    }
+    Ok(())
+}
+
+fn text(field: &str, v: &str, max: usize) -> Result<(), String> {
+    if v.len() > max {
+        return Err(format!(
+            "{field}: at most {max} bytes, this one {}",
+            v.len()
+        ));
+    }
+    Ok(())
+}
+
+fn count(field: &str, n: usize, max: usize) -> Result<(), String> {
+    if n > max {
+        return Err(format!("{field}: at most {max}, this stage has {n}"));
+    }
+    Ok(())
+}
+
+/// Checks a stage's `hello` against the caps.
+pub fn check_hello(h: &Hello) -> Result<(), String> {
+    let id = &h.info.identity;
+    name("stage name", &id.name)?;
+    text("host", &id.host, MAX_TEXT)?;
+    text("user", &h.user, MAX_TEXT)?;
+    if let Some(exe) = &h.exe {
+        text("exe", exe, MAX_TEXT)?;
+    }
+    count("labels", id.labels.len(), MAX_LABELS)?;
+    for (k, v) in &id.labels {
+        if k.is_empty() || k.len() > MAX_LABEL_KEY {
+            return Err(format!(
+                "label key: 1 to {MAX_LABEL_KEY} bytes, this one {}",
+                k.len()
+            ));
+        }
+        text(&format!("label \"{}\"", Escaped(k)), v, MAX_LABEL_VALUE)?;
+        if k.chars().chain(v.chars()).any(char::is_control) {
+            return Err(format!(
+                "label \"{}\": labels have no control characters (they are shown by paio \
+                 status)",
+                Escaped(k)
+            ));
+        }
+    }
+    count("channels", h.info.channels.len(), MAX_CHANNELS)?;
+    for ch in &h.info.channels {
+        name("channel name", &ch.name)?;
+        count(
+            &format!("objects of channel {}", ch.name),
+            ch.objects.len(),
+            MAX_OBJECTS,
+        )?;
+        for o in &ch.objects {
+            name("object name", &o.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a stage's statistics against the caps.
+pub fn check_stats(s: &StageStats) -> Result<(), String> {
+    count("channels", s.channels.len(), MAX_CHANNELS)?;
+    for ch in &s.channels {
+        name("channel name", &ch.name)?;
+        count(
+            &format!("objects of channel {}", ch.name),
+            ch.objects.len(),
+            MAX_OBJECTS,
+        )?;
+        for o in &ch.objects {
+            name("object name", &o.name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `ctl` command against the caps (`*` is a valid group).
+pub fn check_ctl(c: &CtlCommand) -> Result<(), String> {
+    match c {
+        CtlCommand::Status => Ok(()),
+        CtlCommand::Set { group, key, value } => {
+            name("group", group)?;
+            text("key", key, MAX_TEXT)?;
+            text("value", value, MAX_TEXT)
+        }
+        CtlCommand::SetRate {
+            stage,
+            channel,
+            object,
+            rate,
+        } => {
+            name("stage", stage)?;
+            name("channel", channel)?;
+            name("object", object)?;
+            text("rate", rate, MAX_TEXT)
+        }
+    }
+}
+
+/// A peer's text as it goes into paiod's log: control characters (a
+/// newline that would forge a log line, terminal escapes) and backslashes
+/// are written escaped (`\n`, `\u{1b}`, `\\`); text beyond [`MAX_LOGGED`]
+/// bytes is cut, saying how long it was.
+pub struct Escaped<'a>(pub &'a str);
+
+impl std::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        let mut shown = 0;
+        for c in self.0.chars() {
+            shown += c.len_utf8();
+            if shown > MAX_LOGGED {
+                return write!(f, "... ({} bytes)", self.0.len());
+            }
+            if c.is_control() || c == '\\' {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello() -> Hello {
+        let stage = paio::Stage::from_policy_str(
+            "[stage]\nname = \"s\"\nlabels = { job = \"j\" }\n[[channel]]\nname = \"read\"\n",
+            "<t>",
+        )
+        .unwrap();
+        Hello {
+            version: paio::protocol::VERSION,
+            ppid: 1,
+            user: "u".into(),
+            exe: None,
+            info: stage.info(),
+        }
+    }
+
+    #[test]
+    fn a_stage_within_the_caps_is_accepted() {
+        check_hello(&hello()).unwrap();
+        let stage = paio::Stage::from_policy_str("[[channel]]\nname = \"read\"\n", "<t>").unwrap();
+        check_stats(&stage.collect()).unwrap();
+    }
+
+    #[test]
+    fn every_capped_field_of_a_hello_is_refused_over_its_cap() {
+        let cases: Vec<(&str, Box<dyn Fn(&mut Hello)>)> = vec![
+            (
+                "stage name",
+                Box::new(|h| h.info.identity.name = "n".repeat(MAX_NAME + 1)),
+            ),
+            (
+                "control characters",
+                Box::new(|h| h.info.identity.name = "a\nb".into()),
+            ),
+            (
+                "host",
+                Box::new(|h| h.info.identity.host = "h".repeat(MAX_TEXT + 1)),
+            ),
+            ("user", Box::new(|h| h.user = "u".repeat(MAX_TEXT + 1))),
+            ("exe", Box::new(|h| h.exe = Some("e".repeat(MAX_TEXT + 1)))),
+            (
+                "labels",
+                Box::new(|h| {
+                    for i in 0..=MAX_LABELS {
+                        h.info.identity.labels.insert(format!("k{i}"), "v".into());
+                    }
+                }),
+            ),
+            (
+                "label key",
+                Box::new(|h| {
+                    h.info
+                        .identity
+                        .labels
+                        .insert("k".repeat(MAX_LABEL_KEY + 1), "v".into());
+                }),
+            ),
+            (
+                "label \"job\"",
+                Box::new(|h| {
+                    h.info
+                        .identity
+                        .labels
+                        .insert("job".into(), "v".repeat(MAX_LABEL_VALUE + 1));
+                }),
+            ),
+            (
+                "labels have no control",
+                Box::new(|h| {
+                    h.info
+                        .identity
+                        .labels
+                        .insert("job".into(), "a\u{1b}[2J".into());
+                }),
+            ),
+            (
+                "channel name",
+                Box::new(|h| h.info.channels[0].name = "c".repeat(MAX_NAME + 1)),
+            ),
+            (
+                "channels",
+                Box::new(|h| {
+                    let ch = h.info.channels[0].clone();
+                    h.info.channels = vec![ch; MAX_CHANNELS + 1];
+                }),
+            ),
+        ];
+        for (field, spoil) in cases {
+            let mut h = hello();
+            spoil(&mut h);
+            let e = check_hello(&h).unwrap_err();
+            assert!(e.contains(field), "{field}: {e}");
+        }
+    }
+
+    #[test]
+    fn ctl_strings_are_capped() {
+        let set = |group: &str, value: &str| CtlCommand::Set {
+            group: group.into(),
+            key: "demand".into(),
+            value: value.into(),
+        };
+        check_ctl(&set("*", "1MiB/s")).unwrap();
+        let e = check_ctl(&set(&"g".repeat(900_000), "1MiB/s")).unwrap_err();
+        assert!(e.contains("group") && e.contains("900000"), "{e}");
+        assert!(check_ctl(&set("g", &"v".repeat(MAX_TEXT + 1))).is_err());
+        let e = check_ctl(&CtlCommand::SetRate {
+            stage: "s".into(),
+            channel: String::new(),
+            object: "o".into(),
+            rate: "1MiB/s".into(),
+        })
+        .unwrap_err();
+        assert!(e.contains("channel"), "{e}");
+    }
+
+    #[test]
+    fn logged_text_is_escaped_and_cut() {
+        assert_eq!(
+            Escaped("a\nb\u{1b}[2J\\n é").to_string(),
+            "a\\nb\\u{1b}[2J\\\\n é"
+        );
+        let long = "x".repeat(10_000);
+        let shown = Escaped(&long).to_string();
+        assert!(shown.len() < MAX_LOGGED + 32, "{}", shown.len());
+        assert!(shown.ends_with("... (10000 bytes)"), "{shown}");
+    }
+}
