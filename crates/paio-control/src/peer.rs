@@ -204,7 +204,8 @@ mod tests {
 
     #[test]
     fn every_capped_field_of_a_hello_is_refused_over_its_cap() {
-        let cases: Vec<(&str, Box<dyn Fn(&mut Hello)>)> = vec![
+        type Spoil = Box<dyn Fn(&mut Hello)>;
+        let cases: Vec<(&str, Spoil)> = vec![
             (
                 "stage name",
                 Box::new(|h| h.info.identity.name = "n".repeat(MAX_NAME + 1)),
