@@ -5,27 +5,36 @@
 set -euo pipefail
 
 # Debian packages the build and tests use. Add to this list, never install by hand.
-PACKAGES=(build-essential pkg-config fio python3 tar coreutils valgrind cmake librocksdb-dev rocksdb-tools libgtest-dev)
+PACKAGES=(build-essential pkg-config fio python3 tar coreutils util-linux valgrind cmake librocksdb-dev rocksdb-tools libgtest-dev)
+# Installed without their recommendations: prometheus brings promtool, which
+# checks paiod's metrics exposition (it recommends a node exporter service).
+PACKAGES_ALONE=(prometheus)
 
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 missing=()
 for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
+done
+missing_alone=()
+for p in "${PACKAGES_ALONE[@]}"; do
+  installed "$p" || missing_alone+=("$p")
 done
 
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing Debian packages: ${missing[*]}"
+if [ $((${#missing[@]} + ${#missing_alone[@]})) -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]} ${missing_alone[*]}"
   if [ "$(id -u)" -eq 0 ]; then
     SUDO=""
   elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
     SUDO="sudo"
   else
     echo "setup: not root and no password-less sudo; install them with:" >&2
-    echo "  sudo apt-get install -y ${missing[*]}" >&2
+    echo "  sudo apt-get install -y ${missing[*]} ${missing_alone[*]}" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq "${missing[@]}"
+  [ ${#missing[@]} -eq 0 ] || $SUDO apt-get install -y -qq "${missing[@]}"
+  [ ${#missing_alone[@]} -eq 0 ] || $SUDO apt-get install -y -qq --no-install-recommends "${missing_alone[@]}"
 fi
 
 # Python modules: pytest runs the experiment drivers' tests; matplotlib draws

@@ -5,12 +5,12 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `paio_stages` | gauge | |
-//! | `paio_channel_operations_total`, `paio_channel_bytes_total` | counter | stage, pid, channel |
-//! | `paio_channel_bytes_per_second` | gauge (last period) | stage, pid, channel |
-//! | `paio_object_operations_total`, `paio_object_bytes_total` | counter | stage, pid, channel, object |
-//! | `paio_object_wait_seconds` | histogram of request waits | stage, pid, channel, object |
-//! | `paio_object_rate` | gauge: a DRL's configured rate (bytes or ops per second) | stage, pid, channel, object, unit |
-//! | `paio_process_read_bytes_per_second`, `..._write_...` | gauge, from `/proc/<pid>/io` | stage, pid |
+//! | `paio_channel_operations_total`, `paio_channel_bytes_total` | counter | stage, pid, stage_id, channel |
+//! | `paio_channel_bytes_per_second` | gauge (last period) | stage, pid, stage_id, channel |
+//! | `paio_object_operations_total`, `paio_object_bytes_total` | counter | stage, pid, stage_id, channel, object |
+//! | `paio_object_wait_seconds` | histogram of request waits | stage, pid, stage_id, channel, object |
+//! | `paio_object_rate` | gauge: a DRL's configured rate (bytes or ops per second) | stage, pid, stage_id, channel, object, unit |
+//! | `paio_process_read_bytes_per_second`, `..._write_...` | gauge, from `/proc/<pid>/io` | stage, pid, stage_id |
 //! | `paio_group_demand_bytes_per_second`, `..._target_...`, `..._achieved_...` | gauge | group |
 //! | `paio_critical_latency_target_seconds`, `..._measured_seconds` | gauge (policy `criticality`) | |
 //! | `paio_background_depth`, `paio_background_busy_depth`, `paio_background_rate_bytes_per_second` | gauge (policy `criticality`; the rate only while limited) | |
@@ -19,8 +19,13 @@
 //! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`) |
 //! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `unread`) |
 //!
+//! Every per-stage series also has the label `stage_id` (paiod's id of the
+//! registration), so two stages of one name in one process stay apart.
+//!
 //! The endpoint answers `GET /metrics` (and `/`) with HTTP/1.0 and closes
-//! the connection; it reads at most 8 KiB of request head.
+//! the connection; it reads at most 8 KiB of request head. It serves
+//! OpenMetrics when the request's `Accept` names it (Prometheus does), and
+//! the Prometheus text format 0.0.4 otherwise (curl, promtool).
 
 use std::fmt::Write as _;
 
@@ -46,7 +51,8 @@ pub fn render(state: &Shared) -> String {
                 .into_iter()
                 .filter_map(|v| {
                     let s = v.stats?;
-                    Some(((v.info.identity.name.clone(), v.info.identity.pid), s))
+                    let id = &v.info.identity;
+                    Some(((id.name.clone(), id.pid, v.id), s))
                 })
                 .collect(),
         }
@@ -64,15 +70,18 @@ pub fn render(state: &Shared) -> String {
 #[derive(Debug)]
 struct Snapshot {
     report: StatusReport,
-    stats: Vec<((String, u32), paio::StageStats)>,
+    stats: Vec<((String, u32, u64), paio::StageStats)>,
 }
 
 type Labels = Vec<(String, String)>;
 
-fn stage_labels(name: &str, pid: u32) -> Labels {
+/// A stage's labels: `stage_id` (paiod's id of the registration) keeps
+/// series unique when one process has two stages of the same name.
+fn stage_labels(name: &str, pid: u32, id: u64) -> Labels {
     vec![
         ("stage".to_string(), name.to_string()),
         ("pid".to_string(), pid.to_string()),
+        ("stage_id".to_string(), id.to_string()),
     ]
 }
 
@@ -126,7 +135,7 @@ impl prometheus_client::collector::Collector for Snapshot {
         let mut ob_bytes = Vec::new();
         for (v, s) in &self.stats {
             for ch in &s.channels {
-                let l = with(stage_labels(&v.0, v.1), "channel", &ch.name);
+                let l = with(stage_labels(&v.0, v.1, v.2), "channel", &ch.name);
                 ch_ops.push((l.clone(), ch.counts.ops));
                 ch_bytes.push((l.clone(), ch.counts.bytes));
                 for o in &ch.objects {
@@ -156,7 +165,7 @@ impl prometheus_client::collector::Collector for Snapshot {
         let mut proc_r = Vec::new();
         let mut proc_w = Vec::new();
         for s in &r.stages {
-            let base = stage_labels(&s.name, s.pid);
+            let base = stage_labels(&s.name, s.pid, s.id);
             if let Some(x) = s.proc_read_bytes_per_sec {
                 proc_r.push((base.clone(), x));
             }
@@ -254,12 +263,13 @@ impl prometheus_client::collector::Collector for Snapshot {
 
         if let Some(c) = &r.connections {
             let one = |k: &str, v: &str, x: u64| (vec![(k.to_string(), v.to_string())], x as f64);
-            gauges(
-                &mut enc,
+            let g = ConstGauge::new(c.descriptor_limit as f64);
+            g.encode(enc.encode_descriptor(
                 "paiod_descriptor_limit",
                 "Descriptors paiod may open (its soft limit, raised to the hard one at start)",
-                vec![(vec![], c.descriptor_limit as f64)],
-            )?;
+                None,
+                g.metric_type(),
+            )?)?;
             gauges(
                 &mut enc,
                 "paiod_connections",
@@ -298,11 +308,11 @@ impl prometheus_client::collector::Collector for Snapshot {
             None,
             MetricType::Histogram,
         )?;
-        for ((name, pid), stats) in &self.stats {
+        for ((name, pid, id), stats) in &self.stats {
             for ch in &stats.channels {
                 for o in &ch.objects {
                     let labels = with(
-                        with(stage_labels(name, *pid), "channel", &ch.name),
+                        with(stage_labels(name, *pid, *id), "channel", &ch.name),
                         "object",
                         &o.name,
                     );
@@ -328,7 +338,53 @@ impl prometheus_client::collector::Collector for Snapshot {
     }
 }
 
-/// Serves `GET /metrics` on `listener` until the task is dropped.
+/// Whether an HTTP request head asks for OpenMetrics (`Accept:
+/// application/openmetrics-text`, as Prometheus sends).
+fn accepts_openmetrics(head: &[u8]) -> bool {
+    String::from_utf8_lossy(head).lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("accept:") && l.contains("application/openmetrics-text")
+    })
+}
+
+/// The Prometheus text format (0.0.4) of an OpenMetrics exposition as
+/// [`render`] makes it: a counter family's `# HELP` and `# TYPE` name its
+/// `_total` samples, and `# EOF` is dropped. (promtool and older scrapers
+/// read this format; Prometheus asks for OpenMetrics.)
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 64);
+    for line in openmetrics.lines() {
+        if line == "# EOF" {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .iter()
+            .find_map(|p| Some((*p, line.strip_prefix(p)?)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let suffix = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                let _ = writeln!(out, "{prefix}{name}{suffix} {tail}");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `listener` until the task is dropped: OpenMetrics
+/// when the request accepts it, else the Prometheus text format.
 pub async fn serve(listener: TcpListener, state: Shared) {
     loop {
         let Ok((mut sock, _)) = listener.accept().await else {
@@ -363,11 +419,20 @@ pub async fn serve(listener: TcpListener, state: Shared) {
                     "GET only\n".to_string(),
                 )
             } else if path == "/metrics" || path == "/" {
-                (
-                    "200 OK",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    render(&state),
-                )
+                let body = render(&state);
+                if accepts_openmetrics(&head) {
+                    (
+                        "200 OK",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        body,
+                    )
+                } else {
+                    (
+                        "200 OK",
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        prometheus_text(&body),
+                    )
+                }
             } else {
                 ("404 Not Found", "text/plain", "try /metrics\n".to_string())
             };

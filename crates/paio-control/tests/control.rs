@@ -372,19 +372,29 @@ fn metrics_are_served_in_the_openmetrics_format() {
     );
     let stage = stage("t");
     let client = client(&stage, &paiod.socket);
-    wait_for("the static rate", || paiod_rate(&stage) == Some(10 * MIB));
+    // A second stage of the same name in this process (issue 14: its
+    // series duplicated the first one's).
+    let twin = self::stage("u");
+    let twin_client = self::client(&twin, &paiod.socket);
+    wait_for("the static rate and both stages", || {
+        paiod_rate(&stage) == Some(10 * MIB) && paiod.status().stages.len() == 2
+    });
     for _ in 0..10 {
         stage
             .enforce(&Context::new(RequestType::READ, 4096), None)
             .unwrap();
     }
-    let get = |path: &str| -> String {
+    let get_as = |path: &str, accept: &str| -> String {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n{accept}\r\n").unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).unwrap();
         out
     };
+    // What Prometheus sends.
+    let openmetrics =
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
+    let get = |path: &str| get_as(path, openmetrics);
     let mut body = String::new();
     wait_for("the counts in the metrics", || {
         body = get("/metrics");
@@ -392,7 +402,7 @@ fn metrics_are_served_in_the_openmetrics_format() {
             && body.contains(r#",channel="read",object="paiod"} 40960"#)
     });
     assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
-    assert!(body.contains("paio_stages 1"), "{body}");
+    assert!(body.contains("paio_stages 2"), "{body}");
     assert!(
         body.contains(r#"paio_object_rate{"#) && body.contains(r#"unit="bytes"} 10485760.0"#),
         "{body}"
@@ -415,6 +425,59 @@ fn metrics_are_served_in_the_openmetrics_format() {
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
     assert!(get("/nope").starts_with("HTTP/1.0 404"));
+    // Every series is unique, the two stages of one name included.
+    let samples: Vec<&str> = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains(' '))
+        .filter_map(|l| l.rsplit_once(' ').map(|(series, _)| series))
+        .collect();
+    let unique: std::collections::HashSet<&&str> = samples.iter().collect();
+    assert_eq!(unique.len(), samples.len(), "duplicate series in\n{body}");
+    assert_eq!(
+        samples
+            .iter()
+            .filter(
+                |s| s.starts_with("paio_channel_bytes_total{stage=\"control-test\"")
+                    && s.contains("channel=\"read\"")
+            )
+            .count(),
+        2,
+        "{body}"
+    );
+    // Without an OpenMetrics Accept (curl, promtool): the Prometheus text
+    // format, which `promtool check metrics` accepts.
+    let plain = get_as("/metrics", "");
+    assert!(
+        plain.contains("Content-Type: text/plain; version=0.0.4"),
+        "{plain}"
+    );
+    let text = plain.split_once("\r\n\r\n").unwrap().1;
+    assert!(
+        text.contains("# TYPE paio_channel_bytes_total counter"),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; `make setup` installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = promtool.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    twin_client.stop();
     client.stop();
 }
 
