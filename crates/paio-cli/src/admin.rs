@@ -61,6 +61,24 @@ pub fn format_status(r: &StatusReport) -> String {
         r.period_ms,
         r.stages.len()
     );
+    if let Some(l) = &r.control_loop {
+        let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+        let _ =
+            writeln!(
+            out,
+            "loop: period p50 {} / p99 {} / max {} ms over the last {} ticks (target {:.0} ms), \
+             work p99 {} ms, {} overrun(s); paiod CPU {}",
+            ms(l.period_p50_ms),
+            ms(l.period_p99_ms),
+            ms(l.period_max_ms),
+            l.window,
+            l.target_ms,
+            ms(l.work_p99_ms),
+            l.overruns,
+            l.cpu_share
+                .map_or_else(|| "-".to_string(), |s| format!("{:.1} % of a core", s * 100.0))
+        );
+    }
     if let Some(c) = &r.connections {
         let closed: Vec<String> = c.closed.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(
@@ -250,11 +268,29 @@ mod tests {
                 ctl: 1,
                 closed: [("hello_timeout".to_string(), 2)].into(),
             }),
+            control_loop: Some(paio_control::ctl::LoopStatus {
+                target_ms: 100.0,
+                ticks: 120,
+                window: 100,
+                overruns: 1,
+                period_p50_ms: Some(100.0),
+                period_p99_ms: Some(101.25),
+                period_max_ms: Some(180.0),
+                work_p99_ms: Some(2.5),
+                cpu_share: Some(0.012),
+                cpu_seconds: Some(0.4),
+            }),
         };
         let text = format_status(&r);
         assert!(
             text.contains("3 waiting (cap 256)")
                 && text.contains("closed by paiod: hello_timeout 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "loop: period p50 100.0 / p99 101.2 / max 180.0 ms over the last 100 ticks"
+            ) && text.contains("1 overrun(s); paiod CPU 1.2 % of a core"),
             "{text}"
         );
         assert!(text.contains("policy max_min"), "{text}");
@@ -318,6 +354,7 @@ mod tests {
                 }],
             }],
             connections: None,
+            control_loop: None,
         };
         let text = format_status(&r);
         assert!(!text.contains("connections:"), "{text}");

@@ -125,6 +125,37 @@ pub struct StatusReport {
     /// reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<ConnectionStatus>,
+    /// The control loop's achieved period and paiod's CPU use (absent
+    /// from a paiod before they were reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_loop: Option<LoopStatus>,
+}
+
+/// How well paiod's control loop keeps its period over its last ticks
+/// ([`crate::loopstats::WINDOW`]), and what paiod costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoopStatus {
+    /// The configured period, ms.
+    pub target_ms: f64,
+    /// Ticks since paiod started.
+    pub ticks: u64,
+    /// Ticks the figures below cover.
+    pub window: u64,
+    /// Ticks since paiod started whose period exceeded the target by more
+    /// than 10 %.
+    pub overruns: u64,
+    /// Achieved period (time between tick starts): median, ms.
+    pub period_p50_ms: Option<f64>,
+    /// Achieved period: 99th percentile, ms.
+    pub period_p99_ms: Option<f64>,
+    /// Achieved period: maximum, ms.
+    pub period_max_ms: Option<f64>,
+    /// A tick's work (policy, rules, collects): 99th percentile, ms.
+    pub work_p99_ms: Option<f64>,
+    /// paiod's CPU time over the window, as a fraction of one core.
+    pub cpu_share: Option<f64>,
+    /// paiod's CPU time since it started, seconds.
+    pub cpu_seconds: Option<f64>,
 }
 
 /// paiod's connections and their caps (`[connections]` in its

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod conns;
 pub mod ctl;
+pub mod loopstats;
 pub mod metrics;
 pub mod outbox;
 pub mod peer;

@@ -18,6 +18,10 @@
 //! | `paiod_connections` | gauge | state (`stage`, `waiting`, `ctl`) |
 //! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`) |
 //! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `unread`) |
+//! | `paiod_loop_period_seconds` | gauge, achieved control period over the last 100 ticks | stat (`p50`, `p99`, `max`, `target`) |
+//! | `paiod_loop_work_seconds` | gauge, a tick's work | stat (`p99`) |
+//! | `paiod_loop_overruns_total` | counter, periods more than 10 % late | |
+//! | `paiod_cpu_share`, `paiod_cpu_seconds_total` | gauge (last 100 ticks), counter | |
 //!
 //! Every per-stage series also has the label `stage_id` (paiod's id of the
 //! registration), so two stages of one name in one process stay apart.
@@ -300,6 +304,56 @@ impl prometheus_client::collector::Collector for Snapshot {
                     .map(|(k, v)| (vec![("reason".to_string(), k.clone())], *v))
                     .collect(),
             )?;
+        }
+
+        if let Some(l) = &r.control_loop {
+            let stat = |v: &str, x: Option<f64>| {
+                x.map(|x| (vec![("stat".to_string(), v.to_string())], x / 1e3))
+            };
+            gauges(
+                &mut enc,
+                "paiod_loop_period_seconds",
+                "The control loop's achieved period over its last ticks (p50, p99, max) and target",
+                [
+                    stat("p50", l.period_p50_ms),
+                    stat("p99", l.period_p99_ms),
+                    stat("max", l.period_max_ms),
+                    stat("target", Some(l.target_ms)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            )?;
+            gauges(
+                &mut enc,
+                "paiod_loop_work_seconds",
+                "A control tick's work (policy, rules, collects), p99 over the last ticks",
+                stat("p99", l.work_p99_ms).into_iter().collect(),
+            )?;
+            counters(
+                &mut enc,
+                "paiod_loop_overruns",
+                "Control ticks whose period exceeded the target by more than 10 %",
+                vec![(vec![], l.overruns)],
+            )?;
+            if let Some(share) = l.cpu_share {
+                let g = ConstGauge::new(share);
+                g.encode(enc.encode_descriptor(
+                    "paiod_cpu_share",
+                    "paiod's CPU time over the last ticks, as a fraction of one core",
+                    None,
+                    g.metric_type(),
+                )?)?;
+            }
+            if let Some(secs) = l.cpu_seconds {
+                let c = ConstCounter::new(secs);
+                c.encode(enc.encode_descriptor(
+                    "paiod_cpu_seconds",
+                    "paiod's CPU time (user + system) since it started",
+                    None,
+                    c.metric_type(),
+                )?)?;
+            }
         }
 
         let mut m = enc.encode_descriptor(

@@ -28,6 +28,7 @@ use crate::conns::{Closed, Conns, Limits};
 use crate::ctl::{
     ChannelStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus, StatusReport,
 };
+use crate::loopstats::{self, LoopStats};
 use crate::outbox::{self, Outbox};
 use crate::peer::{self, Escaped};
 use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
@@ -104,6 +105,7 @@ pub struct State {
     period: Duration,
     collect_timeout: Duration,
     conns: Conns,
+    loop_stats: LoopStats,
 }
 
 /// The daemon's shared state, for the metrics endpoint and tests.
@@ -130,6 +132,7 @@ impl State {
             period,
             collect_timeout,
             conns: Conns::new(limits),
+            loop_stats: LoopStats::new(period),
         }
     }
 
@@ -251,6 +254,7 @@ impl State {
             latency: self.policy.latency(),
             stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
             connections: Some(self.conns.status()),
+            control_loop: Some(self.loop_stats.status()),
         }
     }
 
@@ -1113,7 +1117,11 @@ async fn control_loop(state: Shared, period: Duration) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         interval.tick().await;
+        let start = Instant::now();
         tick(&state);
+        let work = start.elapsed();
+        let cpu = loopstats::process_cpu_time();
+        lock(&state).loop_stats.record(start, work, cpu);
     }
 }
 

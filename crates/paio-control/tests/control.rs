@@ -424,6 +424,17 @@ fn metrics_are_served_in_the_openmetrics_format() {
         "{body}"
     );
     assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    // paiod's own loop and CPU (issue 14).
+    for series in [
+        "paiod_loop_period_seconds{stat=\"p99\"}",
+        "paiod_loop_period_seconds{stat=\"target\"} 0.05",
+        "paiod_loop_overruns_total",
+        "paiod_cpu_seconds_total",
+    ] {
+        assert!(body.contains(series), "{series} in\n{body}");
+    }
+    let l = paiod.status().control_loop.expect("the loop's figures");
+    assert!(l.ticks > 0 && l.period_p50_ms.is_some(), "{l:?}");
     assert!(get("/nope").starts_with("HTTP/1.0 404"));
     // Every series is unique, the two stages of one name included.
     let samples: Vec<&str> = body
