@@ -41,7 +41,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
@@ -68,6 +68,8 @@ test-criticality: release-bins
 bench: setup
 	$(CARGO) run --release -p paio-bench -- all
 	bash bench/preload/run.sh
+	$(CARGO) build --release -p paio-control
+	python3 bench/paiod-scale/run.py
 
 ## The full per-application bandwidth experiment (about 12 minutes): baseline,
 ## static and paio; results and plot in bench/results/bandwidth/.

@@ -185,6 +185,29 @@ pub struct DecodeError {
 /// Parses one payload into a [`Message`]. Errors name the message type and,
 /// where serde can tell, the path of the offending field.
 pub fn decode(payload: &[u8]) -> Result<Message, DecodeError> {
+    // Fast paths for valid messages; the slower one below says where an
+    // invalid message is wrong. `stats`, the most frequent message, written
+    // with its tag first (as every encoder here does), skips the buffering
+    // of an internally tagged enum.
+    if payload.starts_with(br#"{"type":"stats","#) {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct StatsFrame {
+            #[serde(rename = "type")]
+            _kind: serde::de::IgnoredAny,
+            id: u64,
+            stats: Box<StageStats>,
+        }
+        if let Ok(f) = serde_json::from_slice::<StatsFrame>(payload) {
+            return Ok(Message::Stats {
+                id: f.id,
+                stats: f.stats,
+            });
+        }
+    }
+    if let Ok(m) = serde_json::from_slice::<Message>(payload) {
+        return Ok(m);
+    }
     let value: serde_json::Value = serde_json::from_slice(payload).map_err(|e| DecodeError {
         path: ".".into(),
         message: format!("not JSON: {e}"),
@@ -423,6 +446,30 @@ mod tests {
             assert_eq!(decode(&payload).unwrap(), m);
             assert!(read_frame(&mut r, DEFAULT_MAX_FRAME).unwrap().is_none());
         }
+    }
+
+    #[test]
+    fn stats_decode_alike_with_and_without_the_fast_path() {
+        let stage = crate::Stage::from_policy_str("[[channel]]\nname = \"read\"\n", "<t>").unwrap();
+        let m = Message::Stats {
+            id: 9,
+            stats: Box::new(stage.collect()),
+        };
+        let payload = &encode(&m)[HEADER_LEN..];
+        assert!(payload.starts_with(br#"{"type":"stats","#));
+        assert_eq!(decode(payload).unwrap(), m);
+        // Tag elsewhere: the general path.
+        let mut v: serde_json::Value = serde_json::from_slice(payload).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        let kind = obj.remove("type").unwrap();
+        obj.insert("type".into(), kind);
+        let moved = serde_json::to_vec(&v).unwrap();
+        assert!(!moved.starts_with(br#"{"type""#));
+        assert_eq!(decode(&moved).unwrap(), m);
+        // An unknown field is refused on both paths, with where it is.
+        let bad = [&payload[..payload.len() - 1], br#","extra":1}"#].concat();
+        let e = decode(&bad).unwrap_err();
+        assert!(e.message.contains("extra"), "{e:?}");
     }
 
     #[test]

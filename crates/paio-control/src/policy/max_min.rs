@@ -189,6 +189,10 @@ impl ControlPolicy for MaxMinPolicy {
         self.settings.is_controlled(channel, object)
             && stage.label(&self.settings.group_by).is_some()
     }
+
+    fn uses_proc_io(&self) -> bool {
+        self.settings.calibrate
+    }
 }
 
 #[cfg(test)]

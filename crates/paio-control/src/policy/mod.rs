@@ -130,6 +130,14 @@ pub trait ControlPolicy: Send {
     /// `paio ctl set-rate` refuses those objects.
     fn controls(&self, stage: &StageView, channel: &str, object: &str) -> bool;
 
+    /// Whether [`ControlPolicy::period`] reads each stage's
+    /// [`StageView::proc_io`] (rate calibration). paiod then samples
+    /// `/proc/<pid>/io` every period; otherwise once a second, for `paio
+    /// status`.
+    fn uses_proc_io(&self) -> bool {
+        false
+    }
+
     /// The state of a latency target for critical I/O, for the policies
     /// that have one (`criticality`).
     fn latency(&self) -> Option<LatencyStatus> {

@@ -270,6 +270,10 @@ impl ControlPolicy for ProportionalPolicy {
         self.settings.is_controlled(channel, object)
             && stage.label(&self.settings.group_by).is_some()
     }
+
+    fn uses_proc_io(&self) -> bool {
+        self.settings.calibrate
+    }
 }
 
 #[cfg(test)]
