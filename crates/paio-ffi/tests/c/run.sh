@@ -4,7 +4,8 @@
 #     paio.pc generated for the build tree) and once statically to libpaio.a;
 #   - examples/c/example.c, checked to be the program shown in docs/c-api.md,
 #     compiled and run, so neither can rot;
-#   - include/paio.h alone, as C99 and as C++.
+#   - include/paio.h alone, as C99 and as C++;
+#   - test_paio.c again under ASan + UBSan (leaks checked).
 # Everything is built in tests/c/build/. Uses CARGO_TARGET_DIR if set, else
 # the workspace's target/. Called by `make test-c`.
 set -euo pipefail
@@ -68,3 +69,14 @@ echo "== test_paio (libpaio.so)"
 "$build/test_paio_shared"
 echo "== test_paio (libpaio.a)"
 "$build/test_paio_static"
+
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer: the
+# C side instrumented, every allocation (Rust's too) tracked by ASan's
+# allocator, leaks checked at exit, any report fatal.
+echo "== test_paio under ASan + UBSan (libpaio.a)"
+"$cc" "${cflags[@]}" -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
+    -fno-sanitize-recover=all -pthread -I"$crate/include" "$here/test_paio.c" \
+    "$libdir/libpaio.a" -lpthread -ldl -lm -o "$build/test_paio_asan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$build/test_paio_asan"
