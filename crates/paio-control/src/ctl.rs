@@ -103,6 +103,29 @@ pub struct CtlReply {
     pub done: Option<String>,
 }
 
+impl CtlReply {
+    /// Request `id` took effect (`status` and `done` empty).
+    pub fn ok(id: u64) -> Self {
+        CtlReply {
+            kind: CtlReplyType::default(),
+            id,
+            ok: true,
+            error: None,
+            status: None,
+            done: None,
+        }
+    }
+
+    /// Request `id` was refused for `error`.
+    pub fn refused(id: u64, error: impl Into<String>) -> Self {
+        CtlReply {
+            ok: false,
+            error: Some(error.into()),
+            ..CtlReply::ok(id)
+        }
+    }
+}
+
 /// paiod's view, as `paio status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {

@@ -98,15 +98,21 @@ pub fn check_hello(h: &Hello) -> Result<(), String> {
     }
     count("channels", h.info.channels.len(), MAX_CHANNELS)?;
     for ch in &h.info.channels {
-        name("channel name", &ch.name)?;
-        count(
-            &format!("objects of channel {}", ch.name),
-            ch.objects.len(),
-            MAX_OBJECTS,
-        )?;
-        for o in &ch.objects {
-            name("object name", &o.name)?;
-        }
+        channel(&ch.name, ch.objects.iter().map(|o| o.name.as_str()))?;
+    }
+    Ok(())
+}
+
+/// Checks one channel's name and its objects' names and count.
+fn channel<'a>(ch: &str, objects: impl ExactSizeIterator<Item = &'a str>) -> Result<(), String> {
+    name("channel name", ch)?;
+    count(
+        &format!("objects of channel {ch}"),
+        objects.len(),
+        MAX_OBJECTS,
+    )?;
+    for o in objects {
+        name("object name", o)?;
     }
     Ok(())
 }
@@ -115,15 +121,7 @@ pub fn check_hello(h: &Hello) -> Result<(), String> {
 pub fn check_stats(s: &StageStats) -> Result<(), String> {
     count("channels", s.channels.len(), MAX_CHANNELS)?;
     for ch in &s.channels {
-        name("channel name", &ch.name)?;
-        count(
-            &format!("objects of channel {}", ch.name),
-            ch.objects.len(),
-            MAX_OBJECTS,
-        )?;
-        for o in &ch.objects {
-            name("object name", &o.name)?;
-        }
+        channel(&ch.name, ch.objects.iter().map(|o| o.name.as_str()))?;
     }
     Ok(())
 }

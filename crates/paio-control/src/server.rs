@@ -609,14 +609,7 @@ impl Session {
                         admitted
                     };
                     if let Err(e) = admitted {
-                        out.send_frame(protocol::encode_value(&CtlReply {
-                            kind: Default::default(),
-                            id: 0,
-                            ok: false,
-                            error: Some(e),
-                            status: None,
-                            done: None,
-                        }));
+                        out.send_frame(protocol::encode_value(&CtlReply::refused(0, e)));
                         return false;
                     }
                     return self.handle(payload, state, cred, out);
@@ -728,23 +721,9 @@ impl Session {
                 let answer = match serde_json::from_slice::<CtlRequest>(payload) {
                     Ok(req) => match peer::check_ctl(&req.command) {
                         Ok(()) => ctl(state, req),
-                        Err(e) => CtlReply {
-                            kind: Default::default(),
-                            id: req.id,
-                            ok: false,
-                            error: Some(e),
-                            status: None,
-                            done: None,
-                        },
+                        Err(e) => CtlReply::refused(req.id, e),
                     },
-                    Err(e) => CtlReply {
-                        kind: Default::default(),
-                        id: 0,
-                        ok: false,
-                        error: Some(format!("bad ctl request: {e}")),
-                        status: None,
-                        done: None,
-                    },
+                    Err(e) => CtlReply::refused(0, format!("bad ctl request: {e}")),
                 };
                 out.send_frame(protocol::encode_value(&answer));
                 true
@@ -757,12 +736,8 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
     let mut st = lock(state);
     match req.command {
         CtlCommand::Status => CtlReply {
-            kind: Default::default(),
-            id: req.id,
-            ok: true,
-            error: None,
             status: Some(Box::new(st.status())),
-            done: None,
+            ..CtlReply::ok(req.id)
         },
         CtlCommand::Set { group, key, value } => match st.policy.set(&group, &key, &value) {
             Ok(()) => {
@@ -772,46 +747,25 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
                     Escaped(&key),
                     Escaped(&value)
                 );
-                CtlReply {
-                    kind: Default::default(),
-                    id: req.id,
-                    ok: true,
-                    error: None,
-                    status: None,
-                    done: None,
-                }
+                CtlReply::ok(req.id)
             }
-            Err(e) => CtlReply {
-                kind: Default::default(),
-                id: req.id,
-                ok: false,
-                error: Some(e.to_string()),
-                status: None,
-                done: None,
-            },
+            Err(e) => CtlReply::refused(req.id, e.to_string()),
         },
         CtlCommand::SetRate {
             stage,
             channel,
             object,
             rate,
-        } => {
-            let (ok, error, done) = match st.set_rate(&stage, &channel, &object, &rate) {
-                Ok(done) => {
-                    tracing::info!("ctl: set-rate {}", Escaped(&done));
-                    (true, None, Some(done))
+        } => match st.set_rate(&stage, &channel, &object, &rate) {
+            Ok(done) => {
+                tracing::info!("ctl: set-rate {}", Escaped(&done));
+                CtlReply {
+                    done: Some(done),
+                    ..CtlReply::ok(req.id)
                 }
-                Err(e) => (false, Some(e), None),
-            };
-            CtlReply {
-                kind: Default::default(),
-                id: req.id,
-                ok,
-                error,
-                status: None,
-                done,
             }
-        }
+            Err(e) => CtlReply::refused(req.id, e),
+        },
     }
 }
 
