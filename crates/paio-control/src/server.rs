@@ -402,7 +402,7 @@ pub async fn serve(
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let state = state.clone();
-                        tokio::spawn(connection(stream, state));
+                        tokio::spawn(serve_stream(stream, state));
                     }
                     Err(e) => {
                         tracing::warn!("accept: {e}");
@@ -438,9 +438,11 @@ const PROC_IO_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a closing connection's writer may take to send what is queued.
 const WRITER_GRACE: Duration = Duration::from_secs(1);
 
-/// One connection: a stage or an administration client, told apart by the
-/// first message, within the caps of [`Conns`].
-async fn connection(stream: UnixStream, state: Shared) {
+/// Serves one accepted connection until it ends, as [`serve`] does for
+/// each: a stage or an administration client, told apart by the first
+/// message, within the caps of [`Conns`]. When it returns, the peer's
+/// stage (if any) is gone from `state` and its slots are free.
+pub async fn serve_stream(stream: UnixStream, state: Shared) {
     let cred = match stream.peer_cred() {
         Ok(c) => PeerCred {
             pid: c.pid().map_or(0, |p| p as u32),
