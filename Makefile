@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality soak fuzz header clean
 
 all: build
 
@@ -41,7 +41,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
@@ -95,6 +95,12 @@ experiment-taillat: taillat-driver
 CRITICALITY_ROUNDS ?= 3
 experiment-criticality: release-bins
 	python3 bench/criticality/run.py --rounds $(CRITICALITY_ROUNDS)
+
+## paiod's soak test (issue 14, one hour, not in `make test`): mixed load
+## under paio with paiod killed and restarted every minute and an abusive
+## client; results and plot in bench/results/soak/ (bench/soak/run.py).
+soak: release-bins test-rocksdb
+	python3 bench/soak/run.py
 
 ## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
 fuzz:
