@@ -924,11 +924,7 @@ fn status_and_ctl_refuse_a_socket_squatted_by_another_user() {
             .spawn()
             .expect("setpriv (util-linux) and /usr/bin/python3, which uid nobody can run"),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(Instant::now() < deadline, "the squatter never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_listening(&sock, "the squatter");
     let o = paio()
         .args(["status", "--socket"])
         .arg(&sock)
@@ -951,6 +947,19 @@ fn status_and_ctl_refuse_a_socket_squatted_by_another_user() {
     assert!(!String::from_utf8_lossy(&o.stdout).contains("set"));
     drop(_squatter);
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Waits (at most 30 s) until something accepts connections on `sock`.
+fn wait_until_listening(sock: &Path, who: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(sock).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{who} never listened on {}",
+            sock.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Whether this process runs as root (the squatting test needs another uid).
@@ -978,11 +987,7 @@ fn status_into_a_closed_pipe_exits_quietly() {
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(Instant::now() < deadline, "paiod never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_listening(&sock, "paiod");
     for json in [false, true] {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader); // every write now fails with EPIPE
@@ -1023,11 +1028,7 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "paiod did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until_listening(&sock, "paiod");
     let input = d.join("in");
     std::fs::write(&input, vec![3u8; 24 << 20]).unwrap();
     let stats = d.join("s.%p.json");
@@ -1058,6 +1059,7 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
         .spawn()
         .unwrap();
     // paio status lists the stage while dd runs, with paiod's object.
+    let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = String::new();
     while !(seen.contains("job=dd") && seen.contains("object paiod")) {
         assert!(Instant::now() < deadline, "the stage never showed: {seen}");
