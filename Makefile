@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality soak fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality soak fuzz header clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-c test-python test-rocksdb test-taillat test-criticality
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -36,6 +36,11 @@ lint:
 
 test-rust:
 	$(CARGO) test --workspace
+
+## loom model checking of the DRL's ticket queue (crates/paio/tests/loom_drl.rs):
+## the crate built with --cfg loom in its own target directory.
+test-loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p paio --test loom_drl
 
 test-c:
 	bash crates/paio-ffi/tests/c/run.sh

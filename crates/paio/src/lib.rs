@@ -58,6 +58,7 @@ pub mod protocol;
 pub mod rule;
 pub mod stage;
 pub mod stats;
+mod sync;
 pub mod units;
 
 pub use admission::{Admission, ForeignAdmission, RawAdmission};

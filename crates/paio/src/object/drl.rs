@@ -26,13 +26,13 @@
 //! - The bucket's mutex is held only to update the arithmetic, never while a
 //!   request sleeps, so a control-plane update never waits behind requests.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request, TryEnforceError};
 use crate::clock::SharedClock;
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::context::Context;
 use crate::units::{Rate, RateUnit, Size};
 
@@ -249,6 +249,10 @@ impl Drl {
     /// clock that jumps (a test's [`crate::FakeClock`]); a real clock wakes
     /// them by itself.
     pub fn wake_waiters(&self) {
+        // Taking the lock first means a waiter is either still before its
+        // clock read (and sees the new time) or already asleep (and is
+        // woken): never in between, where the wake-up would be lost.
+        drop(self.lock());
         self.released.notify_all();
     }
 
@@ -304,6 +308,11 @@ impl EnforcementObject for Drl {
         b.waiting += 1;
         let real_time = self.clock.is_real_time();
         loop {
+            // The clock is read under the lock, right before deciding to
+            // wait: a clock moved (and waiters woken) between the arrival
+            // and here is seen, not slept through. (Found by loom,
+            // tests/loom_drl.rs.)
+            b.refill(self.clock.now_ns());
             b = match b.time_to(ticket) {
                 Some(0) => break,
                 Some(ns) if real_time => {
@@ -314,8 +323,6 @@ impl EnforcementObject for Drl {
                 }
                 _ => self.released.wait(b).unwrap_or_else(|e| e.into_inner()),
             };
-            let now = self.clock.now_ns();
-            b.refill(now);
         }
         b.waiting -= 1;
         drop(b);
