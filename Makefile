@@ -75,6 +75,7 @@ bench: setup
 	bash bench/preload/run.sh
 	$(CARGO) build --release -p paio-control
 	python3 bench/paiod-scale/run.py
+	python3 bench/paiod-scale/abuse.py --out bench/results/paiod-scale/abuse.txt
 
 ## The full per-application bandwidth experiment (about 12 minutes): baseline,
 ## static and paio; results and plot in bench/results/bandwidth/.
