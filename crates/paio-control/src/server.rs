@@ -435,7 +435,8 @@ const MAX_READ_BUF: usize = 64 * 1024;
 /// How often `/proc/<pid>/io` is sampled when the policy does not
 /// calibrate with it.
 const PROC_IO_INTERVAL: Duration = Duration::from_secs(1);
-/// How long a closing connection's writer may take to send what is queued.
+/// How long a closing connection's writer may take to send what is queued
+/// (at most; never longer than the drain timeout).
 const WRITER_GRACE: Duration = Duration::from_secs(1);
 
 /// Serves one accepted connection until it ends, as [`serve`] does for
@@ -512,7 +513,8 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
     out.close();
     drop(out);
     let abort = writer.abort_handle();
-    if tokio::time::timeout(WRITER_GRACE, writer).await.is_err() {
+    let grace = WRITER_GRACE.min(limits.drain_timeout);
+    if tokio::time::timeout(grace, writer).await.is_err() {
         abort.abort();
     }
 }
