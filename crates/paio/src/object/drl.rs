@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request, TryEnforceError};
 use crate::clock::SharedClock;
-use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::context::Context;
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::units::{Rate, RateUnit, Size};
 
 const NANO: u128 = 1_000_000_000;
