@@ -352,6 +352,9 @@ def main():
         if not exe.exists():
             raise expt.ExperimentError(f"{exe} missing: run `make soak` (it builds everything)")
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Read before the run: the binaries are what this tree built.
+    header = [f"command: {' '.join(sys.argv)}", f"date_utc: {started}",
+              f"machine: {expt.machine_info(expt.REPO)}", f"paio_commit: {expt.commit_info()}"]
     with tempfile.TemporaryDirectory(prefix="paio-soak-", dir=expt.REPO / "target") as d:
         soak = Soak(args, Path(d))
         samples, restarts, peaks = soak.run()
@@ -363,8 +366,6 @@ def main():
         soak.fail(f"paiod grew: peak RSS {peak_rss(first)} -> {peak_rss(last)} bytes, "
                   f"descriptors {peak_fds(first)} -> {peak_fds(last)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    header = [f"command: {' '.join(sys.argv)}", f"date_utc: {started}",
-              f"machine: {expt.machine_info(expt.REPO)}", f"paio_commit: {expt.commit_info()}"]
     for name, rows in (("samples.csv", samples), ("restarts.csv", restarts)):
         with open(args.out / name, "w", newline="") as f:
             for h in header:
