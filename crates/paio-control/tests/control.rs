@@ -396,10 +396,20 @@ fn metrics_are_served_in_the_openmetrics_format() {
         "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
     let get = |path: &str| get_as(path, openmetrics);
     let mut body = String::new();
+    // Both stages' statistics, once collected (the twin's may come a period
+    // after the first one's).
     wait_for("the counts in the metrics", || {
         body = get("/metrics");
         body.contains(r#"paio_object_bytes_total{stage="control-test",pid=""#)
             && body.contains(r#",channel="read",object="paiod"} 40960"#)
+            && body
+                .lines()
+                .filter(|l| {
+                    l.starts_with(r#"paio_channel_bytes_total{stage="control-test""#)
+                        && l.contains(r#"channel="read""#)
+                })
+                .count()
+                == 2
     });
     assert!(body.starts_with("HTTP/1.0 200 OK"), "{body}");
     assert!(body.contains("paio_stages 2"), "{body}");
