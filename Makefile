@@ -73,6 +73,7 @@ test-criticality: release-bins
 bench: setup
 	$(CARGO) run --release -p paio-bench -- all
 	bash bench/preload/run.sh
+	bash bench/preload/locks.sh
 	$(CARGO) build --release -p paio-control
 	python3 bench/paiod-scale/run.py
 	python3 bench/paiod-scale/abuse.py --out bench/results/paiod-scale/abuse.txt

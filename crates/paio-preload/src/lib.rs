@@ -32,6 +32,7 @@ mod aio;
 mod board;
 mod fdtable;
 mod hooks;
+mod locks;
 mod real;
 mod rt;
 mod stdio;

@@ -358,6 +358,8 @@ extern "C" fn atfork_child() {
     STAGE.store(ptr::null_mut(), Ordering::Release);
     PUSHING.store(false, Ordering::Relaxed);
     paio::context::forget_thread_id();
+    // The parent's waits and loans name threads the child does not have.
+    paio::inheritance::forget_after_fork();
     reset_process();
     if let Some(b) = BOARD.get() {
         // The child's critical requests are its own: a slot of its own.
@@ -502,6 +504,7 @@ impl Config {
             builder = builder.label(k.clone(), v.clone());
         }
         let names = policy.critical_names.clone();
+        INHERIT.store(policy.inherit, Ordering::Relaxed);
         let stage = policy.build_stage(builder).map_err(|e| e.to_string())?;
         if !names.is_empty() {
             // Leaked once per process (a forked child keeps its parent's).
@@ -801,6 +804,69 @@ fn finish(done: u64, r: i64) -> i64 {
         (d, r) if r < 0 => d as i64,
         (d, r) => d as i64 + r,
     }
+}
+
+// ---------------------------------------------------------------- inheritance
+
+/// The policy's `[criticality] inherit` (default on); read by the lock hooks
+/// ([`crate::locks`]) before they try a lock.
+static INHERIT: AtomicBool = AtomicBool::new(true);
+
+/// Whether the lock hooks look for a holder to lend criticality to.
+#[inline]
+pub(crate) fn inherits() -> bool {
+    INHERIT.load(Ordering::Relaxed)
+}
+
+/// Blocks in `wait` (a real lock call) for the lock at `lock` that kernel
+/// thread `owner` holds (0 or negative: unknown): records the wait and, when the calling
+/// thread is critical, lends `owner` (and the threads it waits for) its
+/// criticality and promotes their requests waiting in the stage
+/// ([`paio::inheritance`]). The loan ends when the owner releases the lock
+/// ([`crate::locks`]' unlock hooks) or `wait` returns; its result is
+/// returned unchanged, with the caller's errno as `wait` left it.
+#[cold]
+pub(crate) fn wait_for_thread(owner: i32, lock: usize, wait: impl FnOnce() -> c_int) -> c_int {
+    let owner = match u32::try_from(owner) {
+        Ok(o) if o != 0 => o,
+        _ => return wait(),
+    };
+    let Some(g) = Guard::enter() else {
+        return wait();
+    };
+    let Some(stage) = stage() else {
+        drop(g);
+        return wait();
+    };
+    let me = paio::context::current_workflow() as u32;
+    if !inherits() || owner == me {
+        drop(g);
+        return wait();
+    }
+    check_thread_name(&g);
+    let waiting = paio::inheritance::Waiting::on(me, owner, lock);
+    let loan = paio::criticality::current_criticality()
+        .is_critical()
+        .then(|| {
+            let loan = paio::inheritance::lend(me, owner, lock);
+            for &t in loan.threads() {
+                stage.promote_thread(u64::from(t));
+            }
+            loan
+        });
+    drop(g);
+    let r = wait();
+    drop(loan);
+    drop(waiting);
+    r
+}
+
+/// The calling thread is about to release the lock at `lock`: its loans
+/// about it end ([`paio::inheritance::released`]). Errno is untouched (only
+/// the thread id is read, cached after the first time).
+#[cold]
+pub(crate) fn releasing(lock: usize) {
+    paio::inheritance::released(paio::context::current_workflow() as u32, lock);
 }
 
 // ---------------------------------------------------------------- criticality by name

@@ -358,3 +358,46 @@ fn a_board_others_can_read_is_refused() {
         "{err}"
     );
 }
+
+/// Bytes written by critical and by normal requests when tests/locks.c runs
+/// with `[criticality] inherit = {inherit}`.
+fn lock_run(dir: &Path, exe: &str, inherit: bool) -> (u64, u64) {
+    let policy = dir.join("locks.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            r#"
+[criticality]
+threads = ["crit-*"]
+inherit = {inherit}
+[[channel]]
+name = "critical-writes"
+match = {{ criticality = "critical", request_type = "write" }}
+[[channel]]
+name = "normal-writes"
+match = {{ criticality = "normal", request_type = "write" }}
+"#
+        ),
+    )
+    .unwrap();
+    let out = same(dir, &[exe], &[("PAIO_POLICY", policy.to_str().unwrap())]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "offsets ok\n");
+    let stats = take_stats(dir);
+    let bytes = |c: &str| stats.iter().map(|s| s.channel(c).1).sum::<u64>();
+    (bytes("critical-writes"), bytes("normal-writes"))
+}
+
+/// A critical thread blocked on a mutex, then on a rwlock, lends the holder
+/// its criticality: the holder's writes while it waits are critical, its
+/// writes after releasing the lock are not; with `inherit = false`, none of
+/// the holder's writes are.
+#[test]
+fn a_lock_holder_inherits_criticality_while_a_critical_thread_waits() {
+    let dir = scratch("inherit-locks");
+    let exe = compile(&dir, "locks", &["-pthread"]);
+    let own = 2 * 3 * 300;
+    let lent = 10 * 4000 + 10 * 2000;
+    let after = 2 * 5 * 700;
+    assert_eq!(lock_run(&dir, &exe, true), (own + lent, after));
+    assert_eq!(lock_run(&dir, &exe, false), (own, lent + after));
+}

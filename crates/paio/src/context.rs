@@ -526,7 +526,7 @@ impl ThreadState {
     #[inline]
     pub(crate) fn context(&self, request_type: RequestType, size: u64) -> Context {
         Context {
-            criticality: crate::criticality::of_cell(self.critical.get()),
+            criticality: crate::criticality::of_thread(self.critical.get(), || self.id()),
             workflow: self.id(),
             request_type,
             request_context: self.context.get(),

@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
@@ -83,17 +83,47 @@ impl fmt::Display for Criticality {
 /// below it count the thread's open [`CriticalScope`]s.
 const THREAD_SWITCH: u32 = 1 << 31;
 
-static PROCESS_CRITICAL: AtomicBool = AtomicBool::new(false);
+/// The process-wide word a context reads: bit 0 is the process mark, the
+/// bits above it count the loans outstanding in the process
+/// ([`crate::inheritance`]). One load tells a thread whether it can be
+/// critical by anything but its own marks.
+static PROCESS: AtomicU64 = AtomicU64::new(0);
+
+/// The process mark's bit in [`PROCESS`]; one loan counts 2.
+const PROCESS_MARK: u64 = 1;
 
 /// Marks every request of the process critical (`true`) or not (`false`).
 /// Threads marked critical themselves stay critical either way.
 pub fn set_process_critical(critical: bool) {
-    PROCESS_CRITICAL.store(critical, Ordering::Relaxed);
+    if critical {
+        PROCESS.fetch_or(PROCESS_MARK, Ordering::Relaxed);
+    } else {
+        PROCESS.fetch_and(!PROCESS_MARK, Ordering::Relaxed);
+    }
 }
 
 /// Whether the whole process is marked critical.
 pub fn process_critical() -> bool {
-    PROCESS_CRITICAL.load(Ordering::Relaxed)
+    PROCESS.load(Ordering::Relaxed) & PROCESS_MARK != 0
+}
+
+/// One loan more (`1`) or fewer (`-1`) in the process.
+pub(crate) fn loans_changed(delta: i64) {
+    if delta > 0 {
+        PROCESS.fetch_add(2, Ordering::AcqRel);
+    } else {
+        PROCESS.fetch_sub(2, Ordering::AcqRel);
+    }
+}
+
+/// No loans outstanding any more (a forked child's tables were cleared).
+pub(crate) fn forget_loans() {
+    PROCESS.fetch_and(PROCESS_MARK, Ordering::AcqRel);
+}
+
+/// Loans outstanding in the process ([`crate::inheritance`]).
+pub fn loans_outstanding() -> u64 {
+    PROCESS.load(Ordering::Relaxed) >> 1
 }
 
 /// Turns the calling thread's switch on or off. Open [`CriticalScope`]s are
@@ -117,15 +147,30 @@ pub fn thread_critical() -> bool {
 }
 
 /// The criticality the calling thread's next request gets: critical when the
-/// thread or the process is marked.
+/// thread or the process is marked, or the thread holds a loan
+/// ([`crate::inheritance`]).
 pub fn current_criticality() -> Criticality {
-    with_thread(|t| of_cell(t.critical.get()))
+    with_thread(|t| of_thread(t.critical.get(), || t.id()))
 }
 
-/// The criticality of a thread whose criticality cell holds `cell`.
+/// The criticality of a thread whose criticality cell holds `cell` and whose
+/// kernel thread id is `id()` (read only while a loan exists in the
+/// process).
 #[inline]
-pub(crate) fn of_cell(cell: u32) -> Criticality {
-    if cell != 0 || PROCESS_CRITICAL.load(Ordering::Relaxed) {
+pub(crate) fn of_thread(cell: u32, id: impl FnOnce() -> u64) -> Criticality {
+    if cell != 0 {
+        return Criticality::Critical;
+    }
+    match PROCESS.load(Ordering::Relaxed) {
+        0 => Criticality::Normal,
+        p if p & PROCESS_MARK != 0 => Criticality::Critical,
+        _ => loaned(id()),
+    }
+}
+
+#[cold]
+fn loaned(id: u64) -> Criticality {
+    if crate::inheritance::holds_loan(id as u32) {
         Criticality::Critical
     } else {
         Criticality::Normal

@@ -52,6 +52,7 @@ pub mod control;
 pub mod criticality;
 pub mod differentiation;
 pub mod env;
+pub mod inheritance;
 pub mod object;
 pub mod policy;
 pub mod protocol;

@@ -54,6 +54,10 @@ pub struct Policy {
     /// Threads and processes critical by name (`[criticality]`), applied by
     /// the layer that sees names (the interposer).
     pub critical_names: CriticalNames,
+    /// Whether a critical thread that blocks on a lock lends the holder its
+    /// criticality (`[criticality] inherit`, default `true`), applied by the
+    /// layer that sees locks (the interposer; [`crate::inheritance`]).
+    pub inherit: bool,
     rules: Vec<Rule>,
     /// For each rule, where in the file it came from.
     sources: Vec<Source>,
@@ -98,13 +102,19 @@ struct StageSection {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [criticality] table with processes and threads (lists of names)"
+    expecting = "a [criticality] table with processes and threads (lists of names) and inherit (true or false)"
 )]
 struct CriticalitySection {
     #[serde(default)]
     processes: Vec<String>,
     #[serde(default)]
     threads: Vec<String>,
+    #[serde(default = "default_inherit")]
+    inherit: bool,
+}
+
+fn default_inherit() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -338,14 +348,15 @@ impl Policy {
             let inner = e.into_inner();
             error(inner.span(), field, inner.message().trim().to_string())
         })?;
-        let critical_names = match file.criticality {
+        let (critical_names, inherit) = match file.criticality {
             Some(c) => {
                 let span = c.span();
                 let c = c.into_inner();
-                CriticalNames::new(c.processes, c.threads)
-                    .map_err(|e| error(Some(span), "criticality".into(), e.to_string()))?
+                let names = CriticalNames::new(c.processes, c.threads)
+                    .map_err(|e| error(Some(span), "criticality".into(), e.to_string()))?;
+                (names, c.inherit)
             }
-            None => CriticalNames::default(),
+            None => (CriticalNames::default(), true),
         };
         let mut p = Policy {
             origin: origin.to_string(),
@@ -353,6 +364,7 @@ impl Policy {
             name: file.stage.name,
             labels: file.stage.labels,
             critical_names,
+            inherit,
             rules: Vec::new(),
             sources: Vec::new(),
         };
@@ -1250,6 +1262,20 @@ name = "fg"
         assert!(e.message.contains("only as its last character"), "{e}");
         let e = Policy::parse("[criticality]\nthread = [\"x\"]\n", "<t>").unwrap_err();
         assert!(e.message.contains("unknown field `thread`"), "{e}");
+    }
+
+    #[test]
+    fn inheritance_is_on_unless_turned_off() {
+        assert!(Policy::parse("", "<t>").unwrap().inherit);
+        assert!(Policy::parse("[criticality]\n", "<t>").unwrap().inherit);
+        let off = Policy::parse("[criticality]\ninherit = false\n", "<t>").unwrap();
+        assert!(!off.inherit);
+        let e = Policy::parse("[criticality]\ninherit = \"no\"\n", "<t>").unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "criticality.inherit"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -886,6 +886,21 @@ impl Stage {
         })
     }
 
+    /// Promotes the requests kernel thread `thread` has waiting in the
+    /// stage's objects to critical ([`EnforcementObject::promote_thread`]):
+    /// a critical thread waits for that thread ([`crate::inheritance`]).
+    /// Returns how many were promoted. Off the request path: it walks the
+    /// current table's objects.
+    pub fn promote_thread(&self, thread: u64) -> u32 {
+        let table = self.table.load();
+        table
+            .entries
+            .iter()
+            .filter(|e| e.two_phase)
+            .map(|e| e.object.promote_thread(thread))
+            .sum()
+    }
+
     /// Complete phase of a two-phase request: its call returned having moved
     /// `moved` bytes (0 on error). Runs the object's complete phase (a rate
     /// limiter refunds what was not moved, a priority object frees the slot)

@@ -215,6 +215,16 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
         let _ = ctx;
         None
     }
+
+    /// Turns the requests that kernel thread `thread` has waiting in this
+    /// object into critical ones (a critical thread waits for that thread:
+    /// [`crate::inheritance`]), keeping their order; returns how many. Must
+    /// not block beyond the object's own short locks. Default: nothing waits
+    /// by class here, 0.
+    fn promote_thread(&self, thread: u64) -> u32 {
+        let _ = thread;
+        0
+    }
 }
 
 /// What an object's admit phase returns.

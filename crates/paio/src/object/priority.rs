@@ -239,6 +239,8 @@ const NOTE_RATED: u32 = 2;
 struct Waiter {
     seq: u64,
     workflow: WorkflowId,
+    /// The kernel thread that issued it ([`Priority::promote_thread`]).
+    thread: u64,
     critical: bool,
 }
 
@@ -472,11 +474,16 @@ impl Priority {
     /// Returns how many were promoted. Requests still in the rate limiter are
     /// promoted once they queue for a slot only if this is called again.
     pub fn promote(&self, workflow: WorkflowId) -> u32 {
+        self.promote_where(|w| w.workflow == workflow)
+    }
+
+    /// Promotes the waiting non-critical requests that match `which`.
+    fn promote_where(&self, which: impl Fn(&Waiter) -> bool) -> u32 {
         let mut n = 0;
         {
             let mut st = self.lock();
             for w in st.waiting.iter_mut() {
-                if w.workflow == workflow && !w.critical {
+                if !w.critical && which(w) {
                     w.critical = true;
                     n += 1;
                 }
@@ -554,6 +561,7 @@ impl Priority {
         st.waiting.push_back(Waiter {
             seq,
             workflow: ctx.workflow,
+            thread: crate::context::current_workflow(),
             critical,
         });
         let real_time = self.clock.is_real_time();
@@ -665,14 +673,21 @@ impl EnforcementObject for Priority {
         (active || self.others_active(self.lock().config.window.0)).then_some(n)
     }
 
+    fn promote_thread(&self, thread: u64) -> u32 {
+        self.promote_where(|w| w.thread == thread)
+    }
+
     fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
-        let critical = ctx.criticality.is_critical();
+        let mut critical = ctx.criticality.is_critical();
         let mut note = 0;
         let mut waited_ns = 0;
         if !critical {
             if let Some(drl) = self.rate.load_full() {
                 waited_ns = drl.enforce(ctx, &mut Request::new(None))?;
                 note |= NOTE_RATED;
+                // A critical thread may have started waiting for this one
+                // while it waited for tokens.
+                critical = crate::inheritance::calling_thread_holds_loan();
             }
         }
         let (as_critical, queued_ns) = self.acquire(ctx, critical);
@@ -963,6 +978,45 @@ mod tests {
     }
 
     #[test]
+    fn promote_thread_promotes_only_that_threads_waiters() {
+        let (p, _) = object(PriorityConfig {
+            depth: 1,
+            ..PriorityConfig::default()
+        });
+        let held = p.admit(&ctx(1, false, 1)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        // Two waiters of one workflow (a process-wide workflow), on two
+        // threads: only the thread a critical thread waits for is promoted.
+        let mut threads = Vec::new();
+        let mut handles = Vec::new();
+        for tag in [10, 11] {
+            let (id_tx, id_rx) = mpsc::channel();
+            let (p2, tx2) = (p.clone(), tx.clone());
+            let before = p.status().normal_waiting;
+            handles.push(std::thread::spawn(move || {
+                id_tx.send(crate::context::current_workflow()).unwrap();
+                let a = p2.admit(&ctx(7, false, 1)).unwrap();
+                tx2.send((tag, a.note)).unwrap();
+            }));
+            threads.push(id_rx.recv().unwrap());
+            while p.status().normal_waiting == before {
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(p.promote_thread(crate::context::current_workflow()), 0);
+        assert_eq!(p.promote_thread(threads[1]), 1);
+        assert_eq!(rx.recv().unwrap(), (11, NOTE_CRITICAL));
+        no_more(&rx);
+        p.complete(&ctx(7, false, 1), NOTE_CRITICAL, 1);
+        p.complete(&ctx(1, false, 1), held.note, 1);
+        assert_eq!(rx.recv().unwrap(), (10, 0), "the other stays normal");
+        p.complete(&ctx(7, false, 1), 0, 1);
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
     fn rate_applies_to_background_only_and_refunds() {
         let (p, _) = object(PriorityConfig {
             rate: Some(Rate::bytes_per_sec(1000)),
@@ -1088,6 +1142,7 @@ mod tests {
             self.st.waiting.push_back(Waiter {
                 seq,
                 workflow: seq,
+                thread: seq,
                 critical,
             });
             self.queued.push((seq, critical, self.now));

@@ -1,0 +1,138 @@
+//! Priority inheritance through locks (RCP §4.2): a critical thread that
+//! blocks on a pthread mutex or rwlock held by another thread lends that
+//! thread its criticality until it gets the lock ([`paio::inheritance`]).
+//!
+//! Each hook first tries the lock without blocking (the real `trylock`): an
+//! uncontended lock costs one more call and nothing else; an unlock costs one
+//! load of a process-wide counter while no loan exists, and otherwise ends
+//! the unlocking thread's loans about that lock before the real unlock. Only when the lock is held does the hook find the
+//! holder — glibc records its kernel thread id in the lock (a mutex's
+//! `__owner`, a rwlock's writer in `__cur_writer`) — record the wait, and,
+//! if the calling thread is critical, lend the holder (and the chain of
+//! threads it waits for) criticality and promote their requests already
+//! waiting in the stage. Then it blocks in the real call with the caller's
+//! arguments; the loan and the record end when that call returns, whatever
+//! it returns.
+//!
+//! Semantics are the real calls': `trylock` acquires exactly when `lock`
+//! would without waiting (a recursive mutex's count, a robust mutex's
+//! `EOWNERDEAD` included), and its failure is followed by the real blocking
+//! call, which returns what it returns (`EDEADLK`, `ETIMEDOUT`, ...).
+//! Readers of a rwlock are not recorded by glibc: a writer blocked by readers
+//! lends nothing.
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use libc::{pthread_mutex_t, pthread_rwlock_t, timespec};
+
+use crate::real::real_fn;
+use crate::rt;
+
+/// Byte offset of the holder's kernel thread id in glibc's `pthread_mutex_t`
+/// (`__data.__owner`) and `pthread_rwlock_t` (`__data.__cur_writer`), the
+/// same on every 64-bit Linux architecture glibc supports; checked against
+/// the C headers by tests/locks.c.
+const MUTEX_OWNER: usize = 8;
+const RWLOCK_WRITER: usize = 24;
+
+/// The thread id glibc recorded at `offset` in a lock (0: none).
+///
+/// # Safety
+/// `lock` points to a lock of at least `offset + 4` bytes that the caller
+/// passed to a lock call (valid while that call runs).
+unsafe fn holder(lock: *const u8, offset: usize) -> i32 {
+    // SAFETY: the field is an aligned `int` inside the caller's lock, written
+    // by other threads with atomic instructions; read it atomically.
+    unsafe { (*lock.add(offset).cast::<AtomicI32>()).load(Ordering::Relaxed) }
+}
+
+/// One lock hook: try the lock, and on `EBUSY` block in the real call with
+/// inheritance ([`rt::wait_for_thread`]).
+macro_rules! lock_hook {
+    ($name:ident, $sym:literal, $try:literal, $ty:ty, $offset:expr, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(lock: *mut $ty $(, $a: $t)*) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut $ty $(, $t)*) -> c_int) else {
+                return libc::ENOSYS;
+            };
+            if !rt::inherits() {
+                // SAFETY: the caller's arguments, unchanged.
+                return unsafe { real(lock $(, $a)*) };
+            }
+            if let Some(try_lock) = real_fn!($try, fn(*mut $ty) -> c_int) {
+                // SAFETY: the caller's lock, to the real trylock.
+                match unsafe { try_lock(lock) } {
+                    libc::EBUSY => {}
+                    r => return r,
+                }
+            }
+            // SAFETY: the caller's lock, valid during this call.
+            let owner = unsafe { holder(lock.cast(), $offset) };
+            rt::wait_for_thread(owner, lock as usize, || {
+                // SAFETY: the caller's arguments, unchanged.
+                unsafe { real(lock $(, $a)*) }
+            })
+        }
+    };
+}
+
+lock_hook!(
+    pthread_mutex_lock,
+    c"pthread_mutex_lock",
+    c"pthread_mutex_trylock",
+    pthread_mutex_t,
+    MUTEX_OWNER,
+    ()
+);
+lock_hook!(pthread_mutex_timedlock, c"pthread_mutex_timedlock", c"pthread_mutex_trylock",
+    pthread_mutex_t, MUTEX_OWNER, (abstime: *const timespec));
+lock_hook!(
+    pthread_rwlock_rdlock,
+    c"pthread_rwlock_rdlock",
+    c"pthread_rwlock_tryrdlock",
+    pthread_rwlock_t,
+    RWLOCK_WRITER,
+    ()
+);
+lock_hook!(pthread_rwlock_timedrdlock, c"pthread_rwlock_timedrdlock", c"pthread_rwlock_tryrdlock",
+    pthread_rwlock_t, RWLOCK_WRITER, (abstime: *const timespec));
+lock_hook!(
+    pthread_rwlock_wrlock,
+    c"pthread_rwlock_wrlock",
+    c"pthread_rwlock_trywrlock",
+    pthread_rwlock_t,
+    RWLOCK_WRITER,
+    ()
+);
+lock_hook!(pthread_rwlock_timedwrlock, c"pthread_rwlock_timedwrlock", c"pthread_rwlock_trywrlock",
+    pthread_rwlock_t, RWLOCK_WRITER, (abstime: *const timespec));
+
+/// One unlock hook: the calling thread's loans about this lock end
+/// ([`paio::inheritance::released`]), then the real unlock.
+macro_rules! unlock_hook {
+    ($name:ident, $sym:literal, $ty:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(lock: *mut $ty) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut $ty) -> c_int) else {
+                return libc::ENOSYS;
+            };
+            if paio::criticality::loans_outstanding() > 0 {
+                rt::releasing(lock as usize);
+            }
+            // SAFETY: the caller's lock, unchanged.
+            unsafe { real(lock) }
+        }
+    };
+}
+
+unlock_hook!(
+    pthread_mutex_unlock,
+    c"pthread_mutex_unlock",
+    pthread_mutex_t
+);
+unlock_hook!(
+    pthread_rwlock_unlock,
+    c"pthread_rwlock_unlock",
+    pthread_rwlock_t
+);
