@@ -4,8 +4,12 @@
 //! inherits it with its memory, exactly as it inherits the descriptors.
 //! Class 0 means "no class"; class `i` (1-based) is the i-th name of
 //! `PAIO_FILE_CLASSES`.
+//!
+//! Beside it, one word per descriptor for the dirty-data bound
+//! ([`crate::dirty`]), reset to 0 whenever the descriptor's class is set
+//! (open, close, dup): a new open file starts unknown.
 
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 
 /// Descriptors at or above this number have no class.
 pub(crate) const FDS: usize = 65536;
@@ -13,6 +17,13 @@ pub(crate) const FDS: usize = 65536;
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU16 = AtomicU16::new(0);
 static TABLE: [AtomicU16; FDS] = [ZERO; FDS];
+static DIRTY: [AtomicU64; FDS] = [const { AtomicU64::new(0) }; FDS];
+
+/// The dirty-data word of `fd` ([`crate::dirty`]); `None` above [`FDS`].
+#[inline]
+pub(crate) fn dirty(fd: libc::c_int) -> Option<&'static AtomicU64> {
+    usize::try_from(fd).ok().and_then(|i| DIRTY.get(i))
+}
 
 #[inline]
 pub(crate) fn get(fd: libc::c_int) -> u16 {
@@ -26,6 +37,9 @@ pub(crate) fn get(fd: libc::c_int) -> u16 {
 pub(crate) fn set(fd: libc::c_int, class: u16) {
     if let Some(c) = usize::try_from(fd).ok().and_then(|i| TABLE.get(i)) {
         c.store(class, Ordering::Relaxed);
+    }
+    if let Some(d) = dirty(fd) {
+        d.store(0, Ordering::Relaxed);
     }
 }
 
@@ -42,6 +56,9 @@ pub(crate) fn clear_range(first: libc::c_uint, last: libc::c_uint) {
     if first <= last {
         for c in &TABLE[first..=last] {
             c.store(0, Ordering::Relaxed);
+        }
+        for d in &DIRTY[first..=last] {
+            d.store(0, Ordering::Relaxed);
         }
     }
 }

@@ -30,6 +30,7 @@
 
 mod aio;
 mod board;
+mod dirty;
 mod fdtable;
 mod hooks;
 mod locks;

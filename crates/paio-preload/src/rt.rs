@@ -505,6 +505,7 @@ impl Config {
         }
         let names = policy.critical_names.clone();
         INHERIT.store(policy.inherit, Ordering::Relaxed);
+        crate::dirty::configure(policy.dirty);
         let stage = policy.build_stage(builder).map_err(|e| e.to_string())?;
         if !names.is_empty() {
             // Leaked once per process (a forked child keeps its parent's).
@@ -677,7 +678,7 @@ pub(crate) fn data_call(
     if split == Split::IfRegular && size > paio::object::SPLIT_ALIGN {
         if let Some(p) = stage.split_size_on_thread(g.thread, &ctx) {
             if p > 0 && size > p && splittable(fd) {
-                return split_call(g, cfg, stage, ctx, p, &mut piece);
+                return split_call(g, cfg, stage, fd, ctx, p, &mut piece);
             }
         }
     }
@@ -687,14 +688,24 @@ pub(crate) fn data_call(
     // leaves no trace.
     drop(g);
     let r = piece(0, u64::MAX);
-    if let Ok(a) = admission {
-        // The guard saves the real call's errno and restores it on drop.
-        if let Some(g) = Guard::reenter(thread) {
+    // The guard saves the real call's errno and restores it on drop.
+    if let Some(g) = Guard::reenter(thread) {
+        if let Ok(a) = admission {
             let _ = stage.complete_on_thread(g.thread, a, r.max(0) as u64);
-            maybe_push(&g, cfg);
         }
+        wrote(rt, &ctx, fd, r);
+        maybe_push(&g, cfg);
     }
     r
+}
+
+/// A data call of `ctx` on `fd` returned `r`: a non-critical write's bytes
+/// count toward the dirty-data bound ([`crate::dirty`]). Under the guard.
+#[inline]
+fn wrote(rt: RequestType, ctx: &Context, fd: c_int, r: i64) {
+    if rt == RequestType::WRITE && r > 0 && !ctx.criticality.is_critical() {
+        crate::dirty::wrote(fd, r as u64);
+    }
 }
 
 /// Charges one request handed to the kernel asynchronously (a libaio
@@ -740,6 +751,7 @@ fn split_call(
     g: Guard,
     cfg: &Config,
     stage: &'static Stage,
+    fd: c_int,
     ctx: Context,
     piece_size: u64,
     piece: &mut dyn FnMut(u64, u64) -> i64,
@@ -787,6 +799,9 @@ fn split_call(
         if (r as u64) < len {
             break;
         }
+    }
+    if let Some(_g) = Guard::enter_always() {
+        wrote(ctx.request_type, &ctx, fd, done as i64);
     }
     match failed {
         Some(e) if done == 0 => {
@@ -1075,6 +1090,8 @@ struct Record<'a> {
     ppid: u32,
     exe: &'a str,
     stats: &'a StageStats,
+    /// Write-backs started by the dirty-data bound ([`crate::dirty`]).
+    dirty_writebacks: u64,
 }
 
 /// Writes `{"pid","ppid","exe","stats"}` to PAIO_STATS (`%p` → pid)
@@ -1117,6 +1134,7 @@ fn push_stats(force: bool) {
             ppid,
             exe: &exe,
             stats: &stats,
+            dirty_writebacks: crate::dirty::writebacks(),
         };
         if let Ok(json) = serde_json::to_string(&record) {
             let path = template.replace("%p", &pid.to_string());
@@ -1172,6 +1190,12 @@ pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, 
         if reached {
             let size = carried.replace(0).saturating_add(bytes);
             submit(&g, rt, size, stream_class(stream));
+            if rt == RequestType::WRITE && !stream.is_null() {
+                let ctx = g.thread.context(rt, size);
+                // SAFETY: a stream the caller uses; errno is restored by the
+                // guard.
+                wrote(rt, &ctx, unsafe { libc::fileno(stream) }, size as i64);
+            }
         } else {
             carried.set(carried.get().saturating_add(bytes));
         }

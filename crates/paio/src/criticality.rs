@@ -307,6 +307,40 @@ fn name_matches(pattern: &str, name: &str) -> bool {
     }
 }
 
+/// The bound on non-critical writers' dirty page-cache data (RCP §4.3), from
+/// a policy's `[criticality] dirty_per_file` and `dirty_per_process`; applied
+/// by the layer that sees buffered writes (the interposer).
+///
+/// A buffered writer's data reaches the device through the kernel's
+/// write-back, later and in bulk; a critical `fsync` on the same file system
+/// may then wait behind it. With a bound, a non-critical writer's file is
+/// written back early (`sync_file_range`) once half of `per_file` is pending
+/// in it, or once the process's pending data reaches `per_process`, and the
+/// writer waits for the previous write-back of that file first: its dirty
+/// data stays near the bound and its writing slows to what the device takes.
+/// Smaller bounds keep less in a critical fsync's way and cost more, smaller
+/// write-backs. Critical writers are never bounded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirtyLimits {
+    /// Most dirty bytes a non-critical writer keeps in one file (`None`:
+    /// no bound per file).
+    pub per_file: Option<u64>,
+    /// Most dirty bytes a non-critical process keeps over its files
+    /// (`None`: no bound per process).
+    pub per_process: Option<u64>,
+}
+
+impl DirtyLimits {
+    /// The smallest bound accepted: 64 KiB (smaller would write back every
+    /// few pages).
+    pub const MIN: u64 = 64 << 10;
+
+    /// Whether any bound is set.
+    pub fn is_on(&self) -> bool {
+        self.per_file.is_some() || self.per_process.is_some()
+    }
+}
+
 /// Critical activity shared between the processes of one machine: the
 /// cross-process half of a [`Priority`](crate::object::Priority) object's
 /// decision.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use crate::context::RequestType;
-use crate::criticality::CriticalNames;
+use crate::criticality::{CriticalNames, DirtyLimits};
 use crate::differentiation::{Classifier, Pattern};
 use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig, SplitWhen};
 use crate::rule::Rule;
@@ -58,6 +58,10 @@ pub struct Policy {
     /// criticality (`[criticality] inherit`, default `true`), applied by the
     /// layer that sees locks (the interposer; [`crate::inheritance`]).
     pub inherit: bool,
+    /// The bound on non-critical writers' dirty data (`[criticality]
+    /// dirty_per_file`, `dirty_per_process`; default none), applied by the
+    /// interposer.
+    pub dirty: DirtyLimits,
     rules: Vec<Rule>,
     /// For each rule, where in the file it came from.
     sources: Vec<Source>,
@@ -102,7 +106,7 @@ struct StageSection {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [criticality] table with processes and threads (lists of names) and inherit (true or false)"
+    expecting = "a [criticality] table with processes and threads (lists of names), inherit (true or false), dirty_per_file and dirty_per_process (sizes)"
 )]
 struct CriticalitySection {
     #[serde(default)]
@@ -111,6 +115,8 @@ struct CriticalitySection {
     threads: Vec<String>,
     #[serde(default = "default_inherit")]
     inherit: bool,
+    dirty_per_file: Option<Spanned<Size>>,
+    dirty_per_process: Option<Spanned<Size>>,
 }
 
 fn default_inherit() -> bool {
@@ -348,15 +354,32 @@ impl Policy {
             let inner = e.into_inner();
             error(inner.span(), field, inner.message().trim().to_string())
         })?;
-        let (critical_names, inherit) = match file.criticality {
+        let (critical_names, inherit, dirty) = match file.criticality {
             Some(c) => {
                 let span = c.span();
                 let c = c.into_inner();
                 let names = CriticalNames::new(c.processes, c.threads)
                     .map_err(|e| error(Some(span), "criticality".into(), e.to_string()))?;
-                (names, c.inherit)
+                let bound = |field: &str, v: Option<Spanned<Size>>| {
+                    match v {
+                    Some(v) if v.get_ref().0 < DirtyLimits::MIN => Err(error(
+                        Some(v.span()),
+                        format!("criticality.{field}"),
+                        format!(
+                            "must be at least 64 KiB (smaller would write back every few pages); omit it for no bound, got {} bytes",
+                            v.get_ref().0
+                        ),
+                    )),
+                    v => Ok(v.map(|v| v.into_inner().0)),
+                }
+                };
+                let dirty = DirtyLimits {
+                    per_file: bound("dirty_per_file", c.dirty_per_file)?,
+                    per_process: bound("dirty_per_process", c.dirty_per_process)?,
+                };
+                (names, c.inherit, dirty)
             }
-            None => (CriticalNames::default(), true),
+            None => (CriticalNames::default(), true, DirtyLimits::default()),
         };
         let mut p = Policy {
             origin: origin.to_string(),
@@ -365,6 +388,7 @@ impl Policy {
             labels: file.stage.labels,
             critical_names,
             inherit,
+            dirty,
             rules: Vec::new(),
             sources: Vec::new(),
         };
@@ -1262,6 +1286,30 @@ name = "fg"
         assert!(e.message.contains("only as its last character"), "{e}");
         let e = Policy::parse("[criticality]\nthread = [\"x\"]\n", "<t>").unwrap_err();
         assert!(e.message.contains("unknown field `thread`"), "{e}");
+    }
+
+    #[test]
+    fn dirty_limits_are_read_and_checked() {
+        assert!(!Policy::parse("", "<t>").unwrap().dirty.is_on());
+        let p = Policy::parse(
+            "[criticality]\ndirty_per_file = \"8MiB\"\ndirty_per_process = 67108864\n",
+            "<t>",
+        )
+        .unwrap();
+        assert_eq!(
+            p.dirty,
+            DirtyLimits {
+                per_file: Some(8 << 20),
+                per_process: Some(64 << 20)
+            }
+        );
+        let e = Policy::parse("[criticality]\ndirty_per_file = \"4KiB\"\n", "<t>").unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "criticality.dirty_per_file"),
+            "{e}"
+        );
+        assert!(e.message.contains("at least 64 KiB"), "{e}");
     }
 
     #[test]

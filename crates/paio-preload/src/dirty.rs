@@ -1,0 +1,127 @@
+//! The bound on non-critical writers' dirty data (RCP §4.3, the caching
+//! layer), configured by [`paio::criticality::DirtyLimits`].
+//!
+//! A non-critical buffered write of `n` bytes to a regular file adds `n` to
+//! the descriptor's pending count and to the process's. When the file's
+//! pending bytes reach half of `per_file`, or the process's reach half of
+//! `per_process`, the writer asks the kernel to write the file back
+//! (`sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE |
+//! SYNC_FILE_RANGE_WRITE)`): it first waits for the file's write-back still
+//! in progress (the throttle: a writer cannot dirty faster than the device
+//! takes its data), then starts write-back of every dirty page of the file,
+//! and the pending counts drop by what the file had. A file's dirty data so
+//! stays near `per_file`: half being written back, half being dirtied.
+//!
+//! Not bounded: critical writes, `O_DIRECT` descriptors (no page cache),
+//! descriptors that are not regular files, and memory-mapped writes (never
+//! seen). The pending count is per descriptor: two descriptors of one file
+//! count apart, and the process bound covers both.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use paio::criticality::DirtyLimits;
+
+use crate::fdtable;
+
+/// A descriptor's word: its kind in the top two bits, pending bytes below.
+const KIND: u64 = 3 << 62;
+const TRACKED: u64 = 1 << 62;
+const SKIPPED: u64 = 2 << 62;
+const PENDING: u64 = !KIND;
+
+static ON: AtomicBool = AtomicBool::new(false);
+/// Pending bytes of one file that start its write-back (0: no bound).
+static FILE_TRIGGER: AtomicU64 = AtomicU64::new(0);
+/// Pending bytes of the process that start a write-back (0: no bound).
+static PROCESS_TRIGGER: AtomicU64 = AtomicU64::new(0);
+static PROCESS_PENDING: AtomicU64 = AtomicU64::new(0);
+/// Write-backs started.
+static WRITEBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// Adopts the policy's bounds (once per stage built).
+pub(crate) fn configure(limits: DirtyLimits) {
+    FILE_TRIGGER.store(
+        limits.per_file.map_or(0, |b| (b / 2).max(1)),
+        Ordering::Relaxed,
+    );
+    PROCESS_TRIGGER.store(
+        limits.per_process.map_or(0, |b| (b / 2).max(1)),
+        Ordering::Relaxed,
+    );
+    ON.store(limits.is_on(), Ordering::Release);
+}
+
+/// Write-backs this process started for the bound.
+pub(crate) fn writebacks() -> u64 {
+    WRITEBACKS.load(Ordering::Relaxed)
+}
+
+/// A non-critical write moved `bytes` bytes to `fd` (library work: called
+/// under the depth guard, which restores errno). Starts a write-back when a
+/// bound is reached.
+#[inline]
+pub(crate) fn wrote(fd: libc::c_int, bytes: u64) {
+    if bytes == 0 || !ON.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(word) = fdtable::dirty(fd) else {
+        return;
+    };
+    let mut w = word.load(Ordering::Relaxed);
+    if w & KIND == 0 {
+        w = classify(fd, word);
+    }
+    if w & KIND != TRACKED {
+        return;
+    }
+    let pending = (word.fetch_add(bytes, Ordering::Relaxed) & PENDING) + bytes;
+    let total = PROCESS_PENDING.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    let over = |trigger: &AtomicU64, n: u64| {
+        let t = trigger.load(Ordering::Relaxed);
+        t != 0 && n >= t
+    };
+    if over(&FILE_TRIGGER, pending) || over(&PROCESS_TRIGGER, total) {
+        write_back(fd, word);
+    }
+}
+
+/// Whether `fd` is a regular file without `O_DIRECT`; recorded in `word`.
+#[cold]
+fn classify(fd: libc::c_int, word: &AtomicU64) -> u64 {
+    // SAFETY: F_GETFL takes no third argument.
+    let flags = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
+    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) };
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let regular = r == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let kind = if flags >= 0 && flags as libc::c_int & libc::O_DIRECT == 0 && regular {
+        TRACKED
+    } else {
+        SKIPPED
+    };
+    let _ = word.compare_exchange(0, kind, Ordering::Relaxed, Ordering::Relaxed);
+    word.load(Ordering::Relaxed)
+}
+
+#[cold]
+fn write_back(fd: libc::c_int, word: &AtomicU64) {
+    let took = word.fetch_and(!PENDING, Ordering::Relaxed) & PENDING;
+    let _ = PROCESS_PENDING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+        Some(p.saturating_sub(took))
+    });
+    WRITEBACKS.fetch_add(1, Ordering::Relaxed);
+    // A raw system call: nothing of ours is interposed, errno is restored by
+    // the caller's guard. Errors (EBADF after a race with close, EIO) only
+    // mean no early write-back; the data stays the kernel's to write.
+    // SAFETY: sync_file_range takes a descriptor, two offsets and flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_sync_file_range,
+            fd,
+            0 as libc::off64_t,
+            0 as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
+}
