@@ -769,8 +769,19 @@ fn split_call(
             return finish(done, r);
         };
         // The object is asked again before each later piece: once critical
-        // I/O is over, the rest goes as one piece.
+        // I/O is over, the rest goes as one piece. The thread's criticality
+        // is read again too: a thread lent criticality meanwhile (a critical
+        // thread waits for a lock it holds) issues the rest as one critical
+        // request.
         let rest = total - done;
+        let ctx = if done == 0 {
+            ctx
+        } else {
+            Context {
+                criticality: piece_criticality(guard.thread, ctx.criticality),
+                ..ctx
+            }
+        };
         let len = if done == 0 {
             piece_size.min(rest)
         } else {
@@ -809,6 +820,15 @@ fn split_call(
             -1
         }
         _ => done as i64,
+    }
+}
+
+/// A split call's criticality for its next piece: critical once the thread
+/// is (a loan may have come meanwhile), never less than it was.
+fn piece_criticality(thread: ThreadRef<'_>, was: paio::Criticality) -> paio::Criticality {
+    match thread.context(RequestType::WRITE, 0).criticality {
+        paio::Criticality::Critical => paio::Criticality::Critical,
+        _ => was,
     }
 }
 

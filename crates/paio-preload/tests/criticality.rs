@@ -466,3 +466,67 @@ fn the_dirty_bound_writes_back_non_critical_writers_early() {
         .unwrap_or_else(|| panic!("no sync_file_range in {trace}"));
     assert_eq!(calls, "32", "{trace}");
 }
+
+/// A split call whose thread is lent criticality between pieces issues the
+/// rest as one critical request: the critical thread waits for it, and
+/// critical requests pass the priority object's rate. The pieces are slow
+/// (4 KiB at 40 KiB/s: 100 ms each), so the loan arrives while the first
+/// ones wait.
+#[test]
+fn a_split_call_lent_criticality_issues_the_rest_at_once() {
+    let dir = scratch("inherit-split");
+    let exe = compile(&dir, "locks", &["-pthread"]);
+    let policy = dir.join("split-loan.toml");
+    std::fs::write(
+        &policy,
+        r#"
+[criticality]
+threads = ["crit-*"]
+[[channel]]
+name = "critical-writes"
+match = { criticality = "critical", request_type = "write" }
+default_object = "p"
+[[channel.object]]
+name = "p"
+kind = "priority"
+split = "4KiB"
+split_when = "always"
+[[channel]]
+name = "normal-writes"
+match = { criticality = "normal", request_type = "write" }
+default_object = "p"
+[[channel.object]]
+name = "p"
+kind = "priority"
+split = "4KiB"
+split_when = "always"
+rate = "40KiB/s"
+burst = "4KiB"
+"#,
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let out = run(
+        &dir,
+        &[&exe, "split"],
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    let took = t0.elapsed();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "split ok\n",
+        "{out:?}"
+    );
+    let stats = take_stats(&dir);
+    let (c_ops, c_bytes) = stats[0].channel("critical-writes");
+    let (n_ops, n_bytes) = stats[0].channel("normal-writes");
+    assert_eq!(c_bytes + n_bytes, 65536);
+    assert_eq!(c_ops, 1, "the rest in one critical request");
+    assert!(
+        (1..=4).contains(&n_ops) && n_bytes == n_ops * 4096,
+        "a few 4 KiB pieces before the loan: {n_ops} requests, {n_bytes} bytes"
+    );
+    // 16 pieces at the rate would take 1.5 s.
+    assert!(took < std::time::Duration::from_millis(1200), "{took:?}");
+}

@@ -72,7 +72,39 @@ static void *holder(void *arg) {
     return NULL;
 }
 
-int main(void) {
+/* `locks split`: the holder writes 64 KiB in one pwrite that the policy
+ * splits into slow 4 KiB pieces; once the critical thread blocks on the
+ * mutex, the rest of the call goes as one critical request. */
+static int writing = 0;
+
+static void *split_holder(void *arg) {
+    (void)arg;
+    static char buf[65536];
+    memset(buf, 's', sizeof buf);
+    pthread_mutex_lock(&m);
+    __atomic_store_n(&writing, 1, __ATOMIC_RELEASE);
+    if (pwrite(fd, buf, sizeof buf, 0) != (ssize_t)sizeof buf) _exit(7);
+    pthread_mutex_unlock(&m);
+    return NULL;
+}
+
+static int split_mode(void) {
+    prctl(PR_SET_NAME, "crit-main", 0, 0, 0);
+    pthread_t bg;
+    pthread_create(&bg, NULL, split_holder, NULL);
+    while (!__atomic_load_n(&writing, __ATOMIC_ACQUIRE)) sched_yield();
+    pthread_mutex_lock(&m);
+    pthread_mutex_unlock(&m);
+    pthread_join(bg, NULL);
+    puts("split ok");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "split") == 0) {
+        fd = open("log.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        return fd < 0 ? 1 : split_mode();
+    }
     if (offsetof(pthread_mutex_t, __data.__owner) != 8 ||
         offsetof(pthread_rwlock_t, __data.__cur_writer) != 24) {
         puts("offsets differ");

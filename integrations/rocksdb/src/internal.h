@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include <rocksdb/file_system.h>
@@ -22,6 +24,9 @@ struct Core {
   std::atomic<uint64_t> enforce_errors{0};
   // Foreground requests carry PAIO_CRITICAL (PluginOptions).
   bool critical_foreground = true;
+  // Flush and L0 compaction requests carry PAIO_CRITICAL while a column
+  // family's writes are stalled or delayed (PluginOptions).
+  bool critical_during_stalls = true;
   ~Core() { paio_stage_free(stage); }
 };
 
@@ -75,8 +80,16 @@ class PaioFileSystem : public rocksdb::FileSystemWrapper {
   std::shared_ptr<Core> core_;
 };
 
+// Column families whose writes RocksDB stalls or delays now, over every
+// listener of the process (PaioListener::OnStallConditionsChanged).
+int StalledColumnFamilies();
+
 class PaioListener : public rocksdb::EventListener {
  public:
+  PaioListener() = default;
+  // A listener that goes away while its column families are stalled takes
+  // its count with it.
+  ~PaioListener() override;
   static const char* kClassName() { return "PaioListener"; }
   const char* Name() const override { return kClassName(); }
   void OnFlushBegin(rocksdb::DB*, const rocksdb::FlushJobInfo&) override;
@@ -90,6 +103,13 @@ class PaioListener : public rocksdb::EventListener {
       const rocksdb::SubcompactionJobInfo&) override;
   void OnBackgroundError(rocksdb::BackgroundErrorReason,
                          rocksdb::Status*) override;
+  // Stall inheritance: while a column family's writes are delayed or
+  // stopped, its flush and L0 compaction are what the foreground waits for.
+  void OnStallConditionsChanged(const rocksdb::WriteStallInfo& info) override;
+
+ private:
+  std::mutex mu_;
+  std::set<std::string> stalled_;  // column families stalled now
 };
 
 }  // namespace internal

@@ -115,10 +115,13 @@ uint16_t Classify(FileKind kind, Pri write_priority) {
 
 namespace {
 
+std::atomic<int> stalled_column_families{0};
+
 // The paio context of a request of `type` and `size` in request context
 // `context`, issued now by the calling thread; false (and counted) if libpaio
 // could not build it. Foreground requests are critical when the plugin says
-// so (PluginOptions::critical_foreground).
+// so (PluginOptions::critical_foreground); flush and L0 compaction requests
+// while writes are stalled (PluginOptions::critical_during_stalls).
 bool MakeContext(Core* core, uint16_t type, uint16_t context, uint64_t size,
                  paio_context* ctx) {
   if (paio_context_new(type, size, ctx) != PAIO_OK) {
@@ -126,7 +129,12 @@ bool MakeContext(Core* core, uint16_t type, uint16_t context, uint64_t size,
     return false;
   }
   ctx->request_context = context;
-  if (core->critical_foreground && context == Ids().foreground) {
+  const Contexts& ids = Ids();
+  if (core->critical_foreground && context == ids.foreground) {
+    ctx->criticality = PAIO_CRITICAL;
+  } else if (core->critical_during_stalls &&
+             (context == ids.flush || context == ids.compaction_l0) &&
+             stalled_column_families.load(std::memory_order_relaxed) > 0) {
     ctx->criticality = PAIO_CRITICAL;
   }
   return true;
@@ -459,6 +467,30 @@ void PaioListener::OnSubcompactionCompleted(
   }
   paio_set_request_context(prev);
 }
+int StalledColumnFamilies() {
+  return stalled_column_families.load(std::memory_order_relaxed);
+}
+
+PaioListener::~PaioListener() {
+  std::lock_guard<std::mutex> g(mu_);
+  stalled_column_families.fetch_sub(static_cast<int>(stalled_.size()),
+                                    std::memory_order_relaxed);
+}
+
+void PaioListener::OnStallConditionsChanged(
+    const rocksdb::WriteStallInfo& info) {
+  bool stalled = info.condition.cur != rocksdb::WriteStallCondition::kNormal;
+  std::lock_guard<std::mutex> g(mu_);
+  bool was = stalled_.count(info.cf_name) != 0;
+  if (stalled && !was) {
+    stalled_.insert(info.cf_name);
+    stalled_column_families.fetch_add(1, std::memory_order_relaxed);
+  } else if (!stalled && was) {
+    stalled_.erase(info.cf_name);
+    stalled_column_families.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 void PaioListener::OnBackgroundError(rocksdb::BackgroundErrorReason,
                                      rocksdb::Status*) {
   // A failed job gets no *Completed callback.
@@ -674,6 +706,7 @@ std::unique_ptr<Plugin> Plugin::Create(const PluginOptions& options,
   auto core = std::make_shared<internal::Core>();
   core->stage = stage;
   core->critical_foreground = options.critical_foreground;
+  core->critical_during_stalls = options.critical_during_stalls;
 
   std::vector<std::string> rules;
   if (!RateRules(options.rates, &rules, error)) return nullptr;

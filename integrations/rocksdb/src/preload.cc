@@ -12,6 +12,8 @@
 //   PAIO_ROCKSDB_RATES       e.g. "flush=50MiB/s,compaction_ln=10MiB/s"
 //   PAIO_ROCKSDB_STATS       write the stage's statistics (JSON) to this file
 //                            at exit ("-": stderr)
+//   PAIO_ROCKSDB_STALL_INHERIT  0: flush and L0 compaction stay normal during
+//                            write stalls (default 1: critical)
 // SPDX-License-Identifier: Apache-2.0
 #include <unistd.h>
 
@@ -60,6 +62,16 @@ paio_rocksdb::Plugin* GlobalPlugin(std::string* error) {
         return;
       }
       o.rates[item.substr(0, eq)] = item.substr(eq + 1);
+    }
+    std::string inherit = Getenv("PAIO_ROCKSDB_STALL_INHERIT");
+    if (inherit == "0" || inherit == "1") {
+      o.critical_during_stalls = inherit == "1";
+    } else if (!inherit.empty()) {
+      create_error = "PAIO_ROCKSDB_STALL_INHERIT=\"" + inherit +
+                     "\": expected 1 (flush and L0 compaction critical during "
+                     "write stalls, the default) or 0";
+      std::fprintf(stderr, "paio-rocksdb preload: %s\n", create_error.c_str());
+      return;
     }
     std::string stats = Getenv("PAIO_ROCKSDB_STATS");
     if (!stats.empty() && stats != "-") {

@@ -112,6 +112,8 @@ expect_error "rates with a colon" 'is not KEY=RATE' \
     PAIO_ROCKSDB_RATES=compaction_ln:1MiB/s -- --fs_uri=paio
 expect_error "rate keys limiting the same bytes" '"background" and "flush" both limit' \
     PAIO_ROCKSDB_RATES=background=10MiB/s,flush=5MiB/s -- --fs_uri=paio
+expect_error "bad stall inheritance switch" 'PAIO_ROCKSDB_STALL_INHERIT="yes": expected 1' \
+    PAIO_ROCKSDB_STALL_INHERIT=yes -- --fs_uri=paio
 expect_error "missing policy" 'cannot read the policy file /nonexistent/p.toml: No such file' \
     PAIO_ROCKSDB_POLICY=/nonexistent/p.toml -- --fs_uri=paio
 expect_error "paiod not running" 'paiod is not answering at /nonexistent-dir/paiod.sock' \

@@ -711,3 +711,99 @@ TEST(Criticality, ForegroundIsCriticalBackgroundIsNot) {
   RunCriticalityRouting(false, &crit, &normal, &latency);
   EXPECT_EQ(crit, 0u) << "critical_foreground = false marks nothing";
 }
+
+// Stall inheritance: while a column family's writes are stalled or delayed,
+// flush and L0 compaction writes are critical; compaction of deeper levels
+// is not, and nothing is once the stall clears or with the option off.
+namespace {
+uint64_t CriticalBytesAroundAStall(bool inherit, uint64_t* normal_bytes) {
+  std::string policy_dir = TempDir("stall-policy");
+  ::mkdir(policy_dir.c_str(), 0700);
+  std::string policy = policy_dir + "/p.toml";
+  FILE* pf = std::fopen(policy.c_str(), "w");
+  EXPECT_TRUE(pf != nullptr);
+  std::fputs(
+      "[[channel]]\nname = \"critical\"\nmatch = { criticality = \"critical\" }\n"
+      "[[channel]]\nname = \"normal\"\nmatch = { criticality = \"normal\" }\n",
+      pf);
+  std::fclose(pf);
+  paio_rocksdb::PluginOptions po;
+  po.policy_file = policy;
+  po.critical_during_stalls = inherit;
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  EXPECT_TRUE(plugin) << err;
+  std::string dir = TempDir(inherit ? "stall-on" : "stall-off");
+  ::mkdir(dir.c_str(), 0700);
+  auto* listener =
+      static_cast<paio_rocksdb::internal::PaioListener*>(plugin->listener().get());
+  std::unique_ptr<rocksdb::FSWritableFile> f;
+  EXPECT_TRUE(plugin->file_system()
+                  ->NewWritableFile(dir + "/000009.sst", rocksdb::FileOptions(), &f, nullptr)
+                  .ok());
+  std::string block(1 << 16, 'x');
+  auto append = [&](size_t n) {
+    EXPECT_TRUE(f->Append(rocksdb::Slice(block.data(), n), rocksdb::IOOptions(), nullptr).ok());
+  };
+  WriteStallInfo stall;
+  stall.cf_name = "default";
+  std::thread([&] {
+    FlushJobInfo fi;
+    listener->OnFlushBegin(nullptr, fi);
+    append(1000);  // before the stall: normal
+    stall.condition.cur = WriteStallCondition::kStopped;
+    listener->OnStallConditionsChanged(stall);
+    EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 1);
+    append(2000);  // flush during the stall: critical when inherited
+    listener->OnFlushCompleted(nullptr, fi);
+    CompactionJobInfo ci;
+    ci.base_input_level = 0;
+    listener->OnCompactionBegin(nullptr, ci);
+    append(4000);  // L0 compaction during the stall: critical when inherited
+    listener->OnCompactionCompleted(nullptr, ci);
+    ci.base_input_level = 3;
+    listener->OnCompactionBegin(nullptr, ci);
+    append(8000);  // deeper compaction: normal
+    listener->OnCompactionCompleted(nullptr, ci);
+    stall.condition.cur = WriteStallCondition::kDelayed;
+    stall.condition.prev = WriteStallCondition::kStopped;
+    listener->OnStallConditionsChanged(stall);  // still slowed: one stall
+    EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 1);
+    stall.condition.cur = WriteStallCondition::kNormal;
+    listener->OnStallConditionsChanged(stall);
+    EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 0);
+    listener->OnFlushBegin(nullptr, fi);
+    append(16000);  // after the stall: normal
+    listener->OnFlushCompleted(nullptr, fi);
+  }).join();
+  EXPECT_TRUE(f->Close(rocksdb::IOOptions(), nullptr).ok());
+  Json s = ParseJson(plugin->CollectJson());
+  const Json* crit = Channel(s, "critical");
+  const Json* normal = Channel(s, "normal");
+  *normal_bytes = normal ? (*normal)["bytes"].u() : 0;
+  return crit ? (*crit)["bytes"].u() : 0;
+}
+}  // namespace
+
+TEST(Criticality, StallsMakeFlushAndL0CompactionCritical) {
+  uint64_t normal = 0;
+  EXPECT_EQ(CriticalBytesAroundAStall(true, &normal), 2000u + 4000u);
+  EXPECT_EQ(normal, 1000u + 8000u + 16000u);
+  EXPECT_EQ(CriticalBytesAroundAStall(false, &normal), 0u);
+  EXPECT_EQ(normal, 1000u + 2000u + 4000u + 8000u + 16000u);
+}
+
+// A listener destroyed during a stall leaves no stall behind.
+TEST(Criticality, AListenerGoneDuringAStallLeavesNothing) {
+  {
+    paio_rocksdb::internal::PaioListener l;
+    WriteStallInfo stall;
+    stall.cf_name = "a";
+    stall.condition.cur = WriteStallCondition::kDelayed;
+    l.OnStallConditionsChanged(stall);
+    stall.cf_name = "b";
+    l.OnStallConditionsChanged(stall);
+    EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 2);
+  }
+  EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 0);
+}

@@ -41,6 +41,12 @@ struct PluginOptions {
   // `paio run` hold back while they are in flight. false: every request is
   // normal (nothing of this database ever holds another program back).
   bool critical_foreground = true;
+  // Stall inheritance (docs/criticality.md): while RocksDB stalls or delays
+  // a column family's writes (the listener's OnStallConditionsChanged), flush
+  // and L0 compaction requests are critical too, so a priority object admits
+  // them first and its rate does not hold them: the foreground waits for
+  // them. false: they stay normal during stalls.
+  bool critical_during_stalls = true;
 };
 
 class Plugin {
