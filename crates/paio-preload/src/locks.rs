@@ -136,3 +136,65 @@ unlock_hook!(
     c"pthread_rwlock_unlock",
     pthread_rwlock_t
 );
+
+// ------------------------------------------------------------ condition variables
+// RCP's helper inference: a thread that signals a condition variable is a
+// helper of the threads that wait on it. A critical thread that waits on a
+// condition variable lends its criticality to the thread that signalled it
+// last, if that was less than `helper_window` ago ([`rt::cond_wait`]); the
+// loan ends when that thread signals it again or the wait returns.
+//
+// Programs link the GLIBC_2.3.2 versions of these symbols (the 2.2.5 ones
+// are compatibility code for binaries from before 2003); the real functions
+// are looked up at that version (dlvsym), since an unversioned dlsym may give
+// the old one.
+
+type Cond = libc::pthread_cond_t;
+type Mutex = libc::pthread_mutex_t;
+
+macro_rules! signal_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(cond: *mut Cond) -> c_int {
+            let Some(real) = crate::real::real_vfn!($sym, c"GLIBC_2.3.2", fn(*mut Cond) -> c_int)
+            else {
+                return libc::ENOSYS;
+            };
+            if rt::inherits() {
+                rt::signalled(cond as usize);
+            }
+            // SAFETY: the caller's condition variable, unchanged.
+            unsafe { real(cond) }
+        }
+    };
+}
+
+signal_hook!(pthread_cond_signal, c"pthread_cond_signal");
+signal_hook!(pthread_cond_broadcast, c"pthread_cond_broadcast");
+
+macro_rules! wait_hook {
+    ($name:ident, $sym:literal, $version:literal, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(cond: *mut Cond, mutex: *mut Mutex $(, $a: $t)*) -> c_int {
+            let Some(real) = crate::real::real_vfn!(
+                $sym, $version, fn(*mut Cond, *mut Mutex $(, $t)*) -> c_int)
+            else {
+                return libc::ENOSYS;
+            };
+            if !rt::inherits() {
+                // SAFETY: the caller's arguments, unchanged.
+                return unsafe { real(cond, mutex $(, $a)*) };
+            }
+            rt::cond_wait(cond as usize, || {
+                // SAFETY: the caller's arguments, unchanged.
+                unsafe { real(cond, mutex $(, $a)*) }
+            })
+        }
+    };
+}
+
+wait_hook!(pthread_cond_wait, c"pthread_cond_wait", c"GLIBC_2.3.2", ());
+wait_hook!(pthread_cond_timedwait, c"pthread_cond_timedwait", c"GLIBC_2.3.2",
+    (abstime: *const timespec));
+wait_hook!(pthread_cond_clockwait, c"pthread_cond_clockwait", c"GLIBC_2.34",
+    (clock: libc::clockid_t, abstime: *const timespec));

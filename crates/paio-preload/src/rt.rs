@@ -505,6 +505,10 @@ impl Config {
         }
         let names = policy.critical_names.clone();
         INHERIT.store(policy.inherit, Ordering::Relaxed);
+        HELPER_WINDOW_MS.store(
+            policy.helper_window.as_millis().min(u128::from(u32::MAX)) as u64,
+            Ordering::Relaxed,
+        );
         crate::dirty::configure(policy.dirty);
         let stage = policy.build_stage(builder).map_err(|e| e.to_string())?;
         if !names.is_empty() {
@@ -893,6 +897,98 @@ pub(crate) fn wait_for_thread(owner: i32, lock: usize, wait: impl FnOnce() -> c_
     let r = wait();
     drop(loan);
     drop(waiting);
+    r
+}
+
+/// Condition variables' last signallers: a lossy table indexed by the
+/// condition variable's address; each entry is the address and
+/// `tid << 32 | coarse milliseconds` of the last signal.
+const HELPERS: usize = 256;
+static HELPER_COND: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
+static HELPER_WHO: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
+/// `[criticality] helper_window` in milliseconds.
+static HELPER_WINDOW_MS: AtomicU64 = AtomicU64::new(100);
+
+fn helper_slot(cond: usize) -> usize {
+    // Condition variables are 48-byte objects: drop the low bits, mix.
+    ((cond >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) % HELPERS
+}
+
+fn coarse_ms() -> u64 {
+    coarse_now_ns() / 1_000_000
+}
+
+/// The calling thread signals the condition variable at `cond`: it becomes
+/// its helper, and loans it got from threads waiting on it end (it did what
+/// they waited for). Errno is untouched.
+#[inline]
+pub(crate) fn signalled(cond: usize) {
+    let me = paio::context::current_workflow();
+    paio::inheritance::released(me as u32, cond);
+    if HELPER_WINDOW_MS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let i = helper_slot(cond);
+    HELPER_WHO[i].store(me << 32 | (coarse_ms() & 0xffff_ffff), Ordering::Relaxed);
+    HELPER_COND[i].store(cond as u64, Ordering::Release);
+}
+
+/// The helper of the condition variable at `cond`: the thread that signalled
+/// it last, if less than the helper window ago.
+fn helper_of(cond: usize) -> Option<u32> {
+    let window = HELPER_WINDOW_MS.load(Ordering::Relaxed);
+    let i = helper_slot(cond);
+    if window == 0 || HELPER_COND[i].load(Ordering::Acquire) != cond as u64 {
+        return None;
+    }
+    let who = HELPER_WHO[i].load(Ordering::Relaxed);
+    let age = (coarse_ms() & 0xffff_ffff).wrapping_sub(who & 0xffff_ffff) & 0xffff_ffff;
+    (age <= window).then_some((who >> 32) as u32)
+}
+
+thread_local! {
+    /// The loan a critical thread gave while it waits on a condition
+    /// variable. Kept here, not on the stack, so that a thread cancelled in
+    /// the wait (a cancellation point) takes it back in its thread-local
+    /// destructor.
+    static COND_LOAN: std::cell::RefCell<Option<(paio::inheritance::Loan, paio::inheritance::Waiting)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Blocks in `wait` (a real condition-variable wait on `cond`): when the
+/// calling thread is critical, the condition variable's helper is lent its
+/// criticality until the helper signals again or `wait` returns
+/// ([`paio::inheritance`]); the result is returned unchanged.
+pub(crate) fn cond_wait(cond: usize, wait: impl FnOnce() -> c_int) -> c_int {
+    let Some(g) = Guard::enter() else {
+        return wait();
+    };
+    let Some(stage) = stage() else {
+        drop(g);
+        return wait();
+    };
+    check_thread_name(&g);
+    let me = paio::context::current_workflow() as u32;
+    let lent = match helper_of(cond) {
+        Some(helper) if helper != me && paio::criticality::current_criticality().is_critical() => {
+            let waiting = paio::inheritance::Waiting::on(me, helper, cond);
+            let loan = paio::inheritance::lend(me, helper, cond);
+            for &t in loan.threads() {
+                stage.promote_thread(u64::from(t));
+            }
+            COND_LOAN
+                .try_with(|slot| *slot.borrow_mut() = Some((loan, waiting)))
+                .is_ok()
+        }
+        _ => false,
+    };
+    drop(g);
+    let r = wait();
+    if lent {
+        let e = errno();
+        let _ = COND_LOAN.try_with(|slot| slot.borrow_mut().take());
+        set_errno(e);
+    }
     r
 }
 

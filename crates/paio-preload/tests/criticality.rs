@@ -360,8 +360,9 @@ fn a_board_others_can_read_is_refused() {
 }
 
 /// Bytes written by critical and by normal requests when tests/locks.c runs
-/// with `[criticality] inherit = {inherit}`.
-fn lock_run(dir: &Path, exe: &str, inherit: bool) -> (u64, u64) {
+/// with `[criticality] inherit = {inherit}` (and `args`; it prints
+/// `expect`), helper window 5 s.
+fn lock_run(dir: &Path, exe: &str, args: &[&str], expect: &str, inherit: bool) -> (u64, u64) {
     let policy = dir.join("locks.toml");
     std::fs::write(
         &policy,
@@ -370,6 +371,7 @@ fn lock_run(dir: &Path, exe: &str, inherit: bool) -> (u64, u64) {
 [criticality]
 threads = ["crit-*"]
 inherit = {inherit}
+helper_window = "5s"
 [[channel]]
 name = "critical-writes"
 match = {{ criticality = "critical", request_type = "write" }}
@@ -380,8 +382,10 @@ match = {{ criticality = "normal", request_type = "write" }}
         ),
     )
     .unwrap();
-    let out = same(dir, &[exe], &[("PAIO_POLICY", policy.to_str().unwrap())]);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "offsets ok\n");
+    let mut argv = vec![exe];
+    argv.extend_from_slice(args);
+    let out = same(dir, &argv, &[("PAIO_POLICY", policy.to_str().unwrap())]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expect);
     let stats = take_stats(dir);
     let bytes = |c: &str| stats.iter().map(|s| s.channel(c).1).sum::<u64>();
     (bytes("critical-writes"), bytes("normal-writes"))
@@ -398,8 +402,22 @@ fn a_lock_holder_inherits_criticality_while_a_critical_thread_waits() {
     let own = 2 * 3 * 300;
     let lent = 10 * 4000 + 10 * 2000;
     let after = 2 * 5 * 700;
-    assert_eq!(lock_run(&dir, &exe, true), (own + lent, after));
-    assert_eq!(lock_run(&dir, &exe, false), (own, lent + after));
+    let run = |inherit| lock_run(&dir, &exe, &[], "offsets ok\n", inherit);
+    assert_eq!(run(true), (own + lent, after));
+    assert_eq!(run(false), (own, lent + after));
+}
+
+/// A critical thread waiting on a condition variable lends its criticality
+/// to the thread that signalled it last (its helper) until the helper
+/// signals again; not with `inherit = false`.
+#[test]
+fn a_condition_variables_helper_inherits_criticality() {
+    let dir = scratch("inherit-cond");
+    let exe = compile(&dir, "locks", &["-pthread"]);
+    let (own, lent, after) = (3 * 300, 10 * 3000, 5 * 700);
+    let run = |inherit| lock_run(&dir, &exe, &["cond"], "cond ok\n", inherit);
+    assert_eq!(run(true), (own + lent, after));
+    assert_eq!(run(false), (own, lent + after));
 }
 
 /// Write-backs the dirty-data bound started in `dd ...` runs of 64 MiB in

@@ -100,7 +100,49 @@ static int split_mode(void) {
     return 0;
 }
 
+/* `locks cond`: a helper thread signals a condition variable once, then
+ * the critical main thread waits on it; the helper's writes while main
+ * waits (10 x 3000 bytes) are lent criticality, its writes after it
+ * signalled main (5 x 700) are not; main writes 3 x 300 bytes itself. */
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int registered = 0, ready = 0;
+
+static void *cond_helper(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&m);
+    pthread_cond_signal(&cv); /* nobody waits yet: it names the helper */
+    pthread_mutex_unlock(&m);
+    __atomic_store_n(&registered, 1, __ATOMIC_RELEASE);
+    until_crit_sleeps();
+    writes(10, 3000);
+    pthread_mutex_lock(&m);
+    ready = 1;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&m);
+    writes(5, 700);
+    return NULL;
+}
+
+static int cond_mode(void) {
+    prctl(PR_SET_NAME, "crit-main", 0, 0, 0);
+    crit_tid = (int)syscall(SYS_gettid);
+    pthread_t bg;
+    pthread_create(&bg, NULL, cond_helper, NULL);
+    while (!__atomic_load_n(&registered, __ATOMIC_ACQUIRE)) sched_yield();
+    pthread_mutex_lock(&m);
+    while (!ready) pthread_cond_wait(&cv, &m);
+    pthread_mutex_unlock(&m);
+    writes(3, 300);
+    pthread_join(bg, NULL);
+    puts("cond ok");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "cond") == 0) {
+        fd = open("log.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        return fd < 0 ? 1 : cond_mode();
+    }
     if (argc == 2 && strcmp(argv[1], "split") == 0) {
         fd = open("log.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
         return fd < 0 ? 1 : split_mode();

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::Range;
 use std::path::Path;
+use std::time::Duration;
 
 use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
 use serde::de::{MapAccess, SeqAccess, Visitor};
@@ -62,6 +63,14 @@ pub struct Policy {
     /// dirty_per_file`, `dirty_per_process`; default none), applied by the
     /// interposer.
     pub dirty: DirtyLimits,
+    /// How recently a thread must have signalled a condition variable to be
+    /// lent criticality by a critical thread that waits on it
+    /// (`[criticality] helper_window`, default 100 ms; 0 turns helper
+    /// inference off). Longer also lends to threads that help rarely (a
+    /// flusher woken every few hundred ms) and to threads that signalled
+    /// once long ago and no longer help; shorter lends only to helpers
+    /// that signal often.
+    pub helper_window: Duration,
     rules: Vec<Rule>,
     /// For each rule, where in the file it came from.
     sources: Vec<Source>,
@@ -106,7 +115,7 @@ struct StageSection {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [criticality] table with processes and threads (lists of names), inherit (true or false), dirty_per_file and dirty_per_process (sizes)"
+    expecting = "a [criticality] table with processes and threads (lists of names), inherit (true or false), helper_window (a duration), dirty_per_file and dirty_per_process (sizes)"
 )]
 struct CriticalitySection {
     #[serde(default)]
@@ -117,11 +126,15 @@ struct CriticalitySection {
     inherit: bool,
     dirty_per_file: Option<Spanned<Size>>,
     dirty_per_process: Option<Spanned<Size>>,
+    helper_window: Option<HumanDuration>,
 }
 
 fn default_inherit() -> bool {
     true
 }
+
+/// [`Policy::helper_window`]'s default.
+const DEFAULT_HELPER_WINDOW: Duration = Duration::from_millis(100);
 
 #[derive(Deserialize)]
 #[serde(
@@ -354,7 +367,7 @@ impl Policy {
             let inner = e.into_inner();
             error(inner.span(), field, inner.message().trim().to_string())
         })?;
-        let (critical_names, inherit, dirty) = match file.criticality {
+        let (critical_names, inherit, dirty, helper_window) = match file.criticality {
             Some(c) => {
                 let span = c.span();
                 let c = c.into_inner();
@@ -377,9 +390,15 @@ impl Policy {
                     per_file: bound("dirty_per_file", c.dirty_per_file)?,
                     per_process: bound("dirty_per_process", c.dirty_per_process)?,
                 };
-                (names, c.inherit, dirty)
+                let window = c.helper_window.map_or(DEFAULT_HELPER_WINDOW, |w| w.0);
+                (names, c.inherit, dirty, window)
             }
-            None => (CriticalNames::default(), true, DirtyLimits::default()),
+            None => (
+                CriticalNames::default(),
+                true,
+                DirtyLimits::default(),
+                DEFAULT_HELPER_WINDOW,
+            ),
         };
         let mut p = Policy {
             origin: origin.to_string(),
@@ -389,6 +408,7 @@ impl Policy {
             critical_names,
             inherit,
             dirty,
+            helper_window,
             rules: Vec::new(),
             sources: Vec::new(),
         };
@@ -1316,6 +1336,12 @@ name = "fg"
     fn inheritance_is_on_unless_turned_off() {
         assert!(Policy::parse("", "<t>").unwrap().inherit);
         assert!(Policy::parse("[criticality]\n", "<t>").unwrap().inherit);
+        let p = Policy::parse("[criticality]\nhelper_window = \"20ms\"\n", "<t>").unwrap();
+        assert_eq!(p.helper_window, Duration::from_millis(20));
+        assert_eq!(
+            Policy::parse("", "<t>").unwrap().helper_window,
+            Duration::from_millis(100)
+        );
         let off = Policy::parse("[criticality]\ninherit = false\n", "<t>").unwrap();
         assert!(!off.inherit);
         let e = Policy::parse("[criticality]\ninherit = \"no\"\n", "<t>").unwrap_err();
