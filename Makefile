@@ -2,7 +2,7 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality soak fuzz header clean
+.PHONY: all setup build release-bins demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
 
 all: build
 
@@ -28,7 +28,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -46,7 +46,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python:
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
@@ -68,6 +68,20 @@ test-taillat: taillat-driver
 ## table, plots), not the numbers.
 test-criticality: release-bins
 	python3 bench/criticality/run.py --quick --out target/criticality-smoke --data-dir target/criticality-smoke-data
+
+## A 30-second smoke run of the inheritance experiment: checks the pipeline
+## (the loglock program, sqlite next to dd with the dirty bound, db_bench
+## through the plugin with stall inheritance, CSV, table, plot), not the
+## numbers.
+test-inheritance: release-bins rocksdb-plugin
+	python3 bench/inheritance/run.py --quick --out target/inheritance-smoke --data-dir target/inheritance-smoke-data
+
+## The RocksDB plugin and its db_bench preload library, built without
+## running their tests (make test-rocksdb builds and tests them).
+rocksdb-plugin:
+	$(CARGO) build --release -p paio-ffi
+	cmake -S integrations/rocksdb -B integrations/rocksdb/build -DPAIO_LIB_DIR=$(CURDIR)/target/release -DPAIO_INCLUDE_DIR=$(CURDIR)/crates/paio-ffi/include
+	cmake --build integrations/rocksdb/build -j2
 
 ## Benchmarks; results go to bench/results/ (see docs/performance.md).
 bench: setup
@@ -102,6 +116,15 @@ experiment-taillat: taillat-driver
 CRITICALITY_ROUNDS ?= 3
 experiment-criticality: release-bins
 	python3 bench/criticality/run.py --rounds $(CRITICALITY_ROUNDS)
+
+## Priority inheritance and the dirty-data bound (issue 12, about 12
+## minutes): request threads sharing a mutex with a checkpointer, sqlite
+## commits next to dd, db_bench write stalls through the plugin; vanilla,
+## paio without and with inheritance (and RocksDB's own rate limiter), 3
+## rounds; results and plot in bench/results/inheritance/.
+INHERITANCE_ROUNDS ?= 3
+experiment-inheritance: release-bins rocksdb-plugin
+	python3 bench/inheritance/run.py --rounds $(INHERITANCE_ROUNDS)
 
 ## paiod's soak test (issue 14, one hour, not in `make test`): mixed load
 ## under paio with paiod killed and restarted every minute and an abusive

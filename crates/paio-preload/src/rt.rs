@@ -697,18 +697,42 @@ pub(crate) fn data_call(
         if let Ok(a) = admission {
             let _ = stage.complete_on_thread(g.thread, a, r.max(0) as u64);
         }
-        wrote(rt, &ctx, fd, r);
+        wrote(&g, rt, &ctx, fd, r);
         maybe_push(&g, cfg);
     }
     r
 }
 
 /// A data call of `ctx` on `fd` returned `r`: a non-critical write's bytes
-/// count toward the dirty-data bound ([`crate::dirty`]). Under the guard.
+/// count toward the dirty-data bound ([`crate::dirty`]). When a write-back
+/// is due, it goes through the stage as a non-critical `sync_file_range`
+/// request of size 0 (charging no bytes twice), so a priority object holds
+/// the writer back while critical I/O is active, here or in another process.
+/// Under the guard `g`.
 #[inline]
-fn wrote(rt: RequestType, ctx: &Context, fd: c_int, r: i64) {
-    if rt == RequestType::WRITE && r > 0 && !ctx.criticality.is_critical() {
-        crate::dirty::wrote(fd, r as u64);
+fn wrote(g: &Guard, rt: RequestType, ctx: &Context, fd: c_int, r: i64) {
+    if rt == RequestType::WRITE
+        && r > 0
+        && !ctx.criticality.is_critical()
+        && crate::dirty::wrote(fd, r as u64)
+    {
+        write_back(g, ctx, fd);
+    }
+}
+
+#[cold]
+fn write_back(g: &Guard, ctx: &Context, fd: c_int) {
+    let admission = stage().map(|stage| {
+        let sync = Context {
+            request_type: RequestType::SYNC_FILE_RANGE,
+            size: 0,
+            ..*ctx
+        };
+        (stage, stage.admit_on_thread(g.thread, &sync))
+    });
+    crate::dirty::write_back(fd);
+    if let Some((stage, Ok(a))) = admission {
+        let _ = stage.complete_on_thread(g.thread, a, 0);
     }
 }
 
@@ -815,8 +839,8 @@ fn split_call(
             break;
         }
     }
-    if let Some(_g) = Guard::enter_always() {
-        wrote(ctx.request_type, &ctx, fd, done as i64);
+    if let Some(g) = Guard::enter_always() {
+        wrote(&g, ctx.request_type, &ctx, fd, done as i64);
     }
     match failed {
         Some(e) if done == 0 => {
@@ -1310,7 +1334,7 @@ pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, 
                 let ctx = g.thread.context(rt, size);
                 // SAFETY: a stream the caller uses; errno is restored by the
                 // guard.
-                wrote(rt, &ctx, unsafe { libc::fileno(stream) }, size as i64);
+                wrote(&g, rt, &ctx, unsafe { libc::fileno(stream) }, size as i64);
             }
         } else {
             carried.set(carried.get().saturating_add(bytes));

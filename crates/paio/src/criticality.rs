@@ -315,11 +315,11 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 /// write-back, later and in bulk; a critical `fsync` on the same file system
 /// may then wait behind it. With a bound, a non-critical writer's file is
 /// written back early (`sync_file_range`) once half of `per_file` is pending
-/// in it, or once the process's pending data reaches `per_process`, and the
-/// writer waits for the previous write-back of that file first: its dirty
-/// data stays near the bound and its writing slows to what the device takes.
-/// Smaller bounds keep less in a critical fsync's way and cost more, smaller
-/// write-backs. Critical writers are never bounded.
+/// in it, or half of `per_process` in the process, and the writer waits
+/// until that write-back is done: its dirty data stays below the bound and
+/// it writes at the device's pace. Smaller bounds keep less in a critical
+/// fsync's way and cost more, smaller write-backs, each one a wait of the
+/// writer. Critical writers are never bounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DirtyLimits {
     /// Most dirty bytes a non-critical writer keeps in one file (`None`:
