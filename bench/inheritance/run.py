@@ -197,13 +197,17 @@ def markdown(summary):
         "| critical ops/s | background MiB/s | bg % of vanilla | stall s | paio stall / setup's |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    def ratio(key, scale=1.0, unit="x"):
+        v = e.get(key)
+        return "-" if v is None else f"{scale * v:.{0 if unit == ' %' else 1}f}{unit}"
+
     for e in summary:
         lines.append(
             f"| {e['case']} | {e['setup']} | {e['rounds']} | {cell(e['p99'])} "
-            f"| {cell(e['p999'])} | {e.get('p999_paio_over', 0):.1f}x "
+            f"| {cell(e['p999'])} | {ratio('p999_paio_over')} "
             f"| {cell(e['crit_ops'])} | {cell(e['bg_mib'], 1)} "
-            f"| {100 * e.get('bg_of_vanilla', 0):.0f} % | {cell(e['stall_s'], 2)} "
-            f"| {e.get('stall_paio_over', 0):.1f}x |")
+            f"| {ratio('bg_of_vanilla', 100, ' %')} | {cell(e['stall_s'], 2)} "
+            f"| {ratio('stall_paio_over')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -383,3 +383,56 @@ fn stdio_charges_what_reaches_the_kernel() {
     );
     assert!((2..=24).contains(&read_ops), "{read_ops} read operations");
 }
+
+/// docs/preload.md's table of interposed symbols names every symbol the
+/// library exports, and its heading counts them.
+#[test]
+fn the_documented_symbols_are_the_exported_ones() {
+    require("nm");
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let exported: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[1] == "T").then(|| f[2].to_string())
+        })
+        .collect();
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/preload.md"
+    ))
+    .unwrap();
+    let start = doc.find("## Interposed symbols").unwrap();
+    let end = start + doc[start..].find("\n## ").unwrap_or(doc.len() - start);
+    let section = &doc[start..end];
+    let named: std::collections::BTreeSet<String> = section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|s| s.split('(').next().unwrap_or(s).to_string())
+        .collect();
+    let own: Vec<&String> = exported.iter().filter(|s| s.starts_with("paio_")).collect();
+    let libc: Vec<&String> = exported
+        .iter()
+        .filter(|s| !s.starts_with("paio_"))
+        .collect();
+    let missing: Vec<&&String> = libc.iter().filter(|s| !named.contains(**s)).collect();
+    assert!(
+        missing.is_empty(),
+        "exported but not in docs/preload.md: {missing:?}"
+    );
+    let heading = format!(
+        "## Interposed symbols ({} from libc, {} of its own)",
+        libc.len(),
+        own.len()
+    );
+    assert!(
+        section.starts_with(&heading),
+        "expected the heading {heading:?}"
+    );
+}
