@@ -4,8 +4,14 @@ cgroup-v1 blkio cgroup that stands for a shared device, and the entry point
 that turns errors and signals into exit codes.  Stdlib only.
 """
 
+import csv
+import datetime
+import json
+import math
 import os
 import platform
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,6 +161,57 @@ class BlkioCgroup:
                 time.sleep(0.1)
         print(f"WARNING: could not remove {self.path}", file=sys.stderr)
         self.path = None
+
+
+def require(tools, bin_dir, bins):
+    """An error naming the first of `tools` (on PATH) or `bins` (in
+    `bin_dir`) that is missing, and how to get it."""
+    for tool in tools:
+        if not shutil.which(tool):
+            raise ExperimentError(f"{tool} is not installed (make setup installs it)")
+    for b in bins:
+        if not (Path(bin_dir) / b).is_file():
+            raise ExperimentError(f"{bin_dir}/{b} not found: build with `make release-bins`")
+
+
+def header_lines(data_dir):
+    """The first lines of a result header: the command, the date, the
+    machine (with the disk holding `data_dir`) and the commit."""
+    return [
+        f"command: {shlex.join([sys.executable] + sys.argv)}",
+        f"date (UTC): {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}",
+        f"machine: {machine_info(data_dir)}",
+        f"commit: {commit_info()}",
+    ]
+
+
+def percentiles_of(samples, points):
+    """{percentile: value} of `samples` at each of `points` (nearest rank)."""
+    if not samples:
+        raise ExperimentError("no samples")
+    s = sorted(samples)
+    out = {}
+    for p in points:
+        k = max(0, min(len(s) - 1, math.ceil(p * len(s) / 100.0 - 1e-9) - 1))
+        out[float(p)] = s[k]
+    return out
+
+
+def rotation(setups, round_index):
+    """The setups' order in round `round_index`: rotated by one each round."""
+    k = round_index % len(setups)
+    return list(setups[k:]) + list(setups[:k])
+
+
+def write_runs(out, header, rows, fields, table):
+    """OUT/runs.csv (`fields` of each row), OUT/runs.json (every row) and
+    OUT/summary.md (the header lines, then `table`)."""
+    with open(out / "runs.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    (out / "runs.json").write_text(json.dumps(rows, indent=1))
+    (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
 
 
 def _sigterm(signum, frame):

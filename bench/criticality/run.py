@@ -34,13 +34,7 @@ restored on exit, SIGINT and errors.
 """
 
 import argparse
-import csv
-import datetime
 import json
-import math
-import os
-import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -49,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import expt  # noqa: E402
-from expt import block_device_of, commit_info, machine_info  # noqa: E402
+from expt import block_device_of  # noqa: E402
 
 REPO = expt.REPO
 HERE = Path(__file__).resolve().parent
@@ -96,14 +90,7 @@ def db_bench_percentiles(text):
 
 def percentiles_of(samples, points=PERCENTILES):
     """{percentile: value} of `samples` (nearest rank)."""
-    if not samples:
-        raise DriverError("no samples")
-    s = sorted(samples)
-    out = {}
-    for p in points:
-        k = max(0, min(len(s) - 1, math.ceil(p * len(s) / 100.0 - 1e-9) - 1))
-        out[float(p)] = s[k]
-    return out
+    return expt.percentiles_of(samples, points)
 
 
 def summarize(rows):
@@ -165,10 +152,7 @@ def stages_that_left(log_text):
                if "paio_control::server: stage " in line and line.endswith(" left"))
 
 
-def rotation(setups, round_index):
-    """The setups' order in round `round_index`: rotated by one each round."""
-    k = round_index % len(setups)
-    return list(setups[k:]) + list(setups[:k])
+rotation = expt.rotation
 
 
 # ---------------------------------------------------------------- running
@@ -470,22 +454,14 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    for tool in ["fio", "ionice"] + (["db_bench"] if "rocksdb" in args.workloads else []):
-        if not shutil.which(tool):
-            raise DriverError(f"{tool} is not installed (make setup installs it)")
-    for b in ["paio"] + (["paiod"] if "paio-target" in args.setups else []):
-        if not (Path(args.bin_dir) / b).is_file():
-            raise DriverError(f"{args.bin_dir}/{b} not found: build with `make release-bins`")
+    expt.require(["fio", "ionice"] + (["db_bench"] if "rocksdb" in args.workloads else []),
+                 args.bin_dir, ["paio"] + (["paiod"] if "paio-target" in args.setups else []))
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     out = Path(args.out)
     (out / "raw").mkdir(parents=True, exist_ok=True)
     run = Run(args, data, out)
-    header = [
-        f"command: {shlex.join([sys.executable] + sys.argv)}",
-        f"date (UTC): {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}",
-        f"machine: {machine_info(data)}",
-        f"commit: {commit_info()}",
+    header = expt.header_lines(data) + [
         f"scheduler: {run.sched_orig} (ionice-bfq switches to bfq and back)",
         f"setups: {','.join(args.setups)}; workloads: {','.join(args.workloads)}; "
         f"rounds: {args.rounds}; critical {args.seconds} s inside {args.seconds + 2 * args.lead} s "
@@ -516,13 +492,8 @@ def main(argv=None):
         run.restore()
     fields = ["round", "setup", "workload", "p50_us", "p99_us", "p999_us", "crit_ops",
               "bg_mib", "bg_alone_mib"]
-    with open(out / "runs.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    (out / "runs.json").write_text(json.dumps(rows, indent=1))
     table = markdown(summarize(rows))
-    (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
+    expt.write_runs(out, header, rows, fields, table)
     print("\n" + table)
     if not args.no_plot:
         plot(out, rows)

@@ -34,12 +34,8 @@ bench/results/inheritance/.  Stdlib + matplotlib.
 """
 
 import argparse
-import csv
-import datetime
 import json
-import math
 import os
-import shlex
 import shutil
 import signal
 import statistics
@@ -50,7 +46,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import expt  # noqa: E402
-from expt import commit_info, machine_info  # noqa: E402
 
 REPO = expt.REPO
 HERE = Path(__file__).resolve().parent
@@ -74,14 +69,7 @@ DB_FLAGS = ["--write_buffer_size=4194304", "--max_write_buffer_number=2",
 
 def percentiles_of(samples, points=PERCENTILES):
     """{percentile: value} of `samples` (nearest rank)."""
-    if not samples:
-        raise DriverError("no samples")
-    s = sorted(samples)
-    out = {}
-    for p in points:
-        k = max(0, min(len(s) - 1, math.ceil(p * len(s) / 100.0 - 1e-9) - 1))
-        out[float(p)] = s[k]
-    return out
+    return expt.percentiles_of(samples, points)
 
 
 def db_bench_result(text):
@@ -137,10 +125,7 @@ def stage_bytes(path):
     return out
 
 
-def rotation(setups, round_index):
-    """The setups' order in round `round_index`: rotated by one each round."""
-    k = round_index % len(setups)
-    return list(setups[k:]) + list(setups[:k])
+rotation = expt.rotation
 
 
 def loglock_policy(inherit):
@@ -448,12 +433,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    tools = ["fio", "cc"] + (["db_bench"] if "stalls" in args.cases else [])
-    for tool in tools:
-        if not shutil.which(tool):
-            raise DriverError(f"{tool} is not installed (make setup installs it)")
-    if not (Path(args.bin_dir) / "paio").is_file():
-        raise DriverError(f"{args.bin_dir}/paio not found: build with `make release-bins`")
+    expt.require(["fio", "cc"] + (["db_bench"] if "stalls" in args.cases else []),
+                 args.bin_dir, ["paio"])
     if "stalls" in args.cases:
         lib = REPO / "integrations/rocksdb/build/libpaio_rocksdb_preload.so"
         if not lib.is_file():
@@ -463,11 +444,7 @@ def main(argv=None):
     out = Path(args.out)
     (out / "raw").mkdir(parents=True, exist_ok=True)
     run = Run(args, data, out)
-    header = [
-        f"command: {shlex.join([sys.executable] + sys.argv)}",
-        f"date (UTC): {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S}",
-        f"machine: {machine_info(data)}",
-        f"commit: {commit_info()}",
+    header = expt.header_lines(data) + [
         f"cases: {','.join(args.cases)}; rounds: {args.rounds}; critical work {args.seconds} s "
         f"with {args.lead} s of background before and after; loglock threads {args.threads}; "
         f"dirty bound {args.dirty_per_file} per file; stalls: {args.stall_ops} puts, "
@@ -495,13 +472,8 @@ def main(argv=None):
         run.restore()
     fields = ["round", "case", "setup", "p50", "p99", "p999", "crit_ops", "bg_mib",
               "ckpt_mib", "stall_s", "critical_mib", "background_mib"]
-    with open(out / "runs.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    (out / "runs.json").write_text(json.dumps(rows, indent=1))
     table = markdown(summarize(rows))
-    (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
+    expt.write_runs(out, header, rows, fields, table)
     print("\n" + table)
     if not args.no_plot:
         plot(out, rows)
