@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The lock hooks' cost (priority inheritance, issue 12): an uncontended
 # pthread_mutex_lock/unlock pair through the interposer against libc's own,
-# paired inside one process (lock_loop ... paired), and a mutex contended by
+# paired inside one process (lock_loop ... paired), the same for a rwlock
+# read lock (paired-read: the hooks record read holds), and a mutex contended by
 # two threads, timed as whole runs without and with the interposer (order
 # alternating by round). Medians over RUNS rounds with each figure's range.
 # Writes bench/results/preload-locks.csv. Used by `make bench`.
@@ -25,10 +26,12 @@ lib="$target/release/libpaio_preload.so"
 [ -f "$lib" ] || { echo "locks.sh: $lib was not built" >&2; exit 1; }
 cc -O2 -pthread -I"$here" -o "$work/lock_loop" "$here/lock_loop.c" -ldl
 
-paired="" none="" preload=""
+paired="" paired_read="" none="" preload=""
 for ((r = 1; r <= runs; r++)); do
     v=$(LD_PRELOAD="$lib" "$work/lock_loop" "$pairs_iterations" paired)
     paired+="$(echo "$v" | cut -d' ' -f3) "
+    v=$(LD_PRELOAD="$lib" "$work/lock_loop" "$pairs_iterations" paired-read)
+    paired_read+="$(echo "$v" | cut -d' ' -f3) "
     if ((r % 2)); then
         none+="$("$work/lock_loop" "$contended_iterations" contended 2) "
         preload+="$(LD_PRELOAD="$lib" "$work/lock_loop" "$contended_iterations" contended 2) "
@@ -52,9 +55,10 @@ cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
     echo "# cpu: $cpu; cores: $(nproc)"
     echo "# kernel: $(uname -r)"
     echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-    echo "# note: uncontended = added ns per pair, paired in one process (blocks of 100000 pairs through the interposer alternate with blocks through libc's own; median of per-pair differences), median over rounds; contended = 2 threads on one mutex, wall ns per pair over both threads, without (none) and with the interposer's default (preload), run order alternating by round"
+    echo "# note: uncontended(_read) = added ns per mutex (rwlock read) lock/unlock pair, paired in one process (blocks of 100000 pairs through the interposer alternate with blocks through libc's own; median of per-pair differences), median over rounds; contended = 2 threads on one mutex, wall ns per pair over both threads, without (none) and with the interposer's default (preload), run order alternating by round"
     echo "case,runs,median_ns,min_ns,max_ns"
     echo "uncontended_added,$runs,$(echo "$paired" | median),$(echo "$paired" | range)"
+    echo "uncontended_read_added,$runs,$(echo "$paired_read" | median),$(echo "$paired_read" | range)"
     echo "contended_none,$runs,$(echo "$none" | median),$(echo "$none" | range)"
     echo "contended_preload,$runs,$(echo "$preload" | median),$(echo "$preload" | range)"
 } > "$out"

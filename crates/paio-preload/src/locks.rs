@@ -18,8 +18,10 @@
 //! would without waiting (a recursive mutex's count, a robust mutex's
 //! `EOWNERDEAD` included), and its failure is followed by the real blocking
 //! call, which returns what it returns (`EDEADLK`, `ETIMEDOUT`, ...).
-//! Readers of a rwlock are not recorded by glibc: a writer blocked by readers
-//! lends nothing.
+//! Readers of a rwlock are not recorded by glibc, so the hooks record them
+//! (up to [`paio::inheritance::MAX_READ_HOLDS`] per thread): a critical
+//! writer blocked by readers lends each of them its criticality until it
+//! releases the lock.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -47,10 +49,20 @@ unsafe fn holder(lock: *const u8, offset: usize) -> i32 {
     unsafe { (*lock.add(offset).cast::<AtomicI32>()).load(Ordering::Relaxed) }
 }
 
+/// How a lock call holds its lock once it returns 0.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// A mutex, or a rwlock for writing: glibc records the holder.
+    Exclusive,
+    /// A rwlock for reading: glibc records no readers, so the hook does
+    /// ([`paio::inheritance::read_locked`]).
+    Read,
+}
+
 /// One lock hook: try the lock, and on `EBUSY` block in the real call with
-/// inheritance ([`rt::wait_for_thread`]).
+/// inheritance ([`rt::wait_for_thread`]); a read lock taken is recorded.
 macro_rules! lock_hook {
-    ($name:ident, $sym:literal, $try:literal, $ty:ty, $offset:expr, ($($a:ident : $t:ty),*)) => {
+    ($name:ident, $sym:literal, $try:literal, $ty:ty, $offset:expr, $hold:ident, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(lock: *mut $ty $(, $a: $t)*) -> c_int {
             let Some(real) = real_fn!($sym, fn(*mut $ty $(, $t)*) -> c_int) else {
@@ -64,15 +76,16 @@ macro_rules! lock_hook {
                 // SAFETY: the caller's lock, to the real trylock.
                 match unsafe { try_lock(lock) } {
                     libc::EBUSY => {}
-                    r => return r,
+                    r => return rt::lock_taken(Hold::$hold, lock as usize, r),
                 }
             }
             // SAFETY: the caller's lock, valid during this call.
             let owner = unsafe { holder(lock.cast(), $offset) };
-            rt::wait_for_thread(owner, lock as usize, || {
+            let r = rt::wait_for_thread(owner, lock as usize, Hold::$hold, || {
                 // SAFETY: the caller's arguments, unchanged.
                 unsafe { real(lock $(, $a)*) }
-            })
+            });
+            rt::lock_taken(Hold::$hold, lock as usize, r)
         }
     };
 }
@@ -83,40 +96,66 @@ lock_hook!(
     c"pthread_mutex_trylock",
     pthread_mutex_t,
     MUTEX_OWNER,
+    Exclusive,
     ()
 );
 lock_hook!(pthread_mutex_timedlock, c"pthread_mutex_timedlock", c"pthread_mutex_trylock",
-    pthread_mutex_t, MUTEX_OWNER, (abstime: *const timespec));
+    pthread_mutex_t, MUTEX_OWNER, Exclusive, (abstime: *const timespec));
 lock_hook!(
     pthread_rwlock_rdlock,
     c"pthread_rwlock_rdlock",
     c"pthread_rwlock_tryrdlock",
     pthread_rwlock_t,
     RWLOCK_WRITER,
+    Read,
     ()
 );
 lock_hook!(pthread_rwlock_timedrdlock, c"pthread_rwlock_timedrdlock", c"pthread_rwlock_tryrdlock",
-    pthread_rwlock_t, RWLOCK_WRITER, (abstime: *const timespec));
+    pthread_rwlock_t, RWLOCK_WRITER, Read, (abstime: *const timespec));
 lock_hook!(
     pthread_rwlock_wrlock,
     c"pthread_rwlock_wrlock",
     c"pthread_rwlock_trywrlock",
     pthread_rwlock_t,
     RWLOCK_WRITER,
+    Exclusive,
     ()
 );
 lock_hook!(pthread_rwlock_timedwrlock, c"pthread_rwlock_timedwrlock", c"pthread_rwlock_trywrlock",
-    pthread_rwlock_t, RWLOCK_WRITER, (abstime: *const timespec));
+    pthread_rwlock_t, RWLOCK_WRITER, Exclusive, (abstime: *const timespec));
+
+/// `pthread_rwlock_tryrdlock`: a read lock taken is recorded (the lock hooks
+/// record theirs), so a writer can find this reader.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_rwlock_tryrdlock(lock: *mut pthread_rwlock_t) -> c_int {
+    let Some(real) = real_fn!(
+        c"pthread_rwlock_tryrdlock",
+        fn(*mut pthread_rwlock_t) -> c_int
+    ) else {
+        return libc::ENOSYS;
+    };
+    // SAFETY: the caller's lock, unchanged.
+    let r = unsafe { real(lock) };
+    if rt::inherits() {
+        rt::lock_taken(Hold::Read, lock as usize, r)
+    } else {
+        r
+    }
+}
 
 /// One unlock hook: the calling thread's loans about this lock end
-/// ([`paio::inheritance::released`]), then the real unlock.
+/// ([`paio::inheritance::released`]) and, for a rwlock, its read hold is
+/// forgotten; then the real unlock.
 macro_rules! unlock_hook {
-    ($name:ident, $sym:literal, $ty:ty) => {
+    ($name:ident, $sym:literal, $ty:ty, $reads:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(lock: *mut $ty) -> c_int {
             let Some(real) = real_fn!($sym, fn(*mut $ty) -> c_int) else {
                 return libc::ENOSYS;
             };
+            if $reads && rt::inherits() {
+                paio::inheritance::read_unlocked(lock as usize);
+            }
             if paio::criticality::loans_outstanding() > 0 {
                 rt::releasing(lock as usize);
             }
@@ -129,12 +168,14 @@ macro_rules! unlock_hook {
 unlock_hook!(
     pthread_mutex_unlock,
     c"pthread_mutex_unlock",
-    pthread_mutex_t
+    pthread_mutex_t,
+    false
 );
 unlock_hook!(
     pthread_rwlock_unlock,
     c"pthread_rwlock_unlock",
-    pthread_rwlock_t
+    pthread_rwlock_t,
+    true
 );
 
 // ------------------------------------------------------------ condition variables

@@ -888,12 +888,21 @@ pub(crate) fn inherits() -> bool {
 /// ([`paio::inheritance`]). The loan ends when the owner releases the lock
 /// ([`crate::locks`]' unlock hooks) or `wait` returns; its result is
 /// returned unchanged, with the caller's errno as `wait` left it.
+///
+/// A rwlock wanted for writing (`hold` exclusive) whose holders are readers
+/// (`owner` 0) lends to the readers the hooks recorded.
 #[cold]
-pub(crate) fn wait_for_thread(owner: i32, lock: usize, wait: impl FnOnce() -> c_int) -> c_int {
-    let owner = match u32::try_from(owner) {
-        Ok(o) if o != 0 => o,
-        _ => return wait(),
-    };
+pub(crate) fn wait_for_thread(
+    owner: i32,
+    lock: usize,
+    hold: crate::locks::Hold,
+    wait: impl FnOnce() -> c_int,
+) -> c_int {
+    let owner = u32::try_from(owner).unwrap_or(0);
+    let readers = owner == 0 && hold == crate::locks::Hold::Exclusive;
+    if owner == 0 && !readers {
+        return wait();
+    }
     let Some(g) = Guard::enter() else {
         return wait();
     };
@@ -911,7 +920,11 @@ pub(crate) fn wait_for_thread(owner: i32, lock: usize, wait: impl FnOnce() -> c_
     let loan = paio::criticality::current_criticality()
         .is_critical()
         .then(|| {
-            let loan = paio::inheritance::lend(me, owner, lock);
+            let loan = if readers {
+                paio::inheritance::lend_to_readers(me, lock)
+            } else {
+                paio::inheritance::lend(me, owner, lock)
+            };
             for &t in loan.threads() {
                 stage.promote_thread(u64::from(t));
             }
@@ -1012,6 +1025,17 @@ pub(crate) fn cond_wait(cond: usize, wait: impl FnOnce() -> c_int) -> c_int {
         let e = errno();
         let _ = COND_LOAN.try_with(|slot| slot.borrow_mut().take());
         set_errno(e);
+    }
+    r
+}
+
+/// A lock call on `lock` returned `r`: a read lock taken (`r` 0, `hold`
+/// read) is recorded so that a writer can find its reader. Returns `r`;
+/// errno is untouched.
+#[inline]
+pub(crate) fn lock_taken(hold: crate::locks::Hold, lock: usize, r: c_int) -> c_int {
+    if r == 0 && hold == crate::locks::Hold::Read {
+        paio::inheritance::read_locked(|| paio::context::current_workflow() as u32, lock);
     }
     r
 }

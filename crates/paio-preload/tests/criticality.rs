@@ -407,6 +407,19 @@ fn a_lock_holder_inherits_criticality_while_a_critical_thread_waits() {
     assert_eq!(run(false), (own, lent + after));
 }
 
+/// A critical thread blocked to write a rwlock that another thread holds
+/// for reading lends the reader its criticality until it unlocks (glibc
+/// records no readers: the hooks do); not with `inherit = false`.
+#[test]
+fn a_rwlock_reader_inherits_from_a_blocked_critical_writer() {
+    let dir = scratch("inherit-readers");
+    let exe = compile(&dir, "locks", &["-pthread"]);
+    let (own, lent, after) = (3 * 300, 10 * 1500, 5 * 700);
+    let run = |inherit| lock_run(&dir, &exe, &["readers"], "readers ok\n", inherit);
+    assert_eq!(run(true), (own + lent, after));
+    assert_eq!(run(false), (own, lent + after));
+}
+
 /// A critical thread waiting on a condition variable lends its criticality
 /// to the thread that signalled it last (its helper) until the helper
 /// signals again; not with `inherit = false`.

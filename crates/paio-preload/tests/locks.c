@@ -138,7 +138,41 @@ static int cond_mode(void) {
     return 0;
 }
 
+/* `locks readers`: a background thread holds the rwlock for reading; the
+ * critical main thread blocks to write it and lends the reader its
+ * criticality: the reader's writes while main waits (10 x 1500 bytes) are
+ * critical, its writes after it released the lock (5 x 700) are not; main
+ * writes 3 x 300 bytes itself. */
+static void *reader(void *arg) {
+    (void)arg;
+    pthread_rwlock_rdlock(&rw);
+    __atomic_store_n(&registered, 1, __ATOMIC_RELEASE);
+    until_crit_sleeps();
+    writes(10, 1500);
+    pthread_rwlock_unlock(&rw);
+    writes(5, 700);
+    return NULL;
+}
+
+static int readers_mode(void) {
+    prctl(PR_SET_NAME, "crit-main", 0, 0, 0);
+    crit_tid = (int)syscall(SYS_gettid);
+    pthread_t bg;
+    pthread_create(&bg, NULL, reader, NULL);
+    while (!__atomic_load_n(&registered, __ATOMIC_ACQUIRE)) sched_yield();
+    pthread_rwlock_wrlock(&rw);
+    pthread_rwlock_unlock(&rw);
+    writes(3, 300);
+    pthread_join(bg, NULL);
+    puts("readers ok");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "readers") == 0) {
+        fd = open("log.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        return fd < 0 ? 1 : readers_mode();
+    }
     if (argc == 2 && strcmp(argv[1], "cond") == 0) {
         fd = open("log.bin", O_WRONLY | O_CREAT | O_TRUNC, 0644);
         return fd < 0 ? 1 : cond_mode();

@@ -32,7 +32,9 @@
 //! lock hook. A full table refuses the record and counts it
 //! ([`refused`]): the wait then proceeds without inheritance, never blocks.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::criticality;
 
@@ -195,6 +197,12 @@ pub fn forget_after_fork() {
         e.word.store(0, Ordering::Relaxed);
     }
     criticality::forget_loans();
+    // The parent's other threads are gone, and the forking thread has a
+    // new id: its record is made again at its next read lock.
+    if let Ok(mut all) = READERS.try_lock() {
+        all.clear();
+    }
+    let _ = MY_READS.try_with(|cell| cell.borrow_mut().take());
 }
 
 /// Whether the calling thread holds a loan now (one load when no loan exists
@@ -293,6 +301,104 @@ pub fn lend(lender: u32, owner: u32, lock: usize) -> Loan {
         loan.entries[loan.len] = entry;
         loan.len += 1;
         next = waits_for(id);
+    }
+    loan
+}
+
+/// Read locks recorded per thread (glibc's rwlocks record no readers).
+pub const MAX_READ_HOLDS: usize = 8;
+
+/// The read locks one thread holds: written only by that thread, read by a
+/// writer looking for the readers it waits for.
+#[derive(Debug)]
+struct Reads {
+    tid: u32,
+    locks: [AtomicUsize; MAX_READ_HOLDS],
+}
+
+/// Every thread that ever took a read lock, while it lives.
+static READERS: Mutex<Vec<Weak<Reads>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MY_READS: RefCell<Option<Arc<Reads>>> = const { RefCell::new(None) };
+}
+
+fn readers() -> std::sync::MutexGuard<'static, Vec<Weak<Reads>>> {
+    READERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The calling thread, whose kernel thread id `me()` returns (asked only
+/// at its first read lock), took a read lock on the rwlock at `lock`. Not
+/// recorded (counted by [`refused`]) beyond [`MAX_READ_HOLDS`] at once, or
+/// during thread exit.
+pub fn read_locked(me: impl FnOnce() -> u32, lock: usize) {
+    let recorded = MY_READS.try_with(|cell| {
+        let mut mine = cell.borrow_mut();
+        if mine.is_none() {
+            // First read lock of this thread.
+            let fresh = Arc::new(Reads {
+                tid: me(),
+                locks: [const { AtomicUsize::new(0) }; MAX_READ_HOLDS],
+            });
+            let mut all = readers();
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&fresh));
+            *mine = Some(fresh);
+        }
+        let reads = mine.as_ref().expect("set above");
+        match reads.locks.iter().find(|l| l.load(Ordering::Relaxed) == 0) {
+            Some(slot) => {
+                slot.store(lock, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    });
+    if recorded != Ok(true) {
+        REFUSED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The calling thread released the rwlock at `lock` (as a reader or a
+/// writer): a read hold of it, if recorded, is forgotten. One look at the
+/// thread's own few slots.
+pub fn read_unlocked(lock: usize) {
+    let _ = MY_READS.try_with(|cell| {
+        if let Some(reads) = cell.borrow().as_ref() {
+            if let Some(slot) = reads
+                .locks
+                .iter()
+                .find(|l| l.load(Ordering::Relaxed) == lock)
+            {
+                slot.store(0, Ordering::Release);
+            }
+        }
+    });
+}
+
+/// Lends criticality to the threads recorded as holding the rwlock at
+/// `lock` for reading (at most [`MAX_CHAIN`], never `lender`), for a
+/// critical thread `lender` that waits to write it; each loan ends when its
+/// reader releases the lock or the returned [`Loan`] is dropped.
+pub fn lend_to_readers(lender: u32, lock: usize) -> Loan {
+    let mut loan = Loan {
+        threads: [0; MAX_CHAIN],
+        entries: [0; MAX_CHAIN],
+        len: 0,
+    };
+    for w in readers().iter() {
+        let Some(r) = w.upgrade() else { continue };
+        if r.tid == lender
+            || loan.len == MAX_CHAIN
+            || !r.locks.iter().any(|l| l.load(Ordering::Acquire) == lock)
+        {
+            continue;
+        }
+        if let Some(entry) = add_loan(r.tid, lock) {
+            loan.threads[loan.len] = r.tid;
+            loan.entries[loan.len] = entry;
+            loan.len += 1;
+        }
     }
     loan
 }
@@ -420,6 +526,49 @@ mod tests {
         released(me, lock_of(me));
         assert_eq!(normal(), crate::Criticality::Normal, "released");
         drop(loan);
+        assert_eq!(criticality::loans_outstanding(), 0);
+    }
+
+    #[test]
+    fn a_writer_lends_to_the_readers_it_waits_for() {
+        let _s = serial();
+        let lock = 0x7000;
+        let (me, writer) = (6_000_001, 6_000_002);
+        // Two readers on two threads (their ids chosen by the test), and
+        // this thread reading another lock.
+        let reader = |id: u32| {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            let (held_tx, held_rx) = std::sync::mpsc::channel();
+            let h = std::thread::spawn(move || {
+                read_locked(|| id, lock);
+                held_tx.send(()).unwrap();
+                rx.recv().unwrap();
+                read_unlocked(lock);
+                released(id, lock);
+            });
+            held_rx.recv().unwrap();
+            (tx, h)
+        };
+        let (r1, h1) = reader(6_000_010);
+        let (r2, h2) = reader(6_000_011);
+        read_locked(|| me, lock + 64);
+        let loan = lend_to_readers(writer, lock);
+        let mut lent = loan.threads().to_vec();
+        lent.sort_unstable();
+        assert_eq!(
+            lent,
+            vec![6_000_010, 6_000_011],
+            "not the reader of another lock"
+        );
+        r1.send(()).unwrap();
+        h1.join().unwrap();
+        assert!(!holds_loan(6_000_010), "released its read lock");
+        assert!(holds_loan(6_000_011));
+        drop(loan);
+        r2.send(()).unwrap();
+        h2.join().unwrap();
+        read_unlocked(lock + 64);
+        assert_eq!(lend_to_readers(writer, lock + 64).threads(), &[] as &[u32]);
         assert_eq!(criticality::loans_outstanding(), 0);
     }
 
