@@ -70,23 +70,28 @@ impl Table {
         )
     }
 
-    /// Claims a free entry for `word` about `lock`; its index, or `None`
-    /// when full.
+    /// Claims a free entry for `word` (whose low 32 bits are not 0) about
+    /// `lock`; its index, or `None` when full. The entry is first taken
+    /// with its low bits 0, which [`Table::find`] skips, and shows `word`
+    /// only once its lock is stored: no finder pairs it with the lock of
+    /// the entry's previous use.
     fn claim(&self, word: u64, lock: usize) -> Option<usize> {
+        let taking = word & !0xffff_ffff;
         let i = self.0.iter().position(|e| {
             e.word
-                .compare_exchange(0, word, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(0, taking, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         })?;
         self.0[i].lock.store(lock, Ordering::Release);
+        self.0[i].word.store(word, Ordering::Release);
         Some(i)
     }
 
-    /// The first entry whose word `matches`: its index and word.
+    /// The first live entry whose word `matches`: its index and word.
     fn find(&self, matches: impl Fn(u64, &Entry) -> bool) -> Option<(usize, u64)> {
         self.0.iter().enumerate().find_map(|(i, e)| {
             let w = e.word.load(Ordering::Acquire);
-            (w != 0 && matches(w, e)).then_some((i, w))
+            (w as u32 != 0 && matches(w, e)).then_some((i, w))
         })
     }
 }
@@ -172,7 +177,11 @@ pub fn released(id: u32, lock: usize) {
 fn release_slow(id: u32, lock: usize) {
     for e in &LOANS.0 {
         let w = e.word.load(Ordering::Acquire);
-        if w != 0 && id_of(w) == id && w & RELEASED == 0 && e.lock.load(Ordering::Acquire) == lock {
+        if w & COUNT != 0
+            && id_of(w) == id
+            && w & RELEASED == 0
+            && e.lock.load(Ordering::Acquire) == lock
+        {
             let _ = e
                 .word
                 .compare_exchange(w, w | RELEASED, Ordering::AcqRel, Ordering::Relaxed);
@@ -570,6 +579,36 @@ mod tests {
         read_unlocked(lock + 64);
         assert_eq!(lend_to_readers(writer, lock + 64).threads(), &[] as &[u32]);
         assert_eq!(criticality::loans_outstanding(), 0);
+    }
+
+    /// Threads lending to, releasing and dropping loans of the same few
+    /// borrowers at once leave the tables and the process word empty (the
+    /// compare-and-swap paths under real contention).
+    #[test]
+    fn concurrent_loans_balance() {
+        let _s = serial();
+        let borrowers = [7_000_001u32, 7_000_002, 7_000_003];
+        let workers: Vec<_> = (0..4u32)
+            .map(|w| {
+                std::thread::spawn(move || {
+                    for i in 0..2_000u32 {
+                        let owner = borrowers[((i + w) % 3) as usize];
+                        let loan = lend_to(8_000_000 + w, owner);
+                        assert_eq!(loan.threads(), &[owner]);
+                        if i % 7 == 0 {
+                            released(owner, lock_of(owner));
+                        }
+                        drop(loan);
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        assert_eq!(criticality::loans_outstanding(), 0);
+        assert!(LOANS.0.iter().all(|e| e.word.load(Ordering::Relaxed) == 0));
+        assert!(borrowers.iter().all(|&b| !holds_loan(b)));
     }
 
     /// One step of the property test below.
