@@ -937,50 +937,33 @@ pub(crate) fn wait_for_thread(
     r
 }
 
-/// Condition variables' last signallers: a lossy table indexed by the
-/// condition variable's address; each entry is the address and
-/// `tid << 32 | coarse milliseconds` of the last signal.
-const HELPERS: usize = 256;
-static HELPER_COND: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
-static HELPER_WHO: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
-/// `[criticality] helper_window` in milliseconds.
+/// `[criticality] helper_window` in milliseconds (0: off).
 static HELPER_WINDOW_MS: AtomicU64 = AtomicU64::new(100);
-
-fn helper_slot(cond: usize) -> usize {
-    // Condition variables are 48-byte objects: drop the low bits, mix.
-    ((cond >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) % HELPERS
-}
 
 fn coarse_ms() -> u64 {
     coarse_now_ns() / 1_000_000
 }
 
 /// The calling thread signals the condition variable at `cond`: it becomes
-/// its helper, and loans it got from threads waiting on it end (it did what
-/// they waited for). Errno is untouched.
+/// its helper ([`paio::inheritance::Helpers`]), and loans it got from
+/// threads waiting on it end (it did what they waited for). Errno is
+/// untouched.
 #[inline]
 pub(crate) fn signalled(cond: usize) {
-    let me = paio::context::current_workflow();
-    paio::inheritance::released(me as u32, cond);
-    if HELPER_WINDOW_MS.load(Ordering::Relaxed) == 0 {
-        return;
+    let me = paio::context::current_workflow() as u32;
+    paio::inheritance::released(me, cond);
+    if HELPER_WINDOW_MS.load(Ordering::Relaxed) != 0 {
+        paio::inheritance::HELPERS.signalled(cond, me, coarse_ms());
     }
-    let i = helper_slot(cond);
-    HELPER_WHO[i].store(me << 32 | (coarse_ms() & 0xffff_ffff), Ordering::Relaxed);
-    HELPER_COND[i].store(cond as u64, Ordering::Release);
 }
 
 /// The helper of the condition variable at `cond`: the thread that signalled
 /// it last, if less than the helper window ago.
 fn helper_of(cond: usize) -> Option<u32> {
-    let window = HELPER_WINDOW_MS.load(Ordering::Relaxed);
-    let i = helper_slot(cond);
-    if window == 0 || HELPER_COND[i].load(Ordering::Acquire) != cond as u64 {
-        return None;
+    match HELPER_WINDOW_MS.load(Ordering::Relaxed) {
+        0 => None,
+        window => paio::inheritance::HELPERS.helper_of(cond, coarse_ms(), window),
     }
-    let who = HELPER_WHO[i].load(Ordering::Relaxed);
-    let age = (coarse_ms() & 0xffff_ffff).wrapping_sub(who & 0xffff_ffff) & 0xffff_ffff;
-    (age <= window).then_some((who >> 32) as u32)
 }
 
 thread_local! {

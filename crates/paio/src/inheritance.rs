@@ -412,6 +412,67 @@ pub fn lend_to_readers(lender: u32, lock: usize) -> Loan {
     loan
 }
 
+/// Entries of [`Helpers`].
+pub const HELPER_SLOTS: usize = 256;
+
+/// Condition variables' last signallers (RCP's helper inference): a lossy
+/// table indexed by the condition variable's address. Each entry holds the
+/// address and `thread id << 32 | milliseconds` of the last signal; a
+/// condition variable whose entry another one took has no helper (the wait
+/// goes on without a loan).
+#[derive(Debug)]
+pub struct Helpers {
+    cond: [AtomicU64; HELPER_SLOTS],
+    who: [AtomicU64; HELPER_SLOTS],
+}
+
+/// The process's helper table (the interposer's condition-variable hooks).
+pub static HELPERS: Helpers = Helpers::new();
+
+impl Helpers {
+    /// An empty table.
+    pub const fn new() -> Self {
+        Self {
+            cond: [const { AtomicU64::new(0) }; HELPER_SLOTS],
+            who: [const { AtomicU64::new(0) }; HELPER_SLOTS],
+        }
+    }
+
+    fn slot(cond: usize) -> usize {
+        // Condition variables are 48-byte objects: drop the low bits, mix.
+        ((cond >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) % HELPER_SLOTS
+    }
+
+    /// Thread `tid` signalled the condition variable at `cond` at `now_ms`
+    /// (any millisecond clock; only differences are used, modulo 2^32).
+    pub fn signalled(&self, cond: usize, tid: u32, now_ms: u64) {
+        let i = Self::slot(cond);
+        self.who[i].store(
+            u64::from(tid) << 32 | (now_ms & 0xffff_ffff),
+            Ordering::Relaxed,
+        );
+        self.cond[i].store(cond as u64, Ordering::Release);
+    }
+
+    /// The thread that signalled `cond` last, if at most `window_ms` before
+    /// `now_ms`.
+    pub fn helper_of(&self, cond: usize, now_ms: u64, window_ms: u64) -> Option<u32> {
+        let i = Self::slot(cond);
+        if self.cond[i].load(Ordering::Acquire) != cond as u64 {
+            return None;
+        }
+        let who = self.who[i].load(Ordering::Relaxed);
+        let age = (now_ms & 0xffff_ffff).wrapping_sub(who & 0xffff_ffff) & 0xffff_ffff;
+        (age <= window_ms).then_some((who >> 32) as u32)
+    }
+}
+
+impl Default for Helpers {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,6 +670,49 @@ mod tests {
         assert_eq!(criticality::loans_outstanding(), 0);
         assert!(LOANS.0.iter().all(|e| e.word.load(Ordering::Relaxed) == 0));
         assert!(borrowers.iter().all(|&b| !holds_loan(b)));
+    }
+
+    #[test]
+    fn a_helper_counts_within_its_window_and_the_last_signaller_wins() {
+        let h = Helpers::new();
+        let (cv, other) = (0x10_0000usize, 0x20_0030usize);
+        assert_eq!(h.helper_of(cv, 0, 100), None, "never signalled");
+        h.signalled(cv, 11, 1_000);
+        assert_eq!(h.helper_of(cv, 1_000, 100), Some(11));
+        assert_eq!(h.helper_of(cv, 1_100, 100), Some(11), "at the window's end");
+        assert_eq!(h.helper_of(cv, 1_101, 100), None, "quiet for longer");
+        h.signalled(cv, 12, 1_200);
+        assert_eq!(h.helper_of(cv, 1_250, 100), Some(12), "the last signaller");
+        assert_eq!(h.helper_of(other, 1_250, 100), None, "another condvar");
+        // The millisecond clock wrapping at 2^32 does not age a helper.
+        h.signalled(cv, 13, (1 << 32) - 10);
+        assert_eq!(h.helper_of(cv, (1 << 32) + 50, 100), Some(13));
+        // Two condition variables in one slot: the later one takes it.
+        let same_slot = (0..1 << 20)
+            .map(|k| cv + 64 * k)
+            .find(|&c| c != cv && Helpers::slot(c) == Helpers::slot(cv))
+            .unwrap();
+        h.signalled(same_slot, 14, 2_000);
+        assert_eq!(h.helper_of(cv, 2_000, 100), None, "lost to a collision");
+        assert_eq!(h.helper_of(same_slot, 2_000, 100), Some(14));
+    }
+
+    #[test]
+    fn a_borrower_that_exits_leaves_nothing_once_the_wait_ends() {
+        let _s = serial();
+        let lender = 9_000_001;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let borrower = std::thread::spawn(move || {
+            tx.send(crate::context::current_workflow() as u32).unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        let _w = wait(lender, tid);
+        let loan = lend_to(lender, tid);
+        borrower.join().unwrap(); // exits holding the loan (never unlocked)
+        assert!(holds_loan(tid));
+        drop(loan); // the lender's wait ended (EOWNERDEAD, or a timeout)
+        assert!(!holds_loan(tid));
+        assert_eq!(criticality::loans_outstanding(), 0);
     }
 
     /// One step of the property test below.
