@@ -397,14 +397,23 @@ match = {{ criticality = "normal", request_type = "write" }}
 /// the holder's writes are.
 #[test]
 fn a_lock_holder_inherits_criticality_while_a_critical_thread_waits() {
-    let dir = scratch("inherit-locks");
-    let exe = compile(&dir, "locks", &["-pthread"]);
-    let own = 2 * 3 * 300;
     let lent = 10 * 4000 + 10 * 2000;
-    let after = 2 * 5 * 700;
-    let run = |inherit| lock_run(&dir, &exe, &[], "offsets ok\n", inherit);
-    assert_eq!(run(true), (own + lent, after));
-    assert_eq!(run(false), (own, lent + after));
+    inheritance_case("locks", "offsets ok", 2 * 3 * 300, lent, 2 * 5 * 700);
+}
+
+/// tests/locks.c in `mode` ("locks": no argument) prints `<expect>`; the
+/// bytes its critical thread writes itself (`own`), the bytes a thread it
+/// waits for writes meanwhile (`lent`) and after (`after`) are critical,
+/// critical, normal with inheritance, and critical, normal, normal with
+/// `inherit = false`.
+fn inheritance_case(mode: &str, expect: &str, own: u64, lent: u64, after: u64) {
+    let dir = scratch(&format!("inherit-{mode}"));
+    let exe = compile(&dir, "locks", &["-pthread"]);
+    let args: &[&str] = if mode == "locks" { &[] } else { &[mode] };
+    let expect = format!("{expect}\n");
+    let run = |inherit| lock_run(&dir, &exe, args, &expect, inherit);
+    assert_eq!(run(true), (own + lent, after), "{mode}, inheriting");
+    assert_eq!(run(false), (own, lent + after), "{mode}, inherit = false");
 }
 
 /// A critical thread blocked to write a rwlock that another thread holds
@@ -412,12 +421,7 @@ fn a_lock_holder_inherits_criticality_while_a_critical_thread_waits() {
 /// records no readers: the hooks do); not with `inherit = false`.
 #[test]
 fn a_rwlock_reader_inherits_from_a_blocked_critical_writer() {
-    let dir = scratch("inherit-readers");
-    let exe = compile(&dir, "locks", &["-pthread"]);
-    let (own, lent, after) = (3 * 300, 10 * 1500, 5 * 700);
-    let run = |inherit| lock_run(&dir, &exe, &["readers"], "readers ok\n", inherit);
-    assert_eq!(run(true), (own + lent, after));
-    assert_eq!(run(false), (own, lent + after));
+    inheritance_case("readers", "readers ok", 3 * 300, 10 * 1500, 5 * 700);
 }
 
 /// A critical thread waiting on a condition variable lends its criticality
@@ -425,12 +429,7 @@ fn a_rwlock_reader_inherits_from_a_blocked_critical_writer() {
 /// signals again; not with `inherit = false`.
 #[test]
 fn a_condition_variables_helper_inherits_criticality() {
-    let dir = scratch("inherit-cond");
-    let exe = compile(&dir, "locks", &["-pthread"]);
-    let (own, lent, after) = (3 * 300, 10 * 3000, 5 * 700);
-    let run = |inherit| lock_run(&dir, &exe, &["cond"], "cond ok\n", inherit);
-    assert_eq!(run(true), (own + lent, after));
-    assert_eq!(run(false), (own, lent + after));
+    inheritance_case("cond", "cond ok", 3 * 300, 10 * 3000, 5 * 700);
 }
 
 /// Write-backs the dirty-data bound started in `dd ...` runs of 64 MiB in
