@@ -27,8 +27,8 @@ Setups, interleaved and rotated per round:
   paio-inherit     the same with inheritance: lock inheritance, the dirty
                    bound (--dirty-per-file), stall inheritance
 
-Background programs (fio, dd) run under `paio run --policy
-bench/criticality/background.toml` in the paio setups, critical ones under
+Background programs (fio, dd) run under `paio run --policy BG` in the paio
+setups (--bg-policy, default bench/inheritance/background.toml), critical ones under
 `paio run` with their names or `--critical`.  Results in
 bench/results/inheritance/.  Stdlib + matplotlib.
 """
@@ -236,7 +236,7 @@ class Run:
         for setup in ("paio", "paio-inherit"):
             (self.raw / f"loglock-{setup}.toml").write_text(
                 loglock_policy(setup == "paio-inherit"))
-        bg = (REPO / "bench/criticality/background.toml").read_text()
+        bg = Path(a.bg_policy).read_text()
         (self.raw / "bg-dirty.toml").write_text(
             bg + f"\n[criticality]\ndirty_per_file = \"{a.dirty_per_file}\"\n")
         (self.raw / "stalls.toml").write_text(stalls_policy(a.stall_rate))
@@ -246,8 +246,7 @@ class Run:
 
     def background(self, setup, argv):
         if setup in ("paio", "paio-inherit"):
-            return [self.paio, "run", "--policy",
-                    str(REPO / "bench/criticality/background.toml"), "--"] + argv
+            return [self.paio, "run", "--policy", str(self.args.bg_policy), "--"] + argv
         return argv
 
     @staticmethod
@@ -406,6 +405,8 @@ def parse_args(argv):
                     help="stalls: the flush and compaction write limit")
     ap.add_argument("--stall-ops", type=int, default=200_000,
                     help="stalls: fillrandom operations of 1000-byte values")
+    ap.add_argument("--bg-policy", default=str(HERE / "background.toml"),
+                    help="the background programs' policy in the paio setups")
     ap.add_argument("--dd-mib", type=int, default=24576,
                     help="dirty: most MiB the writer writes per run (its file is removed after)")
     ap.add_argument("--data-mib", type=int, default=512)
@@ -447,7 +448,8 @@ def main(argv=None):
     header = expt.header_lines(data) + [
         f"cases: {','.join(args.cases)}; rounds: {args.rounds}; critical work {args.seconds} s "
         f"with {args.lead} s of background before and after; loglock threads {args.threads}; "
-        f"dirty bound {args.dirty_per_file} per file; stalls: {args.stall_ops} puts, "
+        f"dirty bound {args.dirty_per_file} per file; background policy {args.bg_policy}; "
+        f"stalls: {args.stall_ops} puts, "
         f"flush and compaction writes limited to {args.stall_rate}",
     ]
     (out / "header.txt").write_text("\n".join(header) + "\n")
