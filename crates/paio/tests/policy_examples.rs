@@ -251,3 +251,22 @@ fn every_example_in_the_documentation_works() {
         "rules without a JSON example: {missing:?}"
     );
 }
+
+/// docs/criticality.md's policy examples are policies that build.
+#[test]
+fn criticality_doc_examples_build() {
+    let path = root().join("docs/criticality.md");
+    let markdown = std::fs::read_to_string(&path).expect("docs/criticality.md exists");
+    let blocks: Vec<Block> = fenced_blocks(&markdown)
+        .into_iter()
+        .filter(|b| b.info == "toml")
+        .collect();
+    assert!(
+        !blocks.is_empty(),
+        "docs/criticality.md has no toml example"
+    );
+    for b in &blocks {
+        Stage::from_policy_str(&b.body, "policy.toml")
+            .unwrap_or_else(|e| panic!("docs/criticality.md:{}: does not build: {e}", b.line));
+    }
+}
