@@ -3,16 +3,17 @@
 //! thread its criticality until it gets the lock ([`paio::inheritance`]).
 //!
 //! Each hook first tries the lock without blocking (the real `trylock`): an
-//! uncontended lock costs one more call and nothing else; an unlock costs one
-//! load of a process-wide counter while no loan exists, and otherwise ends
-//! the unlocking thread's loans about that lock before the real unlock. Only when the lock is held does the hook find the
-//! holder — glibc records its kernel thread id in the lock (a mutex's
-//! `__owner`, a rwlock's writer in `__cur_writer`) — record the wait, and,
-//! if the calling thread is critical, lend the holder (and the chain of
-//! threads it waits for) criticality and promote their requests already
-//! waiting in the stage. Then it blocks in the real call with the caller's
-//! arguments; the loan and the record end when that call returns, whatever
-//! it returns.
+//! uncontended lock costs one more call and nothing else; an unlock costs
+//! one load of a process-wide counter while no loan exists, and otherwise
+//! ends the unlocking thread's loans about that lock before the real
+//! unlock. Only when the lock is held does the hook find the holder — glibc
+//! records its kernel thread id in the lock (a mutex's `__owner`, a
+//! rwlock's writer in `__cur_writer`) — record the wait, and, if the
+//! calling thread is critical, lend the holder (and the chain of threads it
+//! waits for) criticality and promote their requests already waiting in the
+//! stage. Then it blocks in the real call with the caller's arguments; the
+//! loan ends when the holder unlocks or that call returns, whatever it
+//! returns, and the record when the call returns.
 //!
 //! Semantics are the real calls': `trylock` acquires exactly when `lock`
 //! would without waiting (a recursive mutex's count, a robust mutex's
