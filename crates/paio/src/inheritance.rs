@@ -18,9 +18,16 @@
 //!    ([`crate::Context::new`]) is critical, and the embedding layer promotes
 //!    its requests already waiting in a stage
 //!    ([`crate::Stage::promote_thread`]).
-//! 4. When the wait ends (the lock is acquired, or the call fails), the
-//!    [`Loan`] and the [`Waiting`] record are dropped: nothing is left behind,
-//!    whether the holder still lives, exited, or the lock was destroyed.
+//! 4. The loan ends when its borrower releases the lock ([`released`], from
+//!    the unlock) or when the wait ends (the lock is acquired, or the call
+//!    fails) and the [`Loan`] and the [`Waiting`] record are dropped:
+//!    nothing is left behind, whether the holder still lives, exited, or
+//!    the lock was destroyed.
+//!
+//! Two more kinds of waits lend the same way: a writer blocked by a
+//! rwlock's readers, which glibc does not record ([`read_locked`],
+//! [`lend_to_readers`]), and a thread waiting on a condition variable, to
+//! the thread that signalled it last ([`Helpers`]).
 //!
 //! Cost: none on a thread that never blocks. Building a context reads one
 //! process-wide counter it already reads for the process mark; only while a
