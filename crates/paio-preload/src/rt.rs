@@ -920,15 +920,14 @@ pub(crate) fn wait_for_thread(
     let loan = paio::criticality::current_criticality()
         .is_critical()
         .then(|| {
-            let loan = if readers {
-                paio::inheritance::lend_to_readers(me, lock)
-            } else {
-                paio::inheritance::lend(me, owner, lock)
-            };
-            for &t in loan.threads() {
-                stage.promote_thread(u64::from(t));
-            }
-            loan
+            promote_borrowers(
+                stage,
+                if readers {
+                    paio::inheritance::lend_to_readers(me, lock)
+                } else {
+                    paio::inheritance::lend(me, owner, lock)
+                },
+            )
         });
     drop(g);
     let r = wait();
@@ -992,10 +991,7 @@ pub(crate) fn cond_wait(cond: usize, wait: impl FnOnce() -> c_int) -> c_int {
     let lent = match helper_of(cond) {
         Some(helper) if helper != me && paio::criticality::current_criticality().is_critical() => {
             let waiting = paio::inheritance::Waiting::on(me, helper, cond);
-            let loan = paio::inheritance::lend(me, helper, cond);
-            for &t in loan.threads() {
-                stage.promote_thread(u64::from(t));
-            }
+            let loan = promote_borrowers(stage, paio::inheritance::lend(me, helper, cond));
             COND_LOAN
                 .try_with(|slot| *slot.borrow_mut() = Some((loan, waiting)))
                 .is_ok()
@@ -1010,6 +1006,15 @@ pub(crate) fn cond_wait(cond: usize, wait: impl FnOnce() -> c_int) -> c_int {
         set_errno(e);
     }
     r
+}
+
+/// Promotes the requests that `loan`'s borrowers have waiting in `stage`
+/// (they are critical now); returns the loan.
+fn promote_borrowers(stage: &Stage, loan: paio::inheritance::Loan) -> paio::inheritance::Loan {
+    for &t in loan.threads() {
+        stage.promote_thread(u64::from(t));
+    }
+    loan
 }
 
 /// A lock call on `lock` returned `r`: a read lock taken (`r` 0, `hold`

@@ -364,24 +364,8 @@ fn a_board_others_can_read_is_refused() {
 /// `expect`), helper window 5 s.
 fn lock_run(dir: &Path, exe: &str, args: &[&str], expect: &str, inherit: bool) -> (u64, u64) {
     let policy = dir.join("locks.toml");
-    std::fs::write(
-        &policy,
-        format!(
-            r#"
-[criticality]
-threads = ["crit-*"]
-inherit = {inherit}
-helper_window = "5s"
-[[channel]]
-name = "critical-writes"
-match = {{ criticality = "critical", request_type = "write" }}
-[[channel]]
-name = "normal-writes"
-match = {{ criticality = "normal", request_type = "write" }}
-"#
-        ),
-    )
-    .unwrap();
+    let head = format!("inherit = {inherit}\nhelper_window = \"5s\"");
+    std::fs::write(&policy, writes_by_criticality(&head, "", "")).unwrap();
     let mut argv = vec![exe];
     argv.extend_from_slice(args);
     let out = same(dir, &argv, &[("PAIO_POLICY", policy.to_str().unwrap())]);
@@ -389,6 +373,28 @@ match = {{ criticality = "normal", request_type = "write" }}
     let stats = take_stats(dir);
     let bytes = |c: &str| stats.iter().map(|s| s.channel(c).1).sum::<u64>();
     (bytes("critical-writes"), bytes("normal-writes"))
+}
+
+/// A policy marking threads named `crit-*` critical (with `criticality`,
+/// more `[criticality]` keys) and counting writes in channels
+/// `critical-writes` and `normal-writes`, each with the object settings
+/// given (empty: no object).
+fn writes_by_criticality(criticality: &str, critical_object: &str, normal_object: &str) -> String {
+    let channel = |class: &str, object: &str| {
+        let mut c = format!(
+            "[[channel]]\nname = \"{class}-writes\"\n\
+             match = {{ criticality = \"{class}\", request_type = \"write\" }}\n"
+        );
+        if !object.is_empty() {
+            c += &format!("default_object = \"p\"\n[[channel.object]]\nname = \"p\"\n{object}\n");
+        }
+        c
+    };
+    format!(
+        "[criticality]\nthreads = [\"crit-*\"]\n{criticality}\n{}{}",
+        channel("critical", critical_object),
+        channel("normal", normal_object)
+    )
 }
 
 /// A critical thread blocked on a mutex, then on a rwlock, lends the holder
@@ -507,34 +513,9 @@ fn a_split_call_lent_criticality_issues_the_rest_at_once() {
     let dir = scratch("inherit-split");
     let exe = compile(&dir, "locks", &["-pthread"]);
     let policy = dir.join("split-loan.toml");
-    std::fs::write(
-        &policy,
-        r#"
-[criticality]
-threads = ["crit-*"]
-[[channel]]
-name = "critical-writes"
-match = { criticality = "critical", request_type = "write" }
-default_object = "p"
-[[channel.object]]
-name = "p"
-kind = "priority"
-split = "4KiB"
-split_when = "always"
-[[channel]]
-name = "normal-writes"
-match = { criticality = "normal", request_type = "write" }
-default_object = "p"
-[[channel.object]]
-name = "p"
-kind = "priority"
-split = "4KiB"
-split_when = "always"
-rate = "40KiB/s"
-burst = "4KiB"
-"#,
-    )
-    .unwrap();
+    let pieces = "kind = \"priority\"\nsplit = \"4KiB\"\nsplit_when = \"always\"";
+    let slow = format!("{pieces}\nrate = \"40KiB/s\"\nburst = \"4KiB\"");
+    std::fs::write(&policy, writes_by_criticality("", pieces, &slow)).unwrap();
     let t0 = std::time::Instant::now();
     let out = run(
         &dir,
