@@ -37,10 +37,11 @@ lint:
 test-rust:
 	$(CARGO) test --workspace
 
-## loom model checking of the DRL's ticket queue (crates/paio/tests/loom_drl.rs):
-## the crate built with --cfg loom in its own target directory.
+## loom model checking of the DRL's ticket queue and the priority object's
+## lock-free slots (crates/paio/tests/loom_*.rs): the crate built with
+## --cfg loom in its own target directory.
 test-loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p paio --test loom_drl
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p paio --test loom_drl --test loom_priority
 
 test-c:
 	bash crates/paio-ffi/tests/c/run.sh

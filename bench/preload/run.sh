@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interposer overhead (issue 3): one 0 B and one 4 KiB pread on a page-cached
 # file, timed without the interposer, with its pass-through default, and with
-# file classification plus a Noop channel. Reports the median ns per call over
+# file classification plus a Noop channel, and through a priority object as
+# a non-critical and as a critical request (issue 11). Reports the median ns per call over
 # RUNS interleaved runs, the overhead against no interposer, and instructions
 # per call counted with valgrind's callgrind where valgrind is installed
 # (perf has no hardware counters on these VMs). The overhead is measured two
@@ -55,6 +56,19 @@ kind = "noop"
 [[channel]]
 name = "other"
 POLICY
+cat > "$work/priority.toml" <<POLICY
+[stage]
+name = "overhead"
+default_channel = "all"
+
+[[channel]]
+name = "all"
+default_object = "first"
+
+[[channel.object]]
+name = "first"
+kind = "priority"
+POLICY
 
 # setup NAME: the environment of each configuration.
 env_for() {
@@ -62,10 +76,12 @@ env_for() {
         none) echo "" ;;
         passthrough) echo "LD_PRELOAD=$lib" ;;
         classified) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/classified.toml PAIO_FILE_CLASSES=data=$work/data" ;;
+        priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/priority.toml" ;;
+        critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/priority.toml PAIO_CRITICAL=1" ;;
     esac
 }
 
-configs=(none passthrough classified)
+configs=(none passthrough classified priority critical)
 sizes=(0 4096)
 files="${FILES:-200000}"
 declare -A samples paired small_added small_direct
@@ -125,7 +141,7 @@ cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
     echo "# kernel: $(uname -r)"
     echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "# loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "# note: none = no LD_PRELOAD; passthrough = the interposer's embedded default (read/write/metadata Noop channels with statistics); classified = PAIO_FILE_CLASSES + a policy matching file_class and request_type to a Noop channel"
+    echo "# note: none = no LD_PRELOAD; passthrough = the interposer's embedded default (read/write/metadata Noop channels with statistics); classified = PAIO_FILE_CLASSES + a policy matching file_class and request_type to a Noop channel; priority = every call admitted and completed through a priority object (defaults), non-critical; critical = the same with PAIO_CRITICAL=1 (every call critical, on the shared board)"
     echo "# note: ns_median is the median over runs of the mean ns per call of each run; overhead_ns = ns_median - the none median at the same size; instructions_per_call from valgrind callgrind (total instructions for 2N calls minus N calls)"
     echo "# note: paired_overhead_ns is the median over runs of each run's in-process paired figure (median over pairs of 10000-call blocks of interposed minus libc-direct ns per call); paired_min/paired_max its range over runs"
     echo "config,size_bytes,runs,iterations,ns_median,ns_min,ns_max,overhead_ns,paired_overhead_ns,paired_min,paired_max,instructions_per_call,instructions_overhead"

@@ -8,9 +8,13 @@
 //! current clocksource is `tsc` (the kernel checked that the counter is
 //! invariant and synchronised across CPUs). Otherwise ticks are monotonic
 //! nanoseconds. Ticks are converted to nanoseconds when statistics are
-//! collected, never on the request path, at a rate measured between the
-//! clock's creation and the conversion (more precise the longer the process
-//! runs; at least 1 ms of measurement, waited for once if asked earlier).
+//! collected at a rate measured between the clock's creation and the
+//! conversion (more precise the longer the process runs; at least 1 ms of
+//! measurement, waited for once if asked earlier). On the request path,
+//! the time since a critical request completed (its end tick) is converted
+//! at the rate of the first such conversion, kept from then on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use paio::clock::{Clock, MonotonicClock};
 
@@ -22,6 +26,9 @@ pub(crate) struct TscClock {
     tsc: bool,
     /// A (monotonic ns, counter) pair taken at creation.
     origin: (u64, u64),
+    /// Nanoseconds per tick for [`Clock::ns_since_ticks`], as `f64` bits,
+    /// measured at its first use (0: not yet).
+    window_rate: AtomicU64,
 }
 
 /// Shortest measurement behind [`Clock::ns_per_tick`].
@@ -38,7 +45,12 @@ impl TscClock {
             .is_ok_and(|s| s.trim() == "tsc");
         let mono = MonotonicClock::new();
         let origin = (mono.ticks(), if tsc { rdtsc() } else { 0 });
-        Self { mono, tsc, origin }
+        Self {
+            mono,
+            tsc,
+            origin,
+            window_rate: AtomicU64::new(0),
+        }
     }
 }
 
@@ -69,6 +81,23 @@ impl Clock for TscClock {
         } else {
             self.mono.ticks()
         }
+    }
+
+    /// Converts at the rate [`Clock::ns_per_tick`] gives at the first call,
+    /// kept from then on: a call in the process's first millisecond waits
+    /// for the rest of it, once.
+    #[inline]
+    fn ns_since_ticks(&self, since: u64) -> u64 {
+        if !self.tsc {
+            return self.mono.ticks().saturating_sub(since);
+        }
+        let ticks = rdtsc().saturating_sub(since);
+        let mut rate = f64::from_bits(self.window_rate.load(Ordering::Relaxed));
+        if rate == 0.0 {
+            rate = self.ns_per_tick();
+            self.window_rate.store(rate.to_bits(), Ordering::Relaxed);
+        }
+        (ticks as f64 * rate) as u64
     }
 
     fn ns_per_tick(&self) -> f64 {

@@ -25,6 +25,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use crate::clock::Clock;
 use serde::{Deserialize, Serialize};
 
 use crate::context::with_thread;
@@ -374,7 +375,8 @@ pub trait CriticalBoard: Send + Sync + fmt::Debug {
 #[derive(Debug, Default)]
 pub struct CriticalActivity {
     in_flight: AtomicU64,
-    /// Stage-clock nanoseconds of the latest completion, plus one (0: none).
+    /// Stage-clock ticks ([`Clock::ticks`]) of the latest completion, plus
+    /// one (0: none).
     last: AtomicU64,
 }
 
@@ -385,26 +387,27 @@ impl CriticalActivity {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A critical request admitted before completed at `now_ns` (the
-    /// stage's clock).
+    /// A critical request admitted before completed at `now_ticks` (the
+    /// stage's clock's [`Clock::ticks`], typically the reading that ended
+    /// the call's latency, so the window costs no clock read of its own).
     #[inline]
-    pub fn completed(&self, now_ns: u64) {
+    pub fn completed(&self, now_ticks: u64) {
         self.last
-            .fetch_max(now_ns.saturating_add(1), Ordering::Relaxed);
+            .fetch_max(now_ticks.saturating_add(1), Ordering::Relaxed);
         let _ = self
             .in_flight
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
     }
 
     /// Whether a critical request is in flight, or one completed less than
-    /// `window_ns` before `now_ns`.
+    /// `window_ns` ago on `clock` (the stage's).
     #[inline]
-    pub fn active(&self, now_ns: u64, window_ns: u64) -> bool {
+    pub fn active(&self, clock: &dyn Clock, window_ns: u64) -> bool {
         if self.in_flight.load(Ordering::Relaxed) > 0 {
             return true;
         }
         let last = self.last.load(Ordering::Relaxed);
-        last != 0 && now_ns < (last - 1).saturating_add(window_ns)
+        last != 0 && clock.ns_since_ticks(last - 1) < window_ns
     }
 }
 

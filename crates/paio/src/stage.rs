@@ -948,13 +948,15 @@ impl Stage {
         moved: u64,
         timed: bool,
     ) -> Result<(), ForeignAdmission> {
-        let latency = timed.then(|| self.clock.ticks().saturating_sub(a.start_ticks));
+        let end_ticks = timed.then(|| self.clock.ticks());
+        let latency = end_ticks.map(|end| end.saturating_sub(a.start_ticks));
         if a.stage != self.uid {
             return Err(ForeignAdmission);
         }
         let slot = thread_slot(t);
         if a.ctx.criticality.is_critical() {
-            self.activity.completed(self.clock.now_ns());
+            self.activity
+                .completed(end_ticks.unwrap_or_else(|| self.clock.ticks()));
             if a.on_board {
                 if let Some(b) = crate::criticality::board() {
                     b.critical_completed();

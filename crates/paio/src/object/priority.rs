@@ -33,8 +33,8 @@
 //! completion never wait behind requests.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -46,6 +46,8 @@ use super::Request;
 use super::{Admitted, ConfigError, Drl, DrlConfig, EnforceError, EnforcementObject, ObjectConfig};
 use crate::clock::SharedClock;
 use crate::context::{Context, WorkflowId};
+use crate::sync::atomic::AtomicU64;
+use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::units::{HumanDuration, Rate, Size};
 
 /// Settings of a [`Priority`] object. Every field has a default, so
@@ -173,6 +175,12 @@ impl PriorityConfig {
         if self.depth == 0 {
             return invalid("depth", "must be at least 1");
         }
+        if self.depth > counts::MAX_OUTSTANDING {
+            return invalid(
+                "depth",
+                &format!("must be at most {}", counts::MAX_OUTSTANDING),
+            );
+        }
         if self.busy_depth > self.depth {
             return invalid(
                 "busy_depth",
@@ -248,16 +256,63 @@ struct Waiter {
 /// `O_DIRECT` call keeps the alignment the whole call had.
 pub const SPLIT_ALIGN: u64 = 4096;
 
+/// The object's slot counters in one word, so that admitting or completing
+/// a request nobody waits behind is one atomic operation, with no lock:
+/// non-critical outstanding in bits 0–21, critical outstanding in bits
+/// 22–43, queued waiters in bits 44–63. A request is admitted without the
+/// lock only by a compare-and-swap that sees no waiter, so nobody overtakes
+/// a queued request.
+mod counts {
+    const FIELD: u32 = 22;
+    const FIELD_MASK: u64 = (1 << FIELD) - 1;
+    /// Most requests of one class outstanding at once (the counter's size):
+    /// a request beyond it waits for a slot.
+    pub const MAX_OUTSTANDING: u32 = FIELD_MASK as u32;
+    /// Most requests queued at once: an arrival beyond it waits, unqueued,
+    /// until one leaves the queue.
+    pub const MAX_WAITING: u32 = (1 << (64 - 2 * FIELD)) - 1;
+    /// One queued waiter.
+    pub const WAITER: u64 = 1 << (2 * FIELD);
+
+    /// One outstanding request of class `critical`.
+    #[inline]
+    pub const fn one(critical: bool) -> u64 {
+        if critical {
+            1 << FIELD
+        } else {
+            1
+        }
+    }
+
+    /// Outstanding requests: `[non-critical, critical]`.
+    #[inline]
+    pub const fn outstanding(w: u64) -> [u32; 2] {
+        [(w & FIELD_MASK) as u32, ((w >> FIELD) & FIELD_MASK) as u32]
+    }
+
+    /// Queued waiters.
+    #[inline]
+    pub const fn waiting(w: u64) -> u32 {
+        (w >> (2 * FIELD)) as u32
+    }
+}
+
+/// What admission decisions read besides the queue: the outstanding
+/// requests of each class and when the last critical one (that the object
+/// itself records) completed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Load {
+    /// `[non-critical, critical]`.
+    outstanding: [u32; 2],
+    last_critical_ns: Option<u64>,
+}
+
 #[derive(Debug)]
 struct State {
     config: PriorityConfig,
-    /// Outstanding requests: `[normal, critical]`.
-    outstanding: [u32; 2],
     /// Waiting requests of both classes, in arrival order.
     waiting: VecDeque<Waiter>,
     next_seq: u64,
-    /// When the last critical request completed.
-    last_critical_ns: Option<u64>,
     /// When the last non-critical request was admitted.
     last_normal_ns: u64,
     starvation_admissions: u64,
@@ -274,50 +329,57 @@ enum Verdict {
     Wait(Option<u64>),
 }
 
-impl State {
+impl PriorityConfig {
     fn critical_limit(&self) -> u32 {
-        self.config.critical_depth.unwrap_or(u32::MAX)
+        self.critical_depth
+            .unwrap_or(u32::MAX)
+            .min(counts::MAX_OUTSTANDING)
+    }
+}
+
+/// Until when critical I/O stays active through its window alone.
+fn window_end(load: Load, window_ns: u64) -> Option<u64> {
+    load.last_critical_ns.map(|t| t.saturating_add(window_ns))
+}
+
+impl State {
+    fn window_ns(&self) -> u64 {
+        self.config.window.0.as_nanos() as u64
     }
 
-    /// Until when critical I/O stays active through its window alone.
-    fn window_end(&self) -> Option<u64> {
-        self.last_critical_ns
-            .map(|t| t.saturating_add(self.config.window.0.as_nanos() as u64))
-    }
-
-    fn critical_active(&self, now: u64, critical_waiting: bool) -> bool {
-        critical_waiting || self.outstanding[1] > 0 || self.window_end().is_some_and(|e| now < e)
+    fn critical_active(&self, load: Load, now: u64, critical_waiting: bool) -> bool {
+        critical_waiting
+            || load.outstanding[1] > 0
+            || window_end(load, self.window_ns()).is_some_and(|e| now < e)
     }
 
     /// How often a non-critical waiter held back by other processes' critical
     /// I/O re-reads the board (nothing notifies across processes): half the
     /// window, between 50 µs and 1 ms.
     fn board_poll_ns(&self) -> u64 {
-        (self.config.window.0.as_nanos() as u64 / 2).clamp(50_000, 1_000_000)
+        (self.window_ns() / 2).clamp(50_000, 1_000_000)
     }
 
-    /// The verdict for a request of class `critical` that arrived as number
-    /// `seq` (`None`: a new arrival, not queued; it may go only if nobody of
-    /// its class waits).
-    /// `others`: whether critical I/O of other processes is active (the
-    /// board's answer; read only for non-critical requests).
+    /// The verdict for a queued request of class `critical`, number `seq`,
+    /// queued since `since_ns`, with `load` outstanding. `others`: whether
+    /// critical I/O of other processes is active (the board's answer; read
+    /// only for non-critical requests).
     fn verdict(
         &self,
-        seq: Option<u64>,
+        seq: u64,
         critical: bool,
         since_ns: u64,
         now: u64,
+        load: Load,
         others: bool,
     ) -> Verdict {
-        let first_of_class = self.waiting.iter().find(|w| w.critical == critical);
-        let first = match (seq, first_of_class) {
-            (None, None) => true,
-            (None, Some(_)) => false,
-            (Some(s), Some(w)) => w.seq == s,
-            (Some(_), None) => false,
-        };
+        let first = self
+            .waiting
+            .iter()
+            .find(|w| w.critical == critical)
+            .is_some_and(|w| w.seq == seq);
         if critical {
-            return if first && self.outstanding[1] < self.critical_limit() {
+            return if first && load.outstanding[1] < self.config.critical_limit() {
                 Verdict::Admit {
                     critical: true,
                     starved: false,
@@ -330,13 +392,13 @@ impl State {
             return Verdict::Wait(None);
         }
         let critical_waiting = self.waiting.iter().any(|w| w.critical);
-        let active = others || self.critical_active(now, critical_waiting);
+        let active = others || self.critical_active(load, now, critical_waiting);
         let limit = if active {
             self.config.busy_depth
         } else {
             self.config.depth
         };
-        if !critical_waiting && self.outstanding[0] < limit {
+        if !critical_waiting && load.outstanding[0] < limit {
             return Verdict::Admit {
                 critical: false,
                 starved: false,
@@ -345,7 +407,7 @@ impl State {
         let starvation = self.config.starvation.0.as_nanos() as u64;
         let starved_at = since_ns.max(self.last_normal_ns).saturating_add(starvation);
         let guard_slots = self.config.busy_depth.max(1);
-        if now >= starved_at && self.outstanding[0] < guard_slots {
+        if now >= starved_at && load.outstanding[0] < guard_slots {
             return Verdict::Admit {
                 critical: false,
                 starved: true,
@@ -354,10 +416,10 @@ impl State {
         // Re-check when a window that blocks it closes or the guard falls
         // due; anything else (a completion, a critical waiter leaving)
         // notifies.
-        let window = if critical_waiting || self.outstanding[1] > 0 {
+        let window = if critical_waiting || load.outstanding[1] > 0 {
             None
         } else {
-            self.window_end()
+            window_end(load, self.window_ns())
         };
         let poll = others.then(|| now.saturating_add(self.board_poll_ns()));
         let deadline = [window, Some(starved_at), poll]
@@ -368,8 +430,8 @@ impl State {
         Verdict::Wait(deadline)
     }
 
+    /// Bookkeeping of a queued request's admission.
     fn take(&mut self, critical: bool, starved: bool, now: u64) {
-        self.outstanding[usize::from(critical)] += 1;
         if !critical {
             self.last_normal_ns = now;
             if starved {
@@ -379,13 +441,55 @@ impl State {
     }
 }
 
+/// The settings the lock-free admission reads, mirrored from the
+/// configuration (a request racing a change may see either value of each).
+#[derive(Debug)]
+struct Limits {
+    depth: AtomicU32,
+    busy_depth: AtomicU32,
+    critical: AtomicU32,
+    window_ns: AtomicU64,
+}
+
+impl Limits {
+    fn new(config: &PriorityConfig) -> Self {
+        let l = Self {
+            depth: AtomicU32::new(0),
+            busy_depth: AtomicU32::new(0),
+            critical: AtomicU32::new(0),
+            window_ns: AtomicU64::new(0),
+        };
+        l.set(config);
+        l
+    }
+
+    fn set(&self, c: &PriorityConfig) {
+        self.depth.store(c.depth, Ordering::Relaxed);
+        self.busy_depth.store(c.busy_depth, Ordering::Relaxed);
+        self.critical.store(c.critical_limit(), Ordering::Relaxed);
+        self.window_ns
+            .store(c.window.0.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
 /// Critical-first, limited-depth admission (see the module documentation
 /// for its exact semantics).
 #[derive(Debug)]
 pub struct Priority {
+    /// Outstanding requests and queued waiters ([`counts`]).
+    counts: AtomicU64,
+    /// When the last critical request this object records completed, plus
+    /// one (0: none).
+    last_critical: AtomicU64,
+    limits: Limits,
+    /// The queue and everything else; held for a few comparisons, never
+    /// while a request sleeps, and not at all by a request nobody waits
+    /// behind.
     state: Mutex<State>,
     /// `split` in bytes (0: off), readable without the state's lock.
     split: AtomicU64,
+    /// `split_when = "always"`.
+    split_always: AtomicBool,
     changed: Condvar,
     /// The non-critical rate limiter, when a rate is set.
     rate: ArcSwapOption<Drl>,
@@ -406,13 +510,15 @@ impl Priority {
             None => None,
         };
         Ok(Self {
+            counts: AtomicU64::new(0),
+            last_critical: AtomicU64::new(0),
+            limits: Limits::new(&config),
             split: AtomicU64::new(config.split.0),
+            split_always: AtomicBool::new(config.split_when == SplitWhen::Always),
             state: Mutex::new(State {
                 config,
-                outstanding: [0, 0],
                 waiting: VecDeque::new(),
                 next_seq: 0,
-                last_critical_ns: None,
                 last_normal_ns: clock.now_ns(),
                 starvation_admissions: 0,
                 promotions: 0,
@@ -448,21 +554,30 @@ impl Priority {
         })
     }
 
+    /// The outstanding requests and the last critical completion, as of
+    /// counts word `w`.
+    fn load(&self, w: u64) -> Load {
+        let last = self.last_critical.load(Ordering::Acquire);
+        Load {
+            outstanding: counts::outstanding(w),
+            last_critical_ns: last.checked_sub(1),
+        }
+    }
+
     /// Whether critical I/O outside this object is active: its stage's
     /// requests through other objects, or other processes' per the board.
-    fn others_active(&self, window: Duration) -> bool {
-        let window_ns = window.as_nanos() as u64;
+    fn others_active(&self, window_ns: u64) -> bool {
         if self
             .activity
             .as_ref()
-            .is_some_and(|a| a.active(self.clock.now_ns(), window_ns))
+            .is_some_and(|a| a.active(self.clock.as_ref(), window_ns))
         {
             return true;
         }
         self.board
             .as_ref()
             .or_else(|| criticality::board())
-            .is_some_and(|b| b.others_active(window.as_nanos() as u64))
+            .is_some_and(|b| b.others_active(window_ns))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -510,52 +625,81 @@ impl Priority {
     pub fn status(&self) -> PriorityStatus {
         let now = self.clock.now_ns();
         let st = self.lock();
+        let load = self.load(self.counts.load(Ordering::Acquire));
         let critical_waiting = st.waiting.iter().filter(|w| w.critical).count() as u32;
         PriorityStatus {
-            normal_outstanding: st.outstanding[0],
-            critical_outstanding: st.outstanding[1],
+            normal_outstanding: load.outstanding[0],
+            critical_outstanding: load.outstanding[1],
             normal_waiting: st.waiting.len() as u32 - critical_waiting,
             critical_waiting,
-            critical_active: st.critical_active(now, critical_waiting > 0),
+            critical_active: st.critical_active(load, now, critical_waiting > 0),
             starvation_admissions: st.starvation_admissions,
             promotions: st.promotions,
         }
+    }
+
+    /// Whether a request of class `critical` that nobody waits ahead of may
+    /// take a slot with `w` outstanding. Reads the clock only where the
+    /// answer depends on it. (The last admission time matters only to
+    /// waiters, which arrive later.)
+    #[inline]
+    fn may_go_now(&self, w: u64, critical: bool) -> bool {
+        let [normal, crit] = counts::outstanding(w);
+        let l = &self.limits;
+        if critical {
+            return crit < l.critical.load(Ordering::Relaxed);
+        }
+        if normal < l.busy_depth.load(Ordering::Relaxed) {
+            return true;
+        }
+        if normal >= l.depth.load(Ordering::Relaxed) || crit > 0 {
+            return false;
+        }
+        let window_ns = l.window_ns.load(Ordering::Relaxed);
+        window_end(self.load(w), window_ns).is_none_or(|end| self.clock.now_ns() >= end)
+            && !self.others_active(window_ns)
     }
 
     /// Takes a slot for a request of class `critical`, waiting as long as the
     /// semantics demand. Returns whether it was admitted as critical (it may
     /// have been promoted while waiting) and how long it waited (0: not at
     /// all).
+    #[inline]
     fn acquire(&self, ctx: &Context, critical: bool) -> (bool, u64) {
-        let mut st = self.lock();
-        // Fast path, nobody waiting: decided without reading the clock where
-        // the answer does not depend on it. (The last admission time matters
-        // only to waiters, which arrive later.)
-        if st.waiting.is_empty() {
-            let go = if critical {
-                st.outstanding[1] < st.critical_limit()
-            } else if st.outstanding[0] < st.config.busy_depth {
-                true
-            } else if st.outstanding[0] < st.config.depth {
-                st.outstanding[1] == 0
-                    && st.window_end().is_none_or(|end| self.clock.now_ns() >= end)
-                    && !self.others_active(st.config.window.0)
-            } else {
-                false
-            };
-            if go {
-                st.outstanding[usize::from(critical)] += 1;
-                return (critical, 0);
+        // Fast path, nobody waiting: one compare-and-swap.
+        let mut w = self.counts.load(Ordering::Acquire);
+        while counts::waiting(w) == 0 && self.may_go_now(w, critical) {
+            match self.counts.compare_exchange_weak(
+                w,
+                w + counts::one(critical),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return (critical, 0),
+                Err(now) => w = now,
             }
         }
+        self.acquire_queued(ctx, critical)
+    }
+
+    /// [`Priority::acquire`] behind other waiters, or when the request must
+    /// wait: it queues, and sleeps until its verdict admits it.
+    #[cold]
+    fn acquire_queued(&self, ctx: &Context, critical: bool) -> (bool, u64) {
+        let mut st = self.lock();
         let arrival = self.clock.now_ns();
-        let others = !critical && self.others_active(st.config.window.0);
-        if let Verdict::Admit { critical, starved } =
-            st.verdict(None, critical, arrival, arrival, others)
-        {
-            st.take(critical, starved, arrival);
-            return (critical, 0);
+        // Only more than a million threads waiting at once fill the queue.
+        while counts::waiting(self.counts.load(Ordering::Acquire)) >= counts::MAX_WAITING {
+            st = self
+                .changed
+                .wait_timeout(st, Duration::from_millis(1))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
+        // Counted as waiting before its first look at the counts: a
+        // completion that does not see it is seen by that look, one that
+        // sees it takes the lock and notifies.
+        self.counts.fetch_add(counts::WAITER, Ordering::AcqRel);
         let seq = st.next_seq;
         st.next_seq += 1;
         st.waiting.push_back(Waiter {
@@ -565,6 +709,7 @@ impl Priority {
             critical,
         });
         let real_time = self.clock.is_real_time();
+        let mut slept = false;
         loop {
             let now = self.clock.now_ns();
             let pos = st
@@ -573,9 +718,21 @@ impl Priority {
                 .position(|w| w.seq == seq)
                 .expect("a waiter stays queued until it leaves");
             let class = st.waiting[pos].critical;
-            let others = !class && self.others_active(st.config.window.0);
-            match st.verdict(Some(seq), class, arrival, now, others) {
+            let others = !class && self.others_active(st.window_ns());
+            let w = self.counts.load(Ordering::Acquire);
+            match st.verdict(seq, class, arrival, now, self.load(w), others) {
                 Verdict::Admit { critical, starved } => {
+                    // Only completions change the counts meanwhile (nobody
+                    // else admits while a waiter is counted, and other
+                    // waiters hold the lock): look again if one did.
+                    let taken = w - counts::WAITER + counts::one(critical);
+                    if self
+                        .counts
+                        .compare_exchange(w, taken, Ordering::AcqRel, Ordering::Acquire)
+                        .is_err()
+                    {
+                        continue;
+                    }
                     st.waiting.remove(pos);
                     st.take(critical, starved, now);
                     let others = !st.waiting.is_empty();
@@ -584,9 +741,16 @@ impl Priority {
                         // The next of either class may now be first in line.
                         self.changed.notify_all();
                     }
-                    return (critical, now.saturating_sub(arrival).max(1));
+                    // Admitted at its first look: it did not wait.
+                    let waited = if slept {
+                        now.saturating_sub(arrival).max(1)
+                    } else {
+                        0
+                    };
+                    return (critical, waited);
                 }
                 Verdict::Wait(Some(deadline)) if real_time => {
+                    slept = true;
                     let ns = deadline.saturating_sub(now).max(1);
                     st = self
                         .changed
@@ -595,6 +759,7 @@ impl Priority {
                         .0;
                 }
                 Verdict::Wait(_) => {
+                    slept = true;
                     st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
                 }
             }
@@ -630,7 +795,13 @@ impl EnforcementObject for Priority {
             (None, None) => {}
         }
         self.split.store(new.split.0, Ordering::Relaxed);
-        self.lock().config = new.clone();
+        self.split_always
+            .store(new.split_when == SplitWhen::Always, Ordering::Relaxed);
+        {
+            let mut st = self.lock();
+            self.limits.set(new);
+            st.config = new.clone();
+        }
         self.changed.notify_all();
         Ok(())
     }
@@ -662,21 +833,24 @@ impl EnforcementObject for Priority {
         if n == 0 || ctx.size <= n || ctx.criticality.is_critical() {
             return None;
         }
-        if self.lock().config.split_when == SplitWhen::Always {
+        if self.split_always.load(Ordering::Relaxed) {
             return Some(n);
         }
-        let active = {
-            let st = self.lock();
-            let critical_waiting = st.waiting.iter().any(|w| w.critical);
-            st.critical_active(self.clock.now_ns(), critical_waiting)
-        };
-        (active || self.others_active(self.lock().config.window.0)).then_some(n)
+        let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
+        let w = self.counts.load(Ordering::Acquire);
+        let load = self.load(w);
+        let active = load.outstanding[1] > 0
+            || window_end(load, window_ns).is_some_and(|e| self.clock.now_ns() < e)
+            || (counts::waiting(w) > 0 && self.lock().waiting.iter().any(|w| w.critical))
+            || self.others_active(window_ns);
+        active.then_some(n)
     }
 
     fn promote_thread(&self, thread: u64) -> u32 {
         self.promote_where(|w| w.thread == thread)
     }
 
+    #[inline]
     fn admit(&self, ctx: &Context) -> Result<Admitted, EnforceError> {
         let mut critical = ctx.criticality.is_critical();
         let mut note = 0;
@@ -700,6 +874,7 @@ impl EnforcementObject for Priority {
         })
     }
 
+    #[inline]
     fn complete(&self, ctx: &Context, note: u32, moved: u64) {
         let critical = note & NOTE_CRITICAL != 0;
         // The window after a critical request: the stage's activity records
@@ -707,18 +882,24 @@ impl EnforcementObject for Priority {
         // per request, not two); this object keeps it for the others
         // (promoted ones) and when it has no stage.
         let stage_records = self.activity.is_some() && ctx.criticality.is_critical();
-        let now = (critical && !stage_records).then(|| self.clock.now_ns());
-        let waiters = {
-            let mut st = self.lock();
-            let slot = &mut st.outstanding[usize::from(critical)];
-            *slot = slot.saturating_sub(1);
-            if now.is_some() {
-                st.last_critical_ns = now;
-            }
-            !st.waiting.is_empty()
-        };
-        // Waking costs a system call even with nobody asleep: only if needed.
-        if waiters {
+        if critical && !stage_records {
+            let now = self.clock.now_ns();
+            self.last_critical
+                .fetch_max(now.saturating_add(1), Ordering::AcqRel);
+        }
+        // Saturating: a completion never takes a slot it did not hold.
+        let class = usize::from(critical);
+        let before = self
+            .counts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (counts::outstanding(w)[class] > 0).then(|| w - counts::one(critical))
+            })
+            .unwrap_or_else(|w| w);
+        // Waking costs a system call even with nobody asleep: only if
+        // someone waits. The lock orders the wake after a waiter that
+        // looked at the counts before this completion is asleep.
+        if counts::waiting(before) > 0 {
+            drop(self.lock());
             self.changed.notify_all();
         }
         if note & NOTE_RATED != 0 {
@@ -1101,6 +1282,7 @@ mod tests {
     /// woken thread would be) until none is.
     struct Sim {
         st: State,
+        load: Load,
         now: u64,
         queued: Vec<(u64, bool, u64)>, // (seq, critical at arrival, arrival)
         outstanding: Vec<bool>,        // class of each outstanding request
@@ -1112,14 +1294,13 @@ mod tests {
             Sim {
                 st: State {
                     config,
-                    outstanding: [0, 0],
                     waiting: VecDeque::new(),
                     next_seq: 0,
-                    last_critical_ns: None,
                     last_normal_ns: 0,
                     starvation_admissions: 0,
                     promotions: 0,
                 },
+                load: Load::default(),
                 now: 0,
                 queued: Vec::new(),
                 outstanding: Vec::new(),
@@ -1130,15 +1311,6 @@ mod tests {
         fn arrive(&mut self, critical: bool) {
             let seq = self.st.next_seq;
             self.st.next_seq += 1;
-            if let Verdict::Admit { critical, starved } =
-                self.st.verdict(None, critical, self.now, self.now, false)
-            {
-                self.check_admission(critical, starved);
-                self.st.take(critical, starved, self.now);
-                self.outstanding.push(critical);
-                self.admitted.push((seq, critical));
-                return;
-            }
             self.st.waiting.push_back(Waiter {
                 seq,
                 workflow: seq,
@@ -1151,9 +1323,9 @@ mod tests {
 
         fn complete(&mut self, i: usize) {
             let critical = self.outstanding.remove(i);
-            self.st.outstanding[usize::from(critical)] -= 1;
+            self.load.outstanding[usize::from(critical)] -= 1;
             if critical {
-                self.st.last_critical_ns = Some(self.now);
+                self.load.last_critical_ns = Some(self.now);
             }
             self.settle();
         }
@@ -1167,9 +1339,9 @@ mod tests {
         fn check_admission(&self, critical: bool, starved: bool) {
             let c = &self.st.config;
             if critical {
-                assert!(self.st.outstanding[1] < c.critical_depth.unwrap_or(u32::MAX));
+                assert!(self.load.outstanding[1] < c.critical_depth.unwrap_or(u32::MAX));
             } else {
-                assert!(self.st.outstanding[0] < c.depth, "depth exceeded");
+                assert!(self.load.outstanding[0] < c.depth, "depth exceeded");
                 if !starved {
                     assert!(
                         !self.st.waiting.iter().any(|w| w.critical),
@@ -1190,13 +1362,15 @@ mod tests {
                     .collect();
                 for (seq, class) in seqs {
                     let since = self.queued.iter().find(|q| q.0 == seq).unwrap().2;
-                    if let Verdict::Admit { critical, starved } =
-                        self.st.verdict(Some(seq), class, since, self.now, false)
+                    if let Verdict::Admit { critical, starved } = self
+                        .st
+                        .verdict(seq, class, since, self.now, self.load, false)
                     {
                         self.check_admission(critical, starved);
                         let pos = self.st.waiting.iter().position(|w| w.seq == seq).unwrap();
                         self.st.waiting.remove(pos);
                         self.st.take(critical, starved, self.now);
+                        self.load.outstanding[usize::from(critical)] += 1;
                         self.outstanding.push(critical);
                         self.admitted.push((seq, critical));
                         any = true;
@@ -1253,7 +1427,7 @@ mod tests {
                     Step::Complete(_) => {}
                     Step::Advance(ns) => sim.advance(ns),
                 }
-                prop_assert!(sim.st.outstanding[0] <= depth);
+                prop_assert!(sim.load.outstanding[0] <= depth);
             }
             // FIFO within each class (no promotion here).
             for class in [false, true] {
