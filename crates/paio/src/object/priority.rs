@@ -28,8 +28,11 @@
 //!   ([`crate::object::Drl`] semantics, refunded at completion for bytes not
 //!   moved) before they queue for a slot; critical requests never do.
 //!
-//! Waiting requests sleep on a condition variable; the state's mutex is held
-//! for a few comparisons, never while a request sleeps, so configuration and
+//! A request that nobody waits ahead of and that may go at once is admitted
+//! by one compare-and-swap on a word of slot counts, and completed by one
+//! atomic update, with no lock. Waiting requests queue under the state's
+//! mutex and sleep on a condition variable; the mutex is held for a few
+//! comparisons, never while a request sleeps, so configuration and
 //! completion never wait behind requests.
 
 use std::collections::VecDeque;
@@ -58,7 +61,8 @@ pub struct PriorityConfig {
     /// Most non-critical requests outstanding (admitted, not completed)
     /// while no critical I/O is active: FastResponse's tokens. Larger keeps
     /// the device busier with background work; smaller shortens the queue a
-    /// critical request finds when it arrives. Default 4; at least 1.
+    /// critical request finds when it arrives. Default 4; at least 1, at
+    /// most 4,194,303 (the slot counter's size).
     #[serde(default = "default_depth")]
     pub depth: u32,
     /// Most non-critical requests outstanding while critical I/O is active.
@@ -68,8 +72,9 @@ pub struct PriorityConfig {
     /// `depth`.
     #[serde(default = "default_busy_depth")]
     pub busy_depth: u32,
-    /// Most critical requests outstanding. Absent (the default): unlimited,
-    /// critical requests never wait in the stage. A limit keeps a burst of
+    /// Most critical requests outstanding. Absent (the default): no limit
+    /// below the slot counter's size (4,194,303 at once), so critical
+    /// requests do not wait in the stage. A limit keeps a burst of
     /// critical requests from flooding the device itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critical_depth: Option<u32>,
