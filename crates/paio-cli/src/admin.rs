@@ -99,6 +99,22 @@ pub fn format_status(r: &StatusReport) -> String {
             }
         );
     }
+    if let Some(c) = &r.config {
+        if c.path.is_some() || c.reloads + c.refused > 0 {
+            let _ = writeln!(
+                out,
+                "configuration: {}; reloads: {} applied, {} refused{}",
+                c.path
+                    .as_deref()
+                    .map_or("none".into(), |p| format!("{p:?}")),
+                c.reloads,
+                c.refused,
+                c.last_error
+                    .as_deref()
+                    .map_or(String::new(), |e| format!(" (latest refused: {e})"))
+            );
+        }
+    }
     if !r.groups.is_empty() {
         let _ = writeln!(
             out,
@@ -280,8 +296,21 @@ mod tests {
                 cpu_share: Some(0.012),
                 cpu_seconds: Some(0.4),
             }),
+            config: Some(paio_control::ctl::ConfigStatus {
+                path: Some("/etc/paio/paiod.toml".into()),
+                reloads: 2,
+                refused: 1,
+                last_error: Some("/etc/paio/paiod.toml:1:10: period: invalid".into()),
+            }),
         };
         let text = format_status(&r);
+        assert!(
+            text.contains(
+                "configuration: \"/etc/paio/paiod.toml\"; reloads: 2 applied, 1 refused \
+                 (latest refused: /etc/paio/paiod.toml:1:10: period: invalid)"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("3 waiting (cap 256)")
                 && text.contains("closed by paiod: hello_timeout 2"),
@@ -355,6 +384,7 @@ mod tests {
             }],
             connections: None,
             control_loop: None,
+            config: None,
         };
         let text = format_status(&r);
         assert!(!text.contains("connections:"), "{text}");

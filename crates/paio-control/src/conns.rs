@@ -154,6 +154,13 @@ impl Conns {
         }
     }
 
+    /// Puts new caps in force (a configuration reload). Stages and
+    /// connections already above a lowered cap stay; new ones are refused,
+    /// and the oldest waiting connections closed, until they fit.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// The caps in force.
     pub fn limits(&self) -> &Limits {
         &self.limits

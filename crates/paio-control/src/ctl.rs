@@ -152,6 +152,26 @@ pub struct StatusReport {
     /// from a paiod before they were reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_loop: Option<LoopStatus>,
+    /// The configuration's reloads (absent from a paiod before they were
+    /// reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigStatus>,
+}
+
+/// paiod's configuration file and its reloads (SIGHUP).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ConfigStatus {
+    /// The file paiod was started with (absent: none, the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Reloads applied since paiod started.
+    pub reloads: u64,
+    /// Reloads refused because the file was invalid or unreadable (the
+    /// running configuration stayed in force).
+    pub refused: u64,
+    /// Why the latest reload was refused, when the latest one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
 }
 
 /// How well paiod's control loop keeps its period over its last ticks

@@ -45,6 +45,12 @@ impl LoopStats {
         }
     }
 
+    /// Judges the ticks from now on against a new period (a configuration
+    /// reload).
+    pub fn set_target(&mut self, target: Duration) {
+        self.target = target;
+    }
+
     /// Records a tick that started at `start`, worked for `work`, after
     /// which the process had used `cpu` (None: unknown).
     pub fn record(&mut self, start: Instant, work: Duration, cpu: Option<Duration>) {

@@ -32,10 +32,20 @@ struct Args {
     /// Log filter (error, warn, info, debug), also from RUST_LOG.
     #[arg(long, default_value = "info")]
     log: String,
+    /// Check the configuration FILE as paiod would load it (the file, its
+    /// policy and the connection caps against this process's descriptor
+    /// limit), print what it sets up and exit: 0 if paiod would start with
+    /// it, 1 with the error (file:line:column, field, what is expected)
+    /// otherwise. Nothing is bound or started.
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(path) = &args.check_config {
+        return check_config(path);
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
     tracing_subscriber::fmt()
@@ -70,6 +80,23 @@ fn main() -> anyhow::Result<()> {
             config.collect_timeout,
             limits,
         )));
+        match &args.config {
+            Some(path) => {
+                lock(&state).set_config_path(path);
+                let reload = Reload {
+                    path: path.clone(),
+                    socket: socket.clone(),
+                    socket_from_cli: args.socket.is_some(),
+                    metrics,
+                    metrics_from_cli: args.metrics.is_some(),
+                    descriptors,
+                };
+                tokio::spawn(reload.on_sighup(state.clone()));
+            }
+            None => {
+                tokio::spawn(ignore_sighup());
+            }
+        }
         if let Some(addr) = metrics {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
@@ -133,10 +160,130 @@ fn raise_descriptor_limit() -> u64 {
     lim.current.unwrap_or(u64::MAX)
 }
 
+fn lock(state: &server::Shared) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn lock_kind(state: &server::Shared) -> String {
-    state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .status()
-        .policy
+    lock(state).status().policy
+}
+
+/// `--check-config FILE`: loads it as paiod would, says what it sets up.
+fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+    let config = match PaiodConfig::from_file(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("paiod: {e}");
+            std::process::exit(1);
+        }
+    };
+    let descriptors = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(u64::MAX);
+    let limits = match Limits::resolve(&config.connections, descriptors) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("paiod: {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    };
+    let policy = config.policy.build();
+    println!("{}: valid", path.display());
+    println!("  policy: {}", policy.kind());
+    println!(
+        "  period: {:?}, collect timeout {:?}",
+        config.period, config.collect_timeout
+    );
+    println!("  socket: {}", server::socket_path(None, &config).display());
+    match config.metrics {
+        Some(a) => println!("  metrics: http://{a}/metrics"),
+        None => println!("  metrics: not served"),
+    }
+    println!(
+        "  connections: up to {} stages ({} per uid), {} waiting, with a descriptor limit of {}",
+        limits.max_stages, limits.max_stages_per_uid, limits.max_waiting, descriptors
+    );
+    Ok(())
+}
+
+/// What a SIGHUP reloads from, and what it cannot change in a running
+/// paiod.
+struct Reload {
+    path: PathBuf,
+    /// The socket paiod listens on, and whether `--socket` set it.
+    socket: PathBuf,
+    socket_from_cli: bool,
+    metrics: Option<std::net::SocketAddr>,
+    metrics_from_cli: bool,
+    descriptors: u64,
+}
+
+impl Reload {
+    /// Reloads the configuration on every SIGHUP. An unreadable or invalid
+    /// file is refused as a whole (logged, counted in status and metrics);
+    /// the running configuration stays.
+    async fn on_sighup(self, state: server::Shared) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = match signal(SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot handle SIGHUP ({e}): the configuration cannot be reloaded");
+                return;
+            }
+        };
+        while hup.recv().await.is_some() {
+            self.once(&state);
+        }
+    }
+
+    fn once(&self, state: &server::Shared) {
+        let loaded = PaiodConfig::from_file(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                Limits::resolve(&c.connections, self.descriptors)
+                    .map(|l| (c, l))
+                    .map_err(|e| format!("{}: {e}", self.path.display()))
+            });
+        let (config, limits) = match loaded {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::error!("reload refused, the running configuration stays: {e}");
+                lock(state).reload_refused(e);
+                return;
+            }
+        };
+        let changes = lock(state).reload(&config, limits);
+        tracing::info!("configuration reloaded from {}", self.path.display());
+        for c in changes {
+            tracing::info!("  {c}");
+        }
+        let socket = server::socket_path(None, &config);
+        if !self.socket_from_cli && socket != self.socket {
+            tracing::warn!(
+                "socket {} takes effect only when paiod restarts; still listening on {}",
+                socket.display(),
+                self.socket.display()
+            );
+        }
+        if !self.metrics_from_cli && config.metrics != self.metrics {
+            tracing::warn!(
+                "metrics {} take effect only when paiod restarts; still {}",
+                config.metrics.map_or("off".to_string(), |a| a.to_string()),
+                self.metrics
+                    .map_or("off".to_string(), |a| format!("on {a}"))
+            );
+        }
+    }
+}
+
+/// Without a configuration file a SIGHUP has nothing to reload: paiod says
+/// so and runs on (instead of dying, SIGHUP's default).
+async fn ignore_sighup() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    while hup.recv().await.is_some() {
+        tracing::warn!("SIGHUP: paiod was started without --config, so there is nothing to reload");
+    }
 }

@@ -306,6 +306,30 @@ impl prometheus_client::collector::Collector for Snapshot {
             )?;
         }
 
+        if let Some(c) = &r.config {
+            counters(
+                &mut enc,
+                "paiod_config_reloads",
+                "Configuration reloads (SIGHUP) since paiod started, applied or refused",
+                vec![
+                    (
+                        vec![("result".to_string(), "applied".to_string())],
+                        c.reloads,
+                    ),
+                    (
+                        vec![("result".to_string(), "refused".to_string())],
+                        c.refused,
+                    ),
+                ],
+            )?;
+            gauges(
+                &mut enc,
+                "paiod_config_last_reload_successful",
+                "1 unless the latest reload was refused (the running configuration stayed)",
+                vec![(Vec::new(), if c.last_error.is_some() { 0.0 } else { 1.0 })],
+            )?;
+        }
+
         if let Some(l) = &r.control_loop {
             let stat = |v: &str, x: Option<f64>| {
                 x.map(|x| (vec![("stat".to_string(), v.to_string())], x / 1e3))

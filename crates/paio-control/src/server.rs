@@ -26,7 +26,8 @@ use tokio::net::{UnixListener, UnixStream};
 use crate::config::PaiodConfig;
 use crate::conns::{Closed, Conns, Limits};
 use crate::ctl::{
-    ChannelStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus, StatusReport,
+    ChannelStatus, ConfigStatus, CtlCommand, CtlReply, CtlRequest, ObjectStatus, StageStatus,
+    StatusReport,
 };
 use crate::loopstats::{self, LoopStats};
 use crate::outbox::{self, Outbox};
@@ -109,6 +110,8 @@ pub struct State {
     loop_stats: LoopStats,
     /// When `/proc/<pid>/io` was last sampled.
     proc_sampled: Option<Instant>,
+    /// The configuration file and its reloads.
+    config: ConfigStatus,
 }
 
 /// The daemon's shared state, for the metrics endpoint and tests.
@@ -137,7 +140,97 @@ impl State {
             conns: Conns::new(limits),
             loop_stats: LoopStats::new(period),
             proc_sampled: None,
+            config: ConfigStatus::default(),
         }
+    }
+
+    /// Records the configuration file paiod runs from, for status.
+    pub fn set_config_path(&mut self, path: &Path) {
+        self.config.path = Some(path.display().to_string());
+    }
+
+    /// Puts a reloaded configuration in force without dropping a stage: the
+    /// policy is rebuilt from it (run-time `paio ctl set` changes give way
+    /// to the file's values) and every registered stage gets the new
+    /// policy's setup rules at once; the period, the collect timeout and
+    /// `limits` take effect from the next tick. Returns one line per
+    /// change, including each DRL object the previous policy set and the
+    /// new one does not, which keeps its last rate (the stage is not
+    /// touched behind the new policy's back).
+    pub fn reload(&mut self, config: &PaiodConfig, limits: Limits) -> Vec<String> {
+        let mut said = Vec::new();
+        let new = config.policy.build();
+        said.push(format!(
+            "policy {} rebuilt from the file (changes made with `paio ctl set` are replaced)",
+            new.kind()
+        ));
+        for e in self.stages.values() {
+            for c in &e.view.info.channels {
+                for o in c.objects.iter().filter(|o| o.kind == "drl") {
+                    if self.policy.controls(&e.view, &c.name, &o.name)
+                        && !new.controls(&e.view, &c.name, &o.name)
+                    {
+                        said.push(format!(
+                            "stage {} ({}): {}/{} keeps the last rate the previous policy set \
+                             (change it with `paio ctl set-rate`)",
+                            e.view.id,
+                            Escaped(&e.view.info.identity.name),
+                            Escaped(&c.name),
+                            Escaped(&o.name)
+                        ));
+                    }
+                }
+            }
+        }
+        self.policy = new;
+        for e in self.stages.values_mut() {
+            let setup = missing(self.policy.setup(&e.view), &e.view);
+            if !setup.is_empty() {
+                apply_to_view(&mut e.view, &setup);
+                e.send(|rid| Message::Rules {
+                    id: rid,
+                    rules: setup,
+                });
+            }
+        }
+        if self.period != config.period {
+            said.push(format!("period {:?} -> {:?}", self.period, config.period));
+            self.period = config.period;
+            self.loop_stats.set_target(config.period);
+        }
+        if self.collect_timeout != config.collect_timeout {
+            said.push(format!(
+                "collect_timeout {:?} -> {:?}",
+                self.collect_timeout, config.collect_timeout
+            ));
+            self.collect_timeout = config.collect_timeout;
+        }
+        if *self.conns.limits() != limits {
+            said.push(format!(
+                "[connections]: max_stages {}, max_stages_per_uid {}, max_waiting {}, \
+                 hello_timeout {:?}, drain_timeout {:?}",
+                limits.max_stages,
+                limits.max_stages_per_uid,
+                limits.max_waiting,
+                limits.hello_timeout,
+                limits.drain_timeout
+            ));
+            self.conns.set_limits(limits);
+        }
+        self.config.reloads += 1;
+        self.config.last_error = None;
+        said
+    }
+
+    /// Records a refused reload: the running configuration stays.
+    pub fn reload_refused(&mut self, why: String) {
+        self.config.refused += 1;
+        self.config.last_error = Some(why);
+    }
+
+    /// The control period in force.
+    pub fn period(&self) -> Duration {
+        self.period
     }
 
     /// Removes stage `id` and gives back its connection slot.
@@ -259,6 +352,7 @@ impl State {
             stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
             connections: Some(self.conns.status()),
             control_loop: Some(self.loop_stats.status()),
+            config: Some(self.config.clone()),
         }
     }
 
@@ -1140,6 +1234,12 @@ pub fn tick(state: &Shared) {
 }
 
 async fn control_loop(state: Shared, period: Duration) {
+    let every = |period| {
+        let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    };
+    let mut period = period;
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -1148,7 +1248,13 @@ async fn control_loop(state: Shared, period: Duration) {
         tick(&state);
         let work = start.elapsed();
         let cpu = loopstats::process_cpu_time();
-        lock(&state).loop_stats.record(start, work, cpu);
+        let mut st = lock(&state);
+        st.loop_stats.record(start, work, cpu);
+        // A reload changed the period: the next tick is one new period on.
+        if st.period != period {
+            period = st.period;
+            interval = every(period);
+        }
     }
 }
 

@@ -440,6 +440,9 @@ fn metrics_are_served_in_the_openmetrics_format() {
         "paiod_loop_period_seconds{stat=\"target\"} 0.05",
         "paiod_loop_overruns_total",
         "paiod_cpu_seconds_total",
+        "paiod_config_reloads_total{result=\"applied\"} 0",
+        "paiod_config_reloads_total{result=\"refused\"} 0",
+        "paiod_config_last_reload_successful 1",
     ] {
         assert!(body.contains(series), "{series} in\n{body}");
     }
@@ -1055,4 +1058,112 @@ fn oversized_names_are_refused_with_the_cap() {
         m => panic!("expected the hello to be refused, got {m:?}"),
     }
     assert!(paiod.status().stages.is_empty());
+}
+
+fn sighup(paiod: &Paiod) {
+    let ok = Command::new("kill")
+        .arg("-HUP")
+        .arg(paiod.child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -HUP paiod");
+}
+
+#[test]
+fn sighup_reloads_the_configuration_without_dropping_a_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("paiod.log");
+    let paiod = Paiod::start_with(dir.path(), &static_config("400MiB/s"), None, Some(&log));
+    let cfg = dir.path().join("paiod.toml");
+    let stage = stage("t");
+    let client = client(&stage, &paiod.socket);
+    wait_for("the static rate", || paiod_rate(&stage) == Some(400 * MIB));
+    let id = paiod.status().stages[0].id;
+
+    // A new rate and period: applied, the same registration kept.
+    std::fs::write(&cfg, static_config("100MiB/s").replace("50ms", "20ms")).unwrap();
+    sighup(&paiod);
+    wait_for("the reloaded rate", || {
+        paiod_rate(&stage) == Some(100 * MIB)
+    });
+    let s = paiod.status();
+    assert_eq!(s.stages.len(), 1);
+    assert_eq!(
+        s.stages[0].id, id,
+        "the stage was not dropped and re-registered"
+    );
+    assert_eq!(s.period_ms, 20);
+    let c = s.config.unwrap();
+    assert_eq!((c.reloads, c.refused), (1, 0));
+    assert!(c.path.unwrap().ends_with("paiod.toml"));
+
+    // An invalid file is refused as a whole: nothing changes, and status
+    // says why.
+    std::fs::write(&cfg, "period = \"1x\"\n[policy]\nkind = \"static\"\n").unwrap();
+    sighup(&paiod);
+    wait_for("the refusal", || {
+        paiod.status().config.is_some_and(|c| c.refused == 1)
+    });
+    let s = paiod.status();
+    let c = s.config.unwrap();
+    let why = c.last_error.unwrap();
+    assert!(
+        why.contains("paiod.toml:1:10") && why.contains("period"),
+        "{why}"
+    );
+    assert_eq!(s.period_ms, 20);
+    assert_eq!(paiod_rate(&stage), Some(100 * MIB));
+
+    // A policy that no longer sets the stage's rate leaves it as it was,
+    // and says so.
+    std::fs::write(&cfg, "period = \"20ms\"\n[policy]\nkind = \"static\"\n").unwrap();
+    sighup(&paiod);
+    wait_for("the third reload", || {
+        paiod
+            .status()
+            .config
+            .is_some_and(|c| c.reloads == 2 && c.last_error.is_none())
+    });
+    wait_for("the log line", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("keeps the last rate")
+    });
+    assert_eq!(paiod_rate(&stage), Some(100 * MIB));
+    assert_eq!(paiod.status().stages[0].id, id);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("reload refused"), "{text}");
+    client.stop();
+}
+
+#[test]
+fn check_config_says_what_a_file_sets_up_or_where_it_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, static_config("10MiB/s")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_paiod"))
+        .arg("--check-config")
+        .arg(&good)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("valid") && text.contains("policy: static"),
+        "{text}"
+    );
+    assert!(text.contains("period: 50ms"), "{text}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[policy]\nkind = \"max_min\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_paiod"))
+        .arg("--check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bad.toml:"), "{err}");
+    assert!(out.stdout.is_empty());
 }
