@@ -498,6 +498,9 @@ pub struct Priority {
     changed: Condvar,
     /// The non-critical rate limiter, when a rate is set.
     rate: ArcSwapOption<Drl>,
+    /// Whether `rate` is set, read before it (loading an `ArcSwapOption`
+    /// costs more than the rest of an admission).
+    rated: AtomicBool,
     clock: SharedClock,
     /// The board to ask about other processes' critical I/O; `None`: the
     /// process's ([`criticality::board`]), if installed.
@@ -529,6 +532,7 @@ impl Priority {
                 promotions: 0,
             }),
             changed: Condvar::new(),
+            rated: AtomicBool::new(rate.is_some()),
             rate: ArcSwapOption::new(rate),
             clock,
             board: None,
@@ -787,10 +791,13 @@ impl EnforcementObject for Priority {
         new.validate()?;
         match (new.drl(), self.rate.load_full()) {
             (Some(c), Some(drl)) => drl.configure(&ObjectConfig::Drl(c))?,
-            (Some(c), None) => self
-                .rate
-                .store(Some(Arc::new(Drl::new(c, self.clock.clone())?))),
+            (Some(c), None) => {
+                self.rate
+                    .store(Some(Arc::new(Drl::new(c, self.clock.clone())?)));
+                self.rated.store(true, Ordering::Release);
+            }
             (None, Some(drl)) => {
+                self.rated.store(false, Ordering::Release);
                 self.rate.store(None);
                 // Requests still waiting in the old bucket are released.
                 drl.configure(&ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(
@@ -860,7 +867,7 @@ impl EnforcementObject for Priority {
         let mut critical = ctx.criticality.is_critical();
         let mut note = 0;
         let mut waited_ns = 0;
-        if !critical {
+        if !critical && self.rated.load(Ordering::Acquire) {
             if let Some(drl) = self.rate.load_full() {
                 waited_ns = drl.enforce(ctx, &mut Request::new(None))?;
                 note |= NOTE_RATED;
