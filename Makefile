@@ -2,7 +2,10 @@
 CARGO ?= cargo
 DEMO_ARGS ?=
 
-.PHONY: all setup build release-bins demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
+PREFIX ?= /usr/local
+DESTDIR ?=
+
+.PHONY: all setup build release-bins install uninstall test-install demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
 
 all: build
 
@@ -16,6 +19,23 @@ build: setup
 release-bins: setup
 	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control
 
+## Installs paio under $(DESTDIR)$(PREFIX) (default /usr/local): paio, paiod,
+## libpaio_preload.so (found by `paio run` without PAIO_LIB), libpaio.so.0 and
+## .a, paio.h, paio.pc, manual pages, shell completions and the example
+## policies (share/paio/policies). scripts/install.sh lists every file.
+install: setup
+	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	bash scripts/install.sh --prefix "$(PREFIX)" --destdir "$(DESTDIR)"
+
+## Removes exactly what `make install` installed (same PREFIX and DESTDIR).
+uninstall:
+	bash scripts/install.sh --uninstall --prefix "$(PREFIX)" --destdir "$(DESTDIR)"
+
+## Installs into temporary directories, builds and runs the C example and
+## `paio run` against the installed tree only, then uninstalls.
+test-install: setup
+	bash scripts/test-install.sh
+
 ## The main demo (under 2 minutes): paiod's max-min fair share with leftover
 ## redistribution for four unmodified fio instances sharing a throttled disk
 ## (the paper's §9.3, short version; bench/bandwidth/README.md).
@@ -28,7 +48,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install
 
 lint:
 	$(CARGO) fmt --all -- --check

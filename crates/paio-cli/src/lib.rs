@@ -11,7 +11,9 @@
 //! - [`admin`]: `paio status` and `paio ctl`, which talk to a running
 //!   paiod;
 //! - [`child`]: running the command, forwarding signals, and the exit status
-//!   `paio` returns.
+//!   `paio` returns;
+//! - [`manuals`]: manual pages and shell completions of `paio` and `paiod`,
+//!   generated from their command-line definitions.
 //!
 //! The guide is `docs/cli.md`.
 
@@ -21,6 +23,7 @@ pub mod admin;
 pub mod args;
 pub mod child;
 pub mod exe;
+pub mod manuals;
 pub mod preload;
 pub mod summary;
 

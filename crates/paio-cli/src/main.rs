@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use paio_cli::args::{self, ArgError, Label, Limit, StageName};
 use paio_cli::{child, exe, preload, summary, EXIT_PAIO_FAILED, EXIT_USAGE};
 
@@ -52,6 +52,25 @@ enum Cmd {
         paio ctl set-rate rocksdb compaction ln 20MiB/s\n\n\
         Guide: docs/control-plane.md")]
     Ctl(CtlArgs),
+    /// Print a shell completion script for paio (or paiod).
+    #[command(after_help = "Examples:\n  \
+        paio completions bash > ~/.local/share/bash-completion/completions/paio\n  \
+        paio completions zsh paiod > ~/.zfunc/_paiod\n\n\
+        `make install` installs them for bash, zsh and fish.")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+        /// The program the script completes.
+        #[arg(value_enum, default_value = "paio")]
+        program: paio_cli::manuals::Program,
+    },
+    /// Write the manual pages of paio and paiod into DIR (for packaging:
+    /// `make install` runs it).
+    #[command(hide = true)]
+    Man {
+        /// Where the pages go (created if missing).
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -179,6 +198,15 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
         Cmd::Ctl(a) => ctl(a),
+        Cmd::Completions { shell, program } => {
+            let mut out = Vec::new();
+            paio_cli::manuals::write_completions(Cli::command(), program, shell, &mut out);
+            stdout(&String::from_utf8_lossy(&out)).map(|()| 0)
+        }
+        Cmd::Man { dir } => paio_cli::manuals::write_man_pages(Cli::command(), &dir)
+            .with_context(|| format!("writing manual pages into {}", dir.display()))
+            .map(|_| 0)
+            .map_err(Failure::from),
     };
     let code = match result {
         Ok(code) => code,

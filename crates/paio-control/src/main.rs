@@ -7,39 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use clap::Parser;
+use paio_control::cli::Args;
 use paio_control::config::PaiodConfig;
 use paio_control::conns::Limits;
 use paio_control::server::{self, State};
-
-/// The paio control plane: stages register over a Unix socket and receive
-/// rules from the configured policy every control period.
-#[derive(Parser, Debug)]
-#[command(name = "paiod", version, about)]
-struct Args {
-    /// paiod's TOML configuration (policy, period, socket, metrics). Without
-    /// it: observe only (stages register and report, no rules).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// The Unix socket stages and `paio ctl` connect to (overrides the
-    /// configuration). Default: $XDG_RUNTIME_DIR/paio/paiod.sock, or
-    /// /run/paio/paiod.sock for root.
-    #[arg(long, short = 's', value_name = "PATH")]
-    socket: Option<PathBuf>,
-    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464;
-    /// overrides the configuration).
-    #[arg(long, value_name = "ADDR")]
-    metrics: Option<std::net::SocketAddr>,
-    /// Log filter (error, warn, info, debug), also from RUST_LOG.
-    #[arg(long, default_value = "info")]
-    log: String,
-    /// Check the configuration FILE as paiod would load it (the file, its
-    /// policy and the connection caps against this process's descriptor
-    /// limit), print what it sets up and exit: 0 if paiod would start with
-    /// it, 1 with the error (file:line:column, field, what is expected)
-    /// otherwise. Nothing is bound or started.
-    #[arg(long, value_name = "FILE", conflicts_with = "config")]
-    check_config: Option<PathBuf>,
-}
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();

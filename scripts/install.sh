@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Installs (or, with --uninstall, removes) paio from a release build:
+#   bin/paio, bin/paiod
+#   lib/libpaio_preload.so  (where `paio run` finds it: ../lib from bin/)
+#   lib/libpaio.so.0 (SONAME), lib/libpaio.so -> libpaio.so.0, lib/libpaio.a,
+#   include/paio.h, lib/pkgconfig/paio.pc (with this prefix)
+#   share/man/man1/paio*.1, share/man/man8/paiod.8 (from `paio man`)
+#   share/bash-completion/completions/{paio,paiod},
+#   share/zsh/site-functions/{_paio,_paiod},
+#   share/fish/vendor_completions.d/{paio,paiod}.fish (from `paio completions`)
+#   share/paio/policies/ (the example stage policies; paiod/ the paiod ones)
+# under DESTDIR/PREFIX. Uninstalling removes exactly these files, then the
+# directories of share/paio it leaves empty.
+#
+# Usage: scripts/install.sh [--uninstall] [--prefix DIR] [--destdir DIR]
+#                           [--target-dir DIR]
+# Defaults: prefix /usr/local, no destdir, target-dir CARGO_TARGET_DIR or
+# target/. `make install` / `make uninstall` call it with PREFIX and DESTDIR.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+usage() {
+    sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+}
+
+action=install
+prefix=/usr/local
+destdir=
+target="${CARGO_TARGET_DIR:-$root/target}"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --uninstall) action=uninstall; shift ;;
+        --prefix) prefix="${2:?--prefix needs a value}"; shift 2 ;;
+        --destdir) destdir="${2?--destdir needs a value}"; shift 2 ;;
+        --target-dir) target="${2:?--target-dir needs a value}"; shift 2 ;;
+        -h|--help) usage ;;
+        *) echo "install.sh: unknown argument: $1" >&2; usage ;;
+    esac
+done
+case "$prefix" in
+    /*) ;;
+    *) echo "install.sh: --prefix must be an absolute path (it is written into paio.pc): $prefix" >&2; exit 2 ;;
+esac
+case "$target" in
+    /*) ;;
+    *) target="$root/$target" ;;
+esac
+release="$target/release"
+top="$destdir$prefix"
+bin="$top/bin" lib="$top/lib" inc="$top/include" share="$top/share"
+policies="$share/paio/policies"
+
+# Every installed file, as "SOURCE DEST MODE" (SOURCE - : generated).
+manifest() {
+    echo "$release/paio $bin/paio 755"
+    echo "$release/paiod $bin/paiod 755"
+    echo "$release/libpaio_preload.so $lib/libpaio_preload.so 755"
+    echo "$release/libpaio.so $lib/libpaio.so.0 755"
+    echo "- $lib/libpaio.so link"
+    echo "$release/libpaio.a $lib/libpaio.a 644"
+    echo "$root/crates/paio-ffi/include/paio.h $inc/paio.h 644"
+    echo "- $lib/pkgconfig/paio.pc 644"
+    for p in paio paio-run paio-status paio-ctl paio-completions; do
+        echo "- $share/man/man1/$p.1 644"
+    done
+    echo "- $share/man/man8/paiod.8 644"
+    for p in paio paiod; do
+        echo "- $share/bash-completion/completions/$p 644"
+        echo "- $share/zsh/site-functions/_$p 644"
+        echo "- $share/fish/vendor_completions.d/$p.fish 644"
+    done
+    for f in "$root"/policies/*.toml; do
+        echo "$f $policies/$(basename "$f") 644"
+    done
+    for f in "$root"/policies/paiod/*.toml; do
+        echo "$f $policies/paiod/$(basename "$f") 644"
+    done
+}
+
+if [ "$action" = uninstall ]; then
+    removed=0
+    while read -r _ dest _; do
+        if [ -e "$dest" ] || [ -L "$dest" ]; then
+            rm -f "$dest"
+            removed=$((removed + 1))
+        fi
+    done < <(manifest)
+    rmdir "$policies/paiod" "$policies" "$share/paio" 2>/dev/null || true
+    echo "install.sh: removed $removed files from $top"
+    exit 0
+fi
+
+for f in paio paiod libpaio_preload.so libpaio.so libpaio.a; do
+    [ -f "$release/$f" ] || {
+        echo "install.sh: $release/$f is missing: build first (make install does: cargo build --release -p paio-cli -p paio-control -p paio-preload -p paio-ffi)" >&2
+        exit 1
+    }
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$release/paio" man "$work/man"
+for p in paio paiod; do
+    "$release/paio" completions bash "$p" > "$work/$p.bash"
+    "$release/paio" completions zsh "$p" > "$work/_$p"
+    "$release/paio" completions fish "$p" > "$work/$p.fish"
+done
+bash "$root/crates/paio-ffi/gen-pc.sh" --prefix "$prefix" -o "$work/paio.pc"
+
+n=0
+while read -r src dest mode; do
+    mkdir -p "$(dirname "$dest")"
+    if [ "$mode" = link ]; then
+        ln -sfn libpaio.so.0 "$dest"
+    else
+        if [ "$src" = - ]; then
+            case "$dest" in
+                */man/man*/*) src="$work/man/$(basename "$dest")" ;;
+                */bash-completion/*) src="$work/$(basename "$dest").bash" ;;
+                */site-functions/*) src="$work/$(basename "$dest")" ;;
+                */vendor_completions.d/*) src="$work/$(basename "$dest")" ;;
+                */paio.pc) src="$work/paio.pc" ;;
+            esac
+        fi
+        install -m "$mode" "$src" "$dest"
+    fi
+    n=$((n + 1))
+done < <(manifest)
+echo "install.sh: installed $n files under $top"

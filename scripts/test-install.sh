@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# `make test-install`: installs paio the two ways packagers and users do,
+# and uses only the installed tree:
+#   1. `make install PREFIX=<tmp>/prefix`: the C example builds with the
+#      installed paio.pc (pkg-config) and runs, linked to libpaio.so.0 by
+#      its SONAME; the installed `paio run` finds the installed interposer
+#      without PAIO_LIB and enforces a limit from an installed example
+#      policy; the manual pages render; the completions parse; `make
+#      uninstall` leaves no file behind.
+#   2. `make install DESTDIR=<tmp>/stage PREFIX=/usr`: every file lands
+#      under the staging directory and paio.pc names /usr, not the staging
+#      directory.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "test-install: FAILED: $*" >&2; exit 1; }
+cd "$root"
+
+echo "== make install PREFIX=$tmp/prefix"
+make -s install PREFIX="$tmp/prefix" >/dev/null
+p="$tmp/prefix"
+for f in bin/paio bin/paiod lib/libpaio_preload.so lib/libpaio.so.0 lib/libpaio.a include/paio.h \
+    lib/pkgconfig/paio.pc share/man/man1/paio-run.1 share/man/man8/paiod.8 \
+    share/bash-completion/completions/paio share/paio/policies/demo.toml \
+    share/paio/policies/paiod/max_min.toml; do
+    [ -e "$p/$f" ] || fail "$f was not installed"
+done
+[ "$(readlink "$p/lib/libpaio.so")" = libpaio.so.0 ] || fail "lib/libpaio.so is not a link to libpaio.so.0"
+
+echo "== the C example against the installed tree"
+cp crates/paio-ffi/examples/c/example.c "$tmp/example.c"
+flags="$(PKG_CONFIG_PATH="$p/lib/pkgconfig" pkg-config --cflags --libs paio)"
+case "$flags" in *"$root"*) fail "paio.pc points into the source tree: $flags" ;; esac
+# shellcheck disable=SC2086
+cc -std=c99 -Wall -Werror "$tmp/example.c" $flags -o "$tmp/example"
+needed="$(readelf -d "$tmp/example" | awk '/NEEDED/ && /paio/ {print $NF}')"
+[ "$needed" = "[libpaio.so.0]" ] || fail "the example needs $needed, not [libpaio.so.0]"
+LD_LIBRARY_PATH="$p/lib" "$tmp/example" > "$tmp/example.out" || fail "the installed example failed"
+
+echo "== the installed paio run, without PAIO_LIB"
+head -c 4194304 /dev/zero > "$tmp/in"
+env -u PAIO_LIB "$p/bin/paio" run --summary --limit read=8MiB/s -- \
+    dd if="$tmp/in" of=/dev/null bs=64k 2> "$tmp/run.err" || { cat "$tmp/run.err" >&2; fail "paio run"; }
+grep -q "read" "$tmp/run.err" || { cat "$tmp/run.err" >&2; fail "no summary from paio run"; }
+env -u PAIO_LIB "$p/bin/paio" run --policy "$p/share/paio/policies/demo.toml" -- true \
+    || fail "paio run with an installed example policy"
+"$p/bin/paiod" --check-config "$p/share/paio/policies/paiod/max_min.toml" > /dev/null \
+    || fail "paiod --check-config on an installed example"
+
+echo "== manual pages and completions"
+for page in "$p"/share/man/man1/*.1 "$p"/share/man/man8/paiod.8; do
+    out="$(MANWIDTH=80 man -l "$page" 2>&1)" || fail "man -l $page"
+    [ -n "$out" ] || fail "$page renders empty"
+done
+MANPATH="$p/share/man" man -w paiod > /dev/null || fail "man does not find paiod in the installed MANPATH"
+for c in paio paiod; do
+    bash -n "$p/share/bash-completion/completions/$c" || fail "bash completion of $c"
+    head -1 "$p/share/zsh/site-functions/_$c" | grep -q "^#compdef $c" || fail "zsh completion of $c"
+    grep -q "complete -c $c" "$p/share/fish/vendor_completions.d/$c.fish" || fail "fish completion of $c"
+done
+
+echo "== make uninstall PREFIX=$tmp/prefix"
+make -s uninstall PREFIX="$tmp/prefix" >/dev/null
+left="$(find "$p" -type f -o -type l)"
+[ -z "$left" ] || fail "uninstall left: $left"
+
+echo "== make install DESTDIR=$tmp/stage PREFIX=/usr"
+make -s install DESTDIR="$tmp/stage" PREFIX=/usr >/dev/null
+[ -x "$tmp/stage/usr/bin/paio" ] || fail "DESTDIR was not honoured"
+grep -q "^prefix=/usr$" "$tmp/stage/usr/lib/pkgconfig/paio.pc" || fail "paio.pc does not name /usr"
+grep -q "$tmp" "$tmp/stage/usr/lib/pkgconfig/paio.pc" && fail "paio.pc names the staging directory"
+make -s uninstall DESTDIR="$tmp/stage" PREFIX=/usr >/dev/null
+left="$(find "$tmp/stage" -type f -o -type l)"
+[ -z "$left" ] || fail "uninstall left: $left"
+echo "test-install: ok"
