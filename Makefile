@@ -3,6 +3,7 @@ CARGO ?= cargo
 DEMO_ARGS ?=
 
 PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
 DESTDIR ?=
 
 .PHONY: all setup build release-bins install uninstall test-install demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
@@ -21,15 +22,17 @@ release-bins: setup
 
 ## Installs paio under $(DESTDIR)$(PREFIX) (default /usr/local): paio, paiod,
 ## libpaio_preload.so (found by `paio run` without PAIO_LIB), libpaio.so.0 and
-## .a, paio.h, paio.pc, manual pages, shell completions and the example
-## policies (share/paio/policies). scripts/install.sh lists every file.
+## .a, paio.h, paio.pc, manual pages, shell completions, the example
+## policies (share/paio/policies), systemd units (paiod.service and
+## paiod.socket) and, unless present, $(DESTDIR)$(SYSCONFDIR)/paio/paiod.toml.
+## scripts/install.sh lists every file.
 install: setup
 	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
-	bash scripts/install.sh --prefix "$(PREFIX)" --destdir "$(DESTDIR)"
+	bash scripts/install.sh --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --destdir "$(DESTDIR)"
 
 ## Removes exactly what `make install` installed (same PREFIX and DESTDIR).
 uninstall:
-	bash scripts/install.sh --uninstall --prefix "$(PREFIX)" --destdir "$(DESTDIR)"
+	bash scripts/install.sh --uninstall --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --destdir "$(DESTDIR)"
 
 ## Installs into temporary directories, builds and runs the C example and
 ## `paio run` against the installed tree only, then uninstalls.

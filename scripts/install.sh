@@ -9,23 +9,28 @@
 #   share/zsh/site-functions/{_paio,_paiod},
 #   share/fish/vendor_completions.d/{paio,paiod}.fish (from `paio completions`)
 #   share/paio/policies/ (the example stage policies; paiod/ the paiod ones)
-# under DESTDIR/PREFIX. Uninstalling removes exactly these files, then the
-# directories of share/paio it leaves empty.
+#   lib/systemd/system/paiod.service, paiod.socket
+# under DESTDIR/PREFIX, and SYSCONFDIR/paio/paiod.toml (observe only) under
+# DESTDIR unless a paiod.toml is there already. Uninstalling removes exactly
+# these files (paiod.toml only if unchanged), then the directories of
+# share/paio it leaves empty.
 #
 # Usage: scripts/install.sh [--uninstall] [--prefix DIR] [--destdir DIR]
-#                           [--target-dir DIR]
-# Defaults: prefix /usr/local, no destdir, target-dir CARGO_TARGET_DIR or
-# target/. `make install` / `make uninstall` call it with PREFIX and DESTDIR.
+#                           [--sysconfdir DIR] [--target-dir DIR]
+# Defaults: prefix /usr/local, no destdir, sysconfdir /etc, target-dir
+# CARGO_TARGET_DIR or target/. `make install` / `make uninstall` call it
+# with PREFIX, DESTDIR and SYSCONFDIR.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
-    sed -n '2,18s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 
 action=install
 prefix=/usr/local
+sysconfdir=/etc
 destdir=
 target="${CARGO_TARGET_DIR:-$root/target}"
 while [ $# -gt 0 ]; do
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
         --uninstall) action=uninstall; shift ;;
         --prefix) prefix="${2:?--prefix needs a value}"; shift 2 ;;
         --destdir) destdir="${2?--destdir needs a value}"; shift 2 ;;
+        --sysconfdir) sysconfdir="${2:?--sysconfdir needs a value}"; shift 2 ;;
         --target-dir) target="${2:?--target-dir needs a value}"; shift 2 ;;
         -h|--help) usage ;;
         *) echo "install.sh: unknown argument: $1" >&2; usage ;;
@@ -50,6 +56,8 @@ release="$target/release"
 top="$destdir$prefix"
 bin="$top/bin" lib="$top/lib" inc="$top/include" share="$top/share"
 policies="$share/paio/policies"
+units="$lib/systemd/system"
+config="$destdir$sysconfdir/paio/paiod.toml"
 
 # Every installed file, as "SOURCE DEST MODE" (SOURCE - : generated).
 manifest() {
@@ -76,6 +84,8 @@ manifest() {
     for f in "$root"/policies/paiod/*.toml; do
         echo "$f $policies/paiod/$(basename "$f") 644"
     done
+    echo "- $units/paiod.service 644"
+    echo "$root/packaging/systemd/paiod.socket $units/paiod.socket 644"
 }
 
 if [ "$action" = uninstall ]; then
@@ -87,6 +97,15 @@ if [ "$action" = uninstall ]; then
         fi
     done < <(manifest)
     rmdir "$policies/paiod" "$policies" "$share/paio" 2>/dev/null || true
+    if [ -f "$config" ]; then
+        if cmp -s "$config" "$root/packaging/paiod.toml"; then
+            rm -f "$config"
+            rmdir "$(dirname "$config")" 2>/dev/null || true
+            removed=$((removed + 1))
+        else
+            echo "install.sh: kept $config (changed since it was installed)"
+        fi
+    fi
     echo "install.sh: removed $removed files from $top"
     exit 0
 fi
@@ -106,6 +125,8 @@ for p in paio paiod; do
     "$release/paio" completions fish "$p" > "$work/$p.fish"
 done
 bash "$root/crates/paio-ffi/gen-pc.sh" --prefix "$prefix" -o "$work/paio.pc"
+sed -e "s|@bindir@|$prefix/bin|g" -e "s|@sysconfdir@|$sysconfdir|g" \
+    "$root/packaging/systemd/paiod.service.in" > "$work/paiod.service"
 
 n=0
 while read -r src dest mode; do
@@ -120,10 +141,17 @@ while read -r src dest mode; do
                 */site-functions/*) src="$work/$(basename "$dest")" ;;
                 */vendor_completions.d/*) src="$work/$(basename "$dest")" ;;
                 */paio.pc) src="$work/paio.pc" ;;
+                */paiod.service) src="$work/paiod.service" ;;
             esac
         fi
         install -m "$mode" "$src" "$dest"
     fi
     n=$((n + 1))
 done < <(manifest)
-echo "install.sh: installed $n files under $top"
+if [ -e "$config" ]; then
+    echo "install.sh: kept the existing $config"
+else
+    install -D -m 644 "$root/packaging/paiod.toml" "$config"
+    n=$((n + 1))
+fi
+echo "install.sh: installed $n files under $top (configuration: $config)"

@@ -6,7 +6,9 @@
 #      its SONAME; the installed `paio run` finds the installed interposer
 #      without PAIO_LIB and enforces a limit from an installed example
 #      policy; the manual pages render; the completions parse; `make
-#      uninstall` leaves no file behind.
+#      uninstall` leaves no file behind; the systemd units pass
+#      `systemd-analyze verify`; the default paiod.toml is valid, kept by
+#      a second install and removed only while unchanged.
 #   2. `make install DESTDIR=<tmp>/stage PREFIX=/usr`: every file lands
 #      under the staging directory and paio.pc names /usr, not the staging
 #      directory.
@@ -19,8 +21,8 @@ fail() { echo "test-install: FAILED: $*" >&2; exit 1; }
 cd "$root"
 
 echo "== make install PREFIX=$tmp/prefix"
-make -s install PREFIX="$tmp/prefix" >/dev/null
 p="$tmp/prefix"
+make -s install PREFIX="$p" SYSCONFDIR="$p/etc" >/dev/null
 for f in bin/paio bin/paiod lib/libpaio_preload.so lib/libpaio.so.0 lib/libpaio.a include/paio.h \
     lib/pkgconfig/paio.pc share/man/man1/paio-run.1 share/man/man8/paiod.8 \
     share/bash-completion/completions/paio share/paio/policies/demo.toml \
@@ -61,13 +63,30 @@ for c in paio paiod; do
     grep -q "complete -c $c" "$p/share/fish/vendor_completions.d/$c.fish" || fail "fish completion of $c"
 done
 
+echo "== systemd units and the default configuration"
+"$p/bin/paiod" --check-config "$p/etc/paio/paiod.toml" > /dev/null || fail "the installed paiod.toml"
+grep -q "^ExecStart=$p/bin/paiod --config $p/etc/paio/paiod.toml$" "$p/lib/systemd/system/paiod.service" \
+    || fail "paiod.service does not name the installed paiod and configuration"
+SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=no \
+    "$p/lib/systemd/system/paiod.socket" "$p/lib/systemd/system/paiod.service" 2> "$tmp/verify.err" \
+    || { cat "$tmp/verify.err" >&2; fail "systemd-analyze verify"; }
+[ ! -s "$tmp/verify.err" ] || { cat "$tmp/verify.err" >&2; fail "systemd-analyze verify warned"; }
+echo "# edited" >> "$p/etc/paio/paiod.toml"
+make -s install PREFIX="$p" SYSCONFDIR="$p/etc" > "$tmp/again.out"
+grep -q "kept the existing" "$tmp/again.out" || fail "a second install replaced an edited paiod.toml"
+
 echo "== make uninstall PREFIX=$tmp/prefix"
-make -s uninstall PREFIX="$tmp/prefix" >/dev/null
+make -s uninstall PREFIX="$p" SYSCONFDIR="$p/etc" > "$tmp/uninstall.out"
+grep -q "kept $p/etc/paio/paiod.toml" "$tmp/uninstall.out" || fail "uninstall removed an edited paiod.toml"
+rm "$p/etc/paio/paiod.toml"
 left="$(find "$p" -type f -o -type l)"
 [ -z "$left" ] || fail "uninstall left: $left"
 
 echo "== make install DESTDIR=$tmp/stage PREFIX=/usr"
 make -s install DESTDIR="$tmp/stage" PREFIX=/usr >/dev/null
+[ -f "$tmp/stage/etc/paio/paiod.toml" ] || fail "the configuration was not staged under DESTDIR"
+grep -q "^ExecStart=/usr/bin/paiod " "$tmp/stage/usr/lib/systemd/system/paiod.service" \
+    || fail "paiod.service names the staging directory"
 [ -x "$tmp/stage/usr/bin/paio" ] || fail "DESTDIR was not honoured"
 grep -q "^prefix=/usr$" "$tmp/stage/usr/lib/pkgconfig/paio.pc" || fail "paio.pc does not name /usr"
 grep -q "$tmp" "$tmp/stage/usr/lib/pkgconfig/paio.pc" && fail "paio.pc names the staging directory"

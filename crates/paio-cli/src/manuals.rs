@@ -83,9 +83,15 @@ mod tests {
             .collect();
         assert_eq!(names, ["paio-run.1", "paio.1", "paiod.8"]);
         let run = std::fs::read_to_string(dir.path().join("paio-run.1")).unwrap();
-        assert!(run.contains(".TH paio-run 1") && run.contains("run it"), "{run}");
+        assert!(
+            run.contains(".TH paio-run 1") && run.contains("run it"),
+            "{run}"
+        );
         let paiod = std::fs::read_to_string(dir.path().join("paiod.8")).unwrap();
-        assert!(paiod.contains(".TH paiod 8") && paiod.contains("check\\-config"), "{paiod}");
+        assert!(
+            paiod.contains(".TH paiod 8") && paiod.contains("check\\-config"),
+            "{paiod}"
+        );
     }
 
     #[test]

@@ -17,6 +17,8 @@ fn main() -> anyhow::Result<()> {
     if let Some(path) = &args.check_config {
         return check_config(path);
     }
+    // Taken first, while paiod has one thread: it unsets LISTEN_FDS.
+    let activated = activated_socket()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
     tracing_subscriber::fmt()
@@ -37,14 +39,30 @@ fn main() -> anyhow::Result<()> {
         limits.max_stages_per_uid,
         limits.max_waiting
     );
-    let socket = server::socket_path(args.socket.clone(), &config);
+    let socket = match &activated {
+        Some(l) => l
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(PathBuf::from))
+            .context("the socket systemd passed has no path")?,
+        None => server::socket_path(args.socket.clone(), &config),
+    };
     let metrics = args.metrics.or(config.metrics);
+    let socket_activated = activated.is_some();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the runtime")?;
     rt.block_on(async move {
-        let listener = server::bind(&socket)?;
+        let listener = match activated {
+            Some(l) => {
+                tracing::info!("socket {} passed by systemd", socket.display());
+                l.set_nonblocking(true)
+                    .and_then(|()| tokio::net::UnixListener::from_std(l))
+                    .context("using the socket systemd passed")?
+            }
+            None => server::bind(&socket)?,
+        };
         let state = Arc::new(Mutex::new(State::new(
             config.policy.build(),
             config.period,
@@ -103,9 +121,28 @@ fn main() -> anyhow::Result<()> {
         server::serve(listener, state, &config, shutdown).await;
         // Let the goodbyes go out before the socket disappears.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let _ = std::fs::remove_file(&socket);
+        // A socket systemd passed stays: it is systemd's, and keeps taking
+        // connections while paiod is down.
+        if !socket_activated {
+            let _ = std::fs::remove_file(&socket);
+        }
         anyhow::Ok(())
     })
+}
+
+/// The listening socket systemd passed (socket activation, `paiod.socket`),
+/// if any: exactly one Unix stream socket.
+fn activated_socket() -> anyhow::Result<Option<std::os::unix::net::UnixListener>> {
+    let mut fds = listenfd::ListenFd::from_env();
+    match fds.len() {
+        0 => Ok(None),
+        1 => fds
+            .take_unix_listener(0)
+            .context("LISTEN_FDS: the socket passed to paiod is not a Unix stream socket"),
+        n => anyhow::bail!(
+            "LISTEN_FDS={n}: paiod takes one socket (its .socket unit must list one ListenStream)"
+        ),
+    }
 }
 
 /// Raises the soft descriptor limit to the hard one (the usual soft 1,024

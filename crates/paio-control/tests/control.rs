@@ -1167,3 +1167,47 @@ fn check_config_says_what_a_file_sets_up_or_where_it_is_wrong() {
     assert!(err.contains("bad.toml:"), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+/// systemd's socket activation (paiod.socket), with systemd's own tool:
+/// the socket exists before paiod runs, a stage's connection starts paiod
+/// with it, the stage registers and gets its rule, and paiod leaves the
+/// socket (systemd's) in place when it stops.
+#[test]
+fn a_socket_passed_by_systemd_serves_stages_that_came_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("paiod.toml");
+    std::fs::write(&cfg, static_config("300MiB/s")).unwrap();
+    let socket = dir.path().join("paiod.sock");
+    let mut activate = Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&socket)
+        .arg(env!("CARGO_BIN_EXE_paiod"))
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--log")
+        .arg("warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate (Debian package systemd; make setup installs it)");
+    wait_for("the socket", || socket.exists());
+    let stage = stage("t");
+    let client = client(&stage, &socket);
+    wait_for("the static rate", || paiod_rate(&stage) == Some(300 * MIB));
+    let s = *ctl::request(&socket, CtlCommand::Status, Duration::from_secs(10))
+        .unwrap()
+        .status
+        .unwrap();
+    assert_eq!(s.pid, activate.id(), "paiod runs in the activator's place");
+    assert_eq!(s.stages.len(), 1);
+    client.stop();
+    let ok = Command::new("kill")
+        .arg("-TERM")
+        .arg(activate.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    activate.wait().unwrap();
+    assert!(socket.exists(), "paiod removed the socket systemd passed");
+}
