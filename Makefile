@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 DESTDIR ?=
 
-.PHONY: all setup build release-bins install uninstall test-install demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
+.PHONY: all setup build release-bins install uninstall test-install deb test-deb demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
 
 all: build
 
@@ -34,6 +34,18 @@ install: setup
 uninstall:
 	bash scripts/install.sh --uninstall --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --destdir "$(DESTDIR)"
 
+## The Debian package target/debian/paio_VERSION_ARCH.deb: what `make
+## install PREFIX=/usr` installs, /etc/paio/paiod.toml as a conffile.
+deb: setup
+	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	bash scripts/make-deb.sh
+
+## Builds the package, installs it into a temporary root with dpkg --root,
+## uses it there, removes and purges it (the machine's packages are untouched).
+test-deb: setup
+	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	bash scripts/test-deb.sh
+
 ## Installs into temporary directories, builds and runs the C example and
 ## `paio run` against the installed tree only, then uninstalls.
 test-install: setup
@@ -51,7 +63,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb
 
 lint:
 	$(CARGO) fmt --all -- --check

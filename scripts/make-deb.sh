@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `make deb`: builds target/debian/paio_VERSION_ARCH.deb from the release
+# build, with the files `make install PREFIX=/usr SYSCONFDIR=/etc` puts in
+# place (scripts/install.sh): /etc/paio/paiod.toml is a conffile, libpaio's
+# SONAME registers with ldconfig through a trigger, and the maintainer
+# scripts tell a running systemd about the units (and do nothing else: the
+# socket is enabled by the administrator, docs/operations.md). Depends on
+# the glibc version the binaries need (read from their symbol versions).
+#
+# Usage: scripts/make-deb.sh [--target-dir DIR] [-o FILE]
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+out=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --target-dir) target="${2:?--target-dir needs a value}"; shift 2 ;;
+        -o) out="${2:?-o needs a value}"; shift 2 ;;
+        -h|--help) sed -n '2,10s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2 ;;
+        *) echo "make-deb.sh: unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+case "$target" in /*) ;; *) target="$root/$target" ;; esac
+
+version="$(awk -F'"' '/^\[workspace.package\]/ {w = 1} w && /^version/ {print $2; exit}' "$root/Cargo.toml")"
+arch="$(dpkg --print-architecture)"
+out="${out:-$target/debian/paio_${version}_${arch}.deb}"
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+
+bash "$root/scripts/install.sh" --prefix /usr --sysconfdir /etc --destdir "$stage" \
+    --target-dir "$target" > /dev/null
+release="$target/release"
+glibc="$(objdump -T "$release/paio" "$release/paiod" "$release/libpaio_preload.so" "$release/libpaio.so" \
+    | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)"
+[ -n "$glibc" ] || { echo "make-deb.sh: cannot read the glibc version the binaries need" >&2; exit 1; }
+
+mkdir -p "$stage/DEBIAN"
+cat > "$stage/DEBIAN/control" <<CONTROL
+Package: paio
+Version: $version
+Architecture: $arch
+Maintainer: paio developers <paio@example.invalid>
+Section: admin
+Priority: optional
+Depends: libc6 (>= $glibc), libgcc-s1
+Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
+Homepage: https://example.invalid/paio
+Description: user-level software-defined storage data planes
+ paio enforces storage policies (rate limits, fair shares, priorities for
+ latency-critical I/O) on unmodified programs: paio run loads an
+ LD_PRELOAD interposer, paiod is the control plane that coordinates the
+ stages of a machine, libpaio is the C API.
+CONTROL
+echo /etc/paio/paiod.toml > "$stage/DEBIAN/conffiles"
+echo "activate-noawait ldconfig" > "$stage/DEBIAN/triggers"
+for script in postinst postrm; do
+    cat > "$stage/DEBIAN/$script" <<'SCRIPT'
+#!/bin/sh
+set -e
+# A running systemd learns about the units; nothing is started or enabled.
+# Installs into another root (DPKG_ROOT) leave the host alone.
+if [ -z "${DPKG_ROOT:-}" ] && [ -d /run/systemd/system ]; then
+    systemctl daemon-reload || true
+fi
+SCRIPT
+    chmod 755 "$stage/DEBIAN/$script"
+done
+mkdir -p "$(dirname "$out")"
+dpkg-deb --root-owner-group -Zxz --build "$stage" "$out" > /dev/null
+echo "$out"
