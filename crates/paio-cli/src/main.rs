@@ -163,6 +163,11 @@ struct RunArgs {
     /// their background requests back while they run (docs/criticality.md).
     #[arg(long)]
     critical: bool,
+    /// Print the interposer's diagnostics on stderr (PAIO_LOG=1), each line
+    /// prefixed `paio[PID]:` of the process it comes from: which processes
+    /// run a stage, configuration problems, calls it cannot enforce.
+    #[arg(long)]
+    log: bool,
     /// The command and its arguments.
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -419,6 +424,9 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     }
     if a.critical {
         cmd.env("PAIO_CRITICAL", "1");
+    }
+    if a.log {
+        cmd.env("PAIO_LOG", "1");
     }
     if let Some(sock) = &a.control {
         let sock = match sock {

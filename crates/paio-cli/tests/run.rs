@@ -1265,3 +1265,12 @@ fn control_without_a_value_or_default_means_paiods_default_socket() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), d.join("my.sock").display().to_string());
 }
+
+#[test]
+fn log_flag_turns_the_interposers_diagnostics_on() {
+    let o = run(&["run", "--log", "--", "sh", "-c", "echo \"log=$PAIO_LOG\""]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "log=1\n");
+    let o = run(&["run", "--", "sh", "-c", "echo \"log=$PAIO_LOG\""]);
+    assert_eq!(stdout(&o), "log=\n");
+}

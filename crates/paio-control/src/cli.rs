@@ -37,6 +37,11 @@ pub struct Args {
     /// Log filter (error, warn, info, debug), also from RUST_LOG.
     #[arg(long, default_value = "info")]
     pub log: String,
+    /// Log line format: `text` (human-readable; colours on a terminal) or
+    /// `json` (one object per line with timestamp, level, target and
+    /// fields, for log collectors).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
     /// Check the configuration FILE as paiod would load it (the file, its
     /// policy and the connection caps against this process's descriptor
     /// limit), print what it sets up and exit: 0 if paiod would start with
@@ -44,4 +49,13 @@ pub struct Args {
     /// otherwise. Nothing is bound or started.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     pub check_config: Option<PathBuf>,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 use clap::Parser;
-use paio_control::cli::Args;
+use paio_control::cli::{Args, LogFormat};
 use paio_control::config::PaiodConfig;
 use paio_control::conns::Limits;
 use paio_control::server::{self, State};
@@ -21,11 +21,15 @@ fn main() -> anyhow::Result<()> {
     let activated = activated_socket()?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&args.log));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
 
     let config = match &args.config {
         Some(path) => PaiodConfig::from_file(path)?,

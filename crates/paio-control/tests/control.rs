@@ -1211,3 +1211,41 @@ fn a_socket_passed_by_systemd_serves_stages_that_came_first() {
     activate.wait().unwrap();
     assert!(socket.exists(), "paiod removed the socket systemd passed");
 }
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("paiod.sock");
+    let log = dir.path().join("paiod.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_paiod"))
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--log-format")
+        .arg("json")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for("paiod to listen", || UnixStream::connect(&socket).is_ok());
+    let stage = stage("json-job");
+    let client = client(&stage, &socket);
+    wait_for("the registration line", || {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("registered")
+    });
+    client.stop();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            v["level"].is_string() && v["timestamp"].is_string(),
+            "{line}"
+        );
+        assert!(v["fields"]["message"].is_string(), "{line}");
+    }
+    assert!(text.contains("json-job"), "{text}");
+}
