@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 DESTDIR ?=
 
-.PHONY: all setup build release-bins install uninstall test-install deb test-deb demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
+.PHONY: all setup build release-bins install uninstall test-install deb test-deb test-monitoring demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
 
 all: build
 
@@ -46,6 +46,11 @@ test-deb: setup
 	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
 	bash scripts/test-deb.sh
 
+## The Prometheus rules in packaging/prometheus: valid, and each alert fires
+## on its series (promtool test rules).
+test-monitoring: setup
+	bash scripts/test-monitoring.sh
+
 ## Installs into temporary directories, builds and runs the C example and
 ## `paio run` against the installed tree only, then uninstalls.
 test-install: setup
@@ -63,7 +68,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb test-monitoring
 
 lint:
 	$(CARGO) fmt --all -- --check

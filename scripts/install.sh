@@ -9,6 +9,7 @@
 #   share/zsh/site-functions/{_paio,_paiod},
 #   share/fish/vendor_completions.d/{paio,paiod}.fish (from `paio completions`)
 #   share/paio/policies/ (the example stage policies; paiod/ the paiod ones)
+#   share/paio/monitoring/ (Grafana dashboard, Prometheus rules)
 #   lib/systemd/system/paiod.service, paiod.socket
 # under DESTDIR/PREFIX, and SYSCONFDIR/paio/paiod.toml (observe only) under
 # DESTDIR unless a paiod.toml is there already. Uninstalling removes exactly
@@ -84,6 +85,8 @@ manifest() {
     for f in "$root"/policies/paiod/*.toml; do
         echo "$f $policies/paiod/$(basename "$f") 644"
     done
+    echo "$root/packaging/grafana/paio-dashboard.json $share/paio/monitoring/paio-dashboard.json 644"
+    echo "$root/packaging/prometheus/paio-rules.yml $share/paio/monitoring/paio-rules.yml 644"
     echo "- $units/paiod.service 644"
     echo "$root/packaging/systemd/paiod.socket $units/paiod.socket 644"
 }
@@ -96,7 +99,7 @@ if [ "$action" = uninstall ]; then
             removed=$((removed + 1))
         fi
     done < <(manifest)
-    rmdir "$policies/paiod" "$policies" "$share/paio" 2>/dev/null || true
+    rmdir "$policies/paiod" "$policies" "$share/paio/monitoring" "$share/paio" 2>/dev/null || true
     if [ -f "$config" ]; then
         if cmp -s "$config" "$root/packaging/paiod.toml"; then
             rm -f "$config"

@@ -26,7 +26,8 @@ make -s install PREFIX="$p" SYSCONFDIR="$p/etc" >/dev/null
 for f in bin/paio bin/paiod lib/libpaio_preload.so lib/libpaio.so.0 lib/libpaio.a include/paio.h \
     lib/pkgconfig/paio.pc share/man/man1/paio-run.1 share/man/man8/paiod.8 \
     share/bash-completion/completions/paio share/paio/policies/demo.toml \
-    share/paio/policies/paiod/max_min.toml; do
+    share/paio/policies/paiod/max_min.toml share/paio/monitoring/paio-rules.yml \
+    share/paio/monitoring/paio-dashboard.json; do
     [ -e "$p/$f" ] || fail "$f was not installed"
 done
 [ "$(readlink "$p/lib/libpaio.so")" = libpaio.so.0 ] || fail "lib/libpaio.so is not a link to libpaio.so.0"
