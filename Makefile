@@ -23,7 +23,8 @@ release-bins: setup
 ## Installs paio under $(DESTDIR)$(PREFIX) (default /usr/local): paio, paiod,
 ## libpaio_preload.so (found by `paio run` without PAIO_LIB), libpaio.so.0 and
 ## .a, paio.h, paio.pc, manual pages, shell completions, the example
-## policies (share/paio/policies), systemd units (paiod.service and
+## policies (share/paio/policies), CMake packages (paio, paio_rocksdb), the
+## RocksDB plugin (built with cmake), systemd units (paiod.service and
 ## paiod.socket) and, unless present, $(DESTDIR)$(SYSCONFDIR)/paio/paiod.toml.
 ## scripts/install.sh lists every file.
 install: setup

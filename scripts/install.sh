@@ -11,6 +11,10 @@
 #   share/paio/policies/ (the example stage policies; paiod/ the paiod ones)
 #   share/paio/monitoring/ (Grafana dashboard, Prometheus rules)
 #   lib/systemd/system/paiod.service, paiod.socket
+#   lib/cmake/paio/ (find_package(paio): paio::paio, paio::paio_static)
+#   the RocksDB plugin (built with cmake from integrations/rocksdb, installed
+#   with cmake --install): lib/libpaio_rocksdb.so, libpaio_rocksdb_preload.so,
+#   include/paio/rocksdb.h, lib/cmake/paio_rocksdb/, lib/pkgconfig/paio_rocksdb.pc
 # under DESTDIR/PREFIX, and SYSCONFDIR/paio/paiod.toml (observe only) under
 # DESTDIR unless a paiod.toml is there already. Uninstalling removes exactly
 # these files (paiod.toml only if unchanged), then the directories of
@@ -25,7 +29,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage() {
-    sed -n '2,23s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
+    sed -n '2,27s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2
     exit 2
 }
 
@@ -87,6 +91,16 @@ manifest() {
     done
     echo "$root/packaging/grafana/paio-dashboard.json $share/paio/monitoring/paio-dashboard.json 644"
     echo "$root/packaging/prometheus/paio-rules.yml $share/paio/monitoring/paio-rules.yml 644"
+    echo "$root/packaging/cmake/paioConfig.cmake $lib/cmake/paio/paioConfig.cmake 644"
+    echo "- $lib/cmake/paio/paioConfigVersion.cmake 644"
+    for f in lib/libpaio_rocksdb.so lib/libpaio_rocksdb_preload.so include/paio/rocksdb.h \
+        lib/cmake/paio_rocksdb/paio_rocksdbConfig.cmake \
+        lib/cmake/paio_rocksdb/paio_rocksdbConfigVersion.cmake \
+        lib/cmake/paio_rocksdb/paio_rocksdbTargets.cmake \
+        lib/cmake/paio_rocksdb/paio_rocksdbTargets-release.cmake \
+        lib/pkgconfig/paio_rocksdb.pc; do
+        echo "cmake $top/$f cmake"
+    done
     echo "- $units/paiod.service 644"
     echo "$root/packaging/systemd/paiod.socket $units/paiod.socket 644"
 }
@@ -99,7 +113,8 @@ if [ "$action" = uninstall ]; then
             removed=$((removed + 1))
         fi
     done < <(manifest)
-    rmdir "$policies/paiod" "$policies" "$share/paio/monitoring" "$share/paio" 2>/dev/null || true
+    rmdir "$policies/paiod" "$policies" "$share/paio/monitoring" "$share/paio" \
+        "$lib/cmake/paio" "$lib/cmake/paio_rocksdb" "$inc/paio" 2>/dev/null || true
     if [ -f "$config" ]; then
         if cmp -s "$config" "$root/packaging/paiod.toml"; then
             rm -f "$config"
@@ -128,11 +143,15 @@ for p in paio paiod; do
     "$release/paio" completions fish "$p" > "$work/$p.fish"
 done
 bash "$root/crates/paio-ffi/gen-pc.sh" --prefix "$prefix" -o "$work/paio.pc"
+version="$(awk -F'"' '/^\[workspace.package\]/ {w = 1} w && /^version/ {print $2; exit}' "$root/Cargo.toml")"
+sed -e "s|@version@|$version|g" "$root/packaging/cmake/paioConfigVersion.cmake.in" \
+    > "$work/paioConfigVersion.cmake"
 sed -e "s|@bindir@|$prefix/bin|g" -e "s|@sysconfdir@|$sysconfdir|g" \
     "$root/packaging/systemd/paiod.service.in" > "$work/paiod.service"
 
 n=0
 while read -r src dest mode; do
+    [ "$mode" = cmake ] && continue # installed by cmake --install below
     mkdir -p "$(dirname "$dest")"
     if [ "$mode" = link ]; then
         ln -sfn libpaio.so.0 "$dest"
@@ -145,12 +164,38 @@ while read -r src dest mode; do
                 */vendor_completions.d/*) src="$work/$(basename "$dest")" ;;
                 */paio.pc) src="$work/paio.pc" ;;
                 */paiod.service) src="$work/paiod.service" ;;
+                */paioConfigVersion.cmake) src="$work/paioConfigVersion.cmake" ;;
             esac
         fi
         install -m "$mode" "$src" "$dest"
     fi
     n=$((n + 1))
 done < <(manifest)
+# The RocksDB plugin, built against this libpaio and installed by CMake.
+plugin="$target/rocksdb-install"
+# A fresh cache: GNUInstallDirs would otherwise replace CMAKE_INSTALL_LIBDIR
+# by the multiarch directory when the prefix changes to /usr.
+rm -f "$plugin/CMakeCache.txt"
+cmake -S "$root/integrations/rocksdb" -B "$plugin" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib -DCMAKE_INSTALL_INCLUDEDIR=include \
+    -DPAIO_LIB_DIR="$release" -DPAIO_INCLUDE_DIR="$root/crates/paio-ffi/include" \
+    -DPAIO_ROCKSDB_TESTS=OFF -DPAIO_ROCKSDB_EXAMPLE=OFF > "$work/cmake.log" 2>&1 \
+    || { cat "$work/cmake.log" >&2; echo "install.sh: configuring the RocksDB plugin failed (make setup installs librocksdb-dev)" >&2; exit 1; }
+cmake --build "$plugin" -j "${JOBS:-2}" > "$work/build.log" 2>&1 \
+    || { cat "$work/build.log" >&2; echo "install.sh: building the RocksDB plugin failed" >&2; exit 1; }
+DESTDIR="$destdir" cmake --install "$plugin" > "$work/install.log" 2>&1 \
+    || { cat "$work/install.log" >&2; echo "install.sh: installing the RocksDB plugin failed" >&2; exit 1; }
+while read -r _ dest mode; do
+    [ "$mode" = cmake ] || continue
+    [ -e "$dest" ] || { echo "install.sh: cmake --install did not install $dest" >&2; exit 1; }
+    n=$((n + 1))
+done < <(manifest)
+if [ "$(grep -c "" "$plugin/install_manifest.txt")" -ne "$(manifest | grep -c ' cmake$')" ]; then
+    echo "install.sh: cmake --install installed other files than listed here:" >&2
+    cat "$plugin/install_manifest.txt" >&2
+    exit 1
+fi
+
 if [ -e "$config" ]; then
     echo "install.sh: kept the existing $config"
 else

@@ -5,7 +5,9 @@
 # SONAME registers with ldconfig through a trigger, and the maintainer
 # scripts tell a running systemd about the units (and do nothing else: the
 # socket is enabled by the administrator, docs/operations.md). Depends on
-# the glibc version the binaries need (read from their symbol versions).
+# the glibc version the binaries need (read from their symbol versions) and
+# on the packages holding the other libraries they need (RocksDB for the
+# plugin, libstdc++, libgcc).
 #
 # Usage: scripts/make-deb.sh [--target-dir DIR] [-o FILE]
 set -euo pipefail
@@ -31,10 +33,36 @@ trap 'rm -rf "$stage"' EXIT
 
 bash "$root/scripts/install.sh" --prefix /usr --sysconfdir /etc --destdir "$stage" \
     --target-dir "$target" > /dev/null
+# Debug information stays in the build tree (the release profile keeps
+# line tables): the package's files are stripped of it, as Debian's are.
+find "$stage" -type f \( -perm -u+x -o -name '*.so*' -o -name '*.a' \) -print0 \
+    | while IFS= read -r -d '' f; do
+        if file -b "$f" | grep -q -e ELF -e 'current ar archive'; then strip --strip-debug "$f"; fi
+    done
 release="$target/release"
 glibc="$(objdump -T "$release/paio" "$release/paiod" "$release/libpaio_preload.so" "$release/libpaio.so" \
     | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1)"
 [ -n "$glibc" ] || { echo "make-deb.sh: cannot read the glibc version the binaries need" >&2; exit 1; }
+# The packages of the other libraries the installed files need (libstdc++,
+# RocksDB for the plugin, ...), found with ldconfig and dpkg.
+others=()
+while read -r soname; do
+    case "$soname" in libpaio*|libc.so.6|ld-linux*) continue ;; esac
+    path="$(ldconfig -p | awk -v n="$soname" '$1 == n {print $NF; exit}')"
+    [ -n "$path" ] || { echo "make-deb.sh: $soname (needed by the package) is not installed here" >&2; exit 1; }
+    # dpkg knows a file under the path it installed it at (/lib or /usr/lib).
+    pkg=
+    for candidate in "$path" "$(readlink -f "$path")"; do
+        [ -n "$pkg" ] || pkg="$( (dpkg-query -S "$candidate" 2>/dev/null || true) | head -1 | cut -d: -f1)"
+    done
+    [ -n "$pkg" ] || { echo "make-deb.sh: no package holds $path" >&2; exit 1; }
+    others+=("$pkg")
+done < <(find "$stage" -type f \( -perm -u+x -o -name '*.so*' \) -exec readelf -d {} \; 2>/dev/null \
+    | awk '/NEEDED/ {gsub(/[\[\]]/, "", $NF); print $NF}' | sort -u)
+depends="libc6 (>= $glibc)"
+for pkg in $(printf '%s\n' "${others[@]}" | sort -u); do
+    depends="$depends, $pkg"
+done
 
 mkdir -p "$stage/DEBIAN"
 cat > "$stage/DEBIAN/control" <<CONTROL
@@ -44,7 +72,7 @@ Architecture: $arch
 Maintainer: paio developers <paio@example.invalid>
 Section: admin
 Priority: optional
-Depends: libc6 (>= $glibc), libgcc-s1
+Depends: $depends
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Homepage: https://example.invalid/paio
 Description: user-level software-defined storage data planes

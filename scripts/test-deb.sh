@@ -15,13 +15,14 @@ cd "$root"
 deb="$(bash scripts/make-deb.sh -o "$tmp/paio.deb")"
 echo "== $deb"
 info="$(dpkg-deb --info "$deb")"
-for field in "Package: paio" "Depends: libc6 (>= " "Architecture: $(dpkg --print-architecture)"; do
+for field in "Package: paio" "Depends: libc6 (>= " "librocksdb" "Architecture: $(dpkg --print-architecture)"; do
     grep -qF "$field" <<<"$info" || fail "control lacks \"$field\""
 done
 contents="$(dpkg-deb --contents "$deb")"
 for f in ./usr/bin/paio ./usr/bin/paiod ./usr/lib/libpaio_preload.so ./usr/lib/libpaio.so.0 \
     ./usr/include/paio.h ./usr/lib/pkgconfig/paio.pc ./usr/share/man/man8/paiod.8 \
-    ./usr/lib/systemd/system/paiod.service ./etc/paio/paiod.toml; do
+    ./usr/lib/systemd/system/paiod.service ./etc/paio/paiod.toml ./usr/lib/libpaio_rocksdb.so \
+    ./usr/lib/cmake/paio/paioConfig.cmake ./usr/lib/cmake/paio_rocksdb/paio_rocksdbConfig.cmake; do
     grep -q " $f\( \|$\)" <<<"$contents" || fail "the package lacks $f"
 done
 grep -q "root/root" <<<"$contents" || fail "files are not owned by root"

@@ -3,7 +3,10 @@
 # and uses only the installed tree:
 #   1. `make install PREFIX=<tmp>/prefix`: the C example builds with the
 #      installed paio.pc (pkg-config) and runs, linked to libpaio.so.0 by
-#      its SONAME; the installed `paio run` finds the installed interposer
+#      its SONAME; an outside CMake project finds paio (shared and static)
+#      and paio_rocksdb, and builds and runs the C example and the RocksDB
+#      example with them; the RocksDB example also builds with pkg-config's
+#      paio_rocksdb flags alone; the installed `paio run` finds the installed interposer
 #      without PAIO_LIB and enforces a limit from an installed example
 #      policy; the manual pages render; the completions parse; `make
 #      uninstall` leaves no file behind; the systemd units pass
@@ -41,6 +44,39 @@ cc -std=c99 -Wall -Werror "$tmp/example.c" $flags -o "$tmp/example"
 needed="$(readelf -d "$tmp/example" | awk '/NEEDED/ && /paio/ {print $NF}')"
 [ "$needed" = "[libpaio.so.0]" ] || fail "the example needs $needed, not [libpaio.so.0]"
 LD_LIBRARY_PATH="$p/lib" "$tmp/example" > "$tmp/example.out" || fail "the installed example failed"
+
+echo "== CMake: find_package(paio) and find_package(paio_rocksdb) from an outside project"
+mkdir -p "$tmp/outside"
+cp crates/paio-ffi/examples/c/example.c integrations/rocksdb/examples/app.cc "$tmp/outside/"
+cat > "$tmp/outside/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(outside C CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(paio 0.1 REQUIRED)
+find_package(paio_rocksdb 0.1 REQUIRED)
+add_executable(c_example example.c)
+target_link_libraries(c_example PRIVATE paio::paio)
+add_executable(c_example_static example.c)
+target_link_libraries(c_example_static PRIVATE paio::paio_static)
+add_executable(rocksdb_app app.cc)
+target_link_libraries(rocksdb_app PRIVATE paio_rocksdb::paio_rocksdb)
+CMAKE
+cmake -S "$tmp/outside" -B "$tmp/outside/build" -DCMAKE_PREFIX_PATH="$p" > "$tmp/cmake.log" 2>&1 \
+    || { cat "$tmp/cmake.log" >&2; fail "configuring a project that finds paio and paio_rocksdb"; }
+cmake --build "$tmp/outside/build" -j 2 > "$tmp/build.log" 2>&1 \
+    || { cat "$tmp/build.log" >&2; fail "building against the installed CMake packages"; }
+LD_LIBRARY_PATH="$p/lib" "$tmp/outside/build/c_example" > /dev/null || fail "c_example (paio::paio)"
+"$tmp/outside/build/c_example_static" > /dev/null || fail "c_example_static (paio::paio_static)"
+LD_LIBRARY_PATH="$p/lib" "$tmp/outside/build/rocksdb_app" "$tmp/app-db" > "$tmp/app.out" \
+    || fail "the RocksDB example against the installed plugin"
+grep -q '"name":"flush","ops":[1-9]' "$tmp/app.out" || fail "the RocksDB example's stage saw no flush: $(cat "$tmp/app.out")"
+
+echo "== pkg-config: the RocksDB example with -lpaio_rocksdb's flags only"
+flags="$(PKG_CONFIG_PATH="$p/lib/pkgconfig" pkg-config --cflags --libs paio_rocksdb)"
+# shellcheck disable=SC2086
+c++ -std=c++17 "$tmp/outside/app.cc" $flags -o "$tmp/app-pc" || fail "c++ app.cc \$(pkg-config --cflags --libs paio_rocksdb)"
+rm -rf "$tmp/app-db"
+LD_LIBRARY_PATH="$p/lib" "$tmp/app-pc" "$tmp/app-db" > /dev/null || fail "the pkg-config-built RocksDB example"
 
 echo "== the installed paio run, without PAIO_LIB"
 head -c 4194304 /dev/zero > "$tmp/in"
