@@ -263,6 +263,8 @@ mod tests {
                     name: "read".into(),
                     bytes_per_sec: 2.0 * 1048576.0,
                     ops_per_sec: 2.0,
+                    wait: Default::default(),
+                    latency: Default::default(),
                     objects: vec![ObjectStatus {
                         name: "paiod".into(),
                         kind: "drl".into(),
@@ -370,6 +372,8 @@ mod tests {
                     name: "background".into(),
                     bytes_per_sec: 0.0,
                     ops_per_sec: 0.0,
+                    wait: Default::default(),
+                    latency: Default::default(),
                     objects: vec![ObjectStatus {
                         name: "yield".into(),
                         kind: "priority".into(),

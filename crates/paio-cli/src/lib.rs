@@ -12,6 +12,7 @@
 //!   paiod;
 //! - [`child`]: running the command, forwarding signals, and the exit status
 //!   `paio` returns;
+//! - [`top`]: `paio top`, the live view of stages and channels;
 //! - [`manuals`]: manual pages and shell completions of `paio` and `paiod`,
 //!   generated from their command-line definitions.
 //!
@@ -26,6 +27,7 @@ pub mod exe;
 pub mod manuals;
 pub mod preload;
 pub mod summary;
+pub mod top;
 
 /// Exit status for a usage error (bad flag value, invalid policy).
 pub const EXIT_USAGE: i32 = 2;

@@ -52,6 +52,16 @@ enum Cmd {
         paio ctl set-rate rocksdb compaction ln 20MiB/s\n\n\
         Guide: docs/control-plane.md")]
     Ctl(CtlArgs),
+    /// A live view of the stages registered with paiod (or of a `paio run
+    /// --stats` job): each channel's bandwidth, operations, limits, wait and
+    /// latency percentiles and a sparkline, refreshed every interval.
+    #[command(after_help = "Examples:\n  \
+        paio top\n  \
+        paio top --socket /run/paio/paiod.sock --interval 500ms\n  \
+        paio top --stats '/tmp/job-stats.%p.json'   (with paio run --stats '/tmp/job-stats.%p.json' -- CMD)\n\n\
+        Keys: s sorts by the next column, r reverses, q or Esc quits.\n\
+        Guide: docs/operations.md")]
+    Top(TopArgs),
     /// Print a shell completion script for paio (or paiod).
     #[command(after_help = "Examples:\n  \
         paio completions bash > ~/.local/share/bash-completion/completions/paio\n  \
@@ -71,6 +81,20 @@ enum Cmd {
         /// Where the pages go (created if missing).
         dir: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct TopArgs {
+    /// paiod's socket (default: PAIO_CONTROL, else paiod's default).
+    #[arg(long, value_name = "PATH", conflicts_with = "stats")]
+    socket: Option<PathBuf>,
+    /// Read the statistics files of a `paio run --stats PATTERN` instead of
+    /// paiod (the same pattern, with `%p`).
+    #[arg(long, value_name = "PATTERN")]
+    stats: Option<OsString>,
+    /// Time between refreshes (at least 100ms).
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = duration)]
+    interval: Duration,
 }
 
 #[derive(clap::Args)]
@@ -203,6 +227,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run(a),
         Cmd::Status(a) => status(a),
         Cmd::Ctl(a) => ctl(a),
+        Cmd::Top(a) => top(a),
         Cmd::Completions { shell, program } => {
             let mut out = Vec::new();
             paio_cli::manuals::write_completions(Cli::command(), program, shell, &mut out);
@@ -234,6 +259,37 @@ fn paiod_socket(flag: Option<PathBuf>) -> PathBuf {
 }
 
 const CTL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A duration flag (`500ms`, `2s`), as in policy files.
+fn duration(s: &str) -> Result<Duration, String> {
+    paio::units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn top(a: TopArgs) -> Result<i32, Failure> {
+    let interval = a.interval;
+    if interval < Duration::from_millis(100) {
+        return Err(Failure {
+            code: EXIT_USAGE,
+            message: format!("error: --interval {interval:?}: at least 100ms"),
+        });
+    }
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return Err(Failure {
+            code: EXIT_USAGE,
+            message: "error: paio top needs a terminal; for a snapshot use paio status \
+                      (--json for scripts)"
+                .into(),
+        });
+    }
+    let source = match a.stats {
+        Some(p) => paio_cli::top::Source::StatsFiles(p),
+        None => paio_cli::top::Source::Paiod(paiod_socket(a.socket)),
+    };
+    paio_cli::top::run(source, interval)
+        .context("running the terminal view")
+        .map(|()| 0)
+        .map_err(Failure::from)
+}
 
 fn status(a: StatusArgs) -> Result<i32, Failure> {
     let socket = paiod_socket(a.socket);

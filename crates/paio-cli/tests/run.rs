@@ -1274,3 +1274,194 @@ fn log_flag_turns_the_interposers_diagnostics_on() {
     let o = run(&["run", "--", "sh", "-c", "echo \"log=$PAIO_LOG\""]);
     assert_eq!(stdout(&o), "log=\n");
 }
+
+/// A tmux session that is killed when dropped.
+struct Tmux(String);
+
+impl Tmux {
+    fn pane(&self) -> String {
+        let o = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.0])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn keys(&self, keys: &str) {
+        let ok = Command::new("tmux")
+            .args(["send-keys", "-t", &self.0, keys])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tmux send-keys {keys}");
+    }
+
+    fn alive(&self) -> bool {
+        Command::new("tmux")
+            .args(["has-session", "-t", &self.0])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    /// Waits (at most 30 s) until the pane shows what `ok` accepts.
+    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = self.pane();
+            if ok(&p) {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "paio top never showed {what}:\n{p}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `paio top` in a real terminal (tmux): a stage reading under paiod's
+/// static rate shows with its channel, its limit and a bandwidth, and a
+/// sparkline; `s` sorts by the next column; `q` quits.
+#[test]
+fn top_shows_a_governed_stage_live_and_answers_its_keys() {
+    let lib = real_library();
+    let d = scratch("top");
+    let sock = d.join("paiod.sock");
+    let cfg = d.join("paiod.toml");
+    std::fs::write(
+        &cfg,
+        "period = \"100ms\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"top\"\nrate = \"8MiB/s\"\n",
+    )
+    .unwrap();
+    let _daemon = KillOnDrop(
+        Command::new(paiod_binary())
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(&sock)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_listening(&sock, "paiod");
+    let _reader = KillOnDrop(
+        paio()
+            .env("PAIO_LIB", lib)
+            .args(["run", "--name", "topjob", "--label", "job=top", "--control"])
+            .arg(&sock)
+            .args([
+                "--",
+                "timeout",
+                "60",
+                "dd",
+                "if=/dev/zero",
+                "of=/dev/null",
+                "bs=64k",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let tmux = Tmux(format!("paio-top-{}", std::process::id()));
+    let ok = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &tmux.0, "-x", "220", "-y", "30"])
+        .arg(format!(
+            "{PAIO} top --socket {} --interval 200ms",
+            sock.display()
+        ))
+        .status()
+        .expect("tmux (make setup installs it)")
+        .success();
+    assert!(ok, "tmux new-session");
+    // dd's read channel, limited by paiod's object (the static policy
+    // calibrates the 8 MiB/s), moving MiB per second, with a sparkline.
+    let pane = tmux.wait_for("dd's read channel at its limit", |p| {
+        p.lines().any(|l| {
+            l.contains("topjob[")
+                && l.contains(" read ")
+                && l.contains("paiod ")
+                && l.matches("MiB/s").count() == 2
+                && l.contains('█')
+        })
+    });
+    assert!(pane.contains("STAGE") && pane.contains("LAT p99"), "{pane}");
+    assert!(pane.contains("policy static"), "{pane}");
+    assert!(pane.contains("sorted by bandwidth"), "{pane}");
+    tmux.keys("s");
+    tmux.wait_for("the next sort column", |p| p.contains("sorted by ops"));
+    tmux.keys("r");
+    tmux.wait_for("the reversed order", |p| {
+        p.contains("sorted by ops (reversed)")
+    });
+    tmux.keys("q");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tmux.alive() {
+        assert!(
+            Instant::now() < deadline,
+            "paio top did not quit on q:\n{}",
+            tmux.pane()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `paio top --stats PATTERN` follows a `paio run --stats PATTERN` job
+/// without paiod: its processes' channels, with the limit's object.
+#[test]
+fn top_follows_a_paio_run_through_its_statistics_files() {
+    let lib = real_library();
+    let d = scratch("top-stats");
+    let pattern = d.join("s.%p.json");
+    let _reader = KillOnDrop(
+        paio()
+            .env("PAIO_LIB", lib)
+            .env("PAIO_STATS_INTERVAL", "200ms")
+            .args(["run", "--limit", "read=8MiB/s", "--stats"])
+            .arg(&pattern)
+            .args([
+                "--",
+                "timeout",
+                "60",
+                "dd",
+                "if=/dev/zero",
+                "of=/dev/null",
+                "bs=64k",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let tmux = Tmux(format!("paio-top-stats-{}", std::process::id()));
+    let ok = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &tmux.0, "-x", "200", "-y", "30"])
+        .arg(format!(
+            "{PAIO} top --stats '{}' --interval 200ms",
+            pattern.display()
+        ))
+        .status()
+        .expect("tmux (make setup installs it)")
+        .success();
+    assert!(ok, "tmux new-session");
+    let pane = tmux.wait_for("dd's read channel", |p| {
+        p.lines().any(|l| {
+            l.contains("preload[dd]")
+                && l.contains(" read ")
+                && l.contains("limit (drl)")
+                && l.contains("MiB/s")
+        })
+    });
+    assert!(pane.contains("process(es) writing"), "{pane}");
+    tmux.keys("q");
+}

@@ -259,6 +259,13 @@ pub struct ChannelStatus {
     pub bytes_per_sec: f64,
     /// Operations per second over the last period.
     pub ops_per_sec: f64,
+    /// Waits in the channel's objects over the last period (absent from a
+    /// paiod before they were reported).
+    #[serde(default)]
+    pub wait: paio::stats::WaitSummary,
+    /// Call latency of the period's completed requests.
+    #[serde(default)]
+    pub latency: paio::stats::LatencySummary,
     /// Objects with their configuration.
     pub objects: Vec<ObjectStatus>,
 }

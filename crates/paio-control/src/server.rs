@@ -374,6 +374,8 @@ fn stage_status(e: &StageEntry, now: Instant) -> StageStatus {
                 name: c.name.clone(),
                 bytes_per_sec: cs.map_or(0.0, |x| x.counts.bytes_per_sec),
                 ops_per_sec: cs.map_or(0.0, |x| x.counts.ops_per_sec),
+                wait: cs.map_or_else(Default::default, |x| x.counts.wait),
+                latency: cs.map_or_else(Default::default, |x| x.counts.latency),
                 objects: c
                     .objects
                     .iter()
