@@ -28,19 +28,6 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 head -c 1048576 /dev/urandom > "$work/file"
-cat > "$work/priority.toml" <<POLICY
-[stage]
-name = "overhead"
-default_channel = "all"
-
-[[channel]]
-name = "all"
-default_object = "first"
-
-[[channel.object]]
-name = "first"
-kind = "priority"
-POLICY
 
 mkdir -p "$out"
 log="$out/ab.txt"
@@ -63,7 +50,7 @@ for ((r = 1; r <= rounds; r++)); do
         for c in priority critical; do
             crit=0
             [ "$c" = critical ] && crit=1
-            v=$(env LD_PRELOAD="$lib" PAIO_POLICY="$work/priority.toml" PAIO_CRITICAL=$crit \
+            v=$(env LD_PRELOAD="$lib" PAIO_POLICY="$here/priority.toml" PAIO_CRITICAL=$crit \
                 "$work/pread_loop" "$work/file" 0 2000000 paired)
             echo "$r ${name[$k]} preload_$c $(echo "$v" | cut -d' ' -f3)" >> "$log"
         done

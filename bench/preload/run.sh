@@ -56,19 +56,6 @@ kind = "noop"
 [[channel]]
 name = "other"
 POLICY
-cat > "$work/priority.toml" <<POLICY
-[stage]
-name = "overhead"
-default_channel = "all"
-
-[[channel]]
-name = "all"
-default_object = "first"
-
-[[channel.object]]
-name = "first"
-kind = "priority"
-POLICY
 
 # setup NAME: the environment of each configuration.
 env_for() {
@@ -76,8 +63,8 @@ env_for() {
         none) echo "" ;;
         passthrough) echo "LD_PRELOAD=$lib" ;;
         classified) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/classified.toml PAIO_FILE_CLASSES=data=$work/data" ;;
-        priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/priority.toml" ;;
-        critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/priority.toml PAIO_CRITICAL=1" ;;
+        priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml" ;;
+        critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml PAIO_CRITICAL=1" ;;
     esac
 }
 

@@ -1278,7 +1278,41 @@ fn log_flag_turns_the_interposers_diagnostics_on() {
 /// A tmux session that is killed when dropped.
 struct Tmux(String);
 
+/// The endless reader the `paio top` tests watch (it ends by itself after
+/// a minute if a test does not).
+const ENDLESS_DD: [&str; 7] = [
+    "--",
+    "timeout",
+    "60",
+    "dd",
+    "if=/dev/zero",
+    "of=/dev/null",
+    "bs=64k",
+];
+
 impl Tmux {
+    /// A detached session `name` running `command` in a 200x30 terminal.
+    fn start(name: &str, command: &str) -> Tmux {
+        let t = Tmux(format!("{name}-{}", std::process::id()));
+        let ok = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                &t.0,
+                "-x",
+                "200",
+                "-y",
+                "30",
+                command,
+            ])
+            .status()
+            .expect("tmux (make setup installs it)")
+            .success();
+        assert!(ok, "tmux new-session {command}");
+        t
+    }
+
     fn pane(&self) -> String {
         let o = Command::new("tmux")
             .args(["capture-pane", "-p", "-t", &self.0])
@@ -1361,30 +1395,15 @@ fn top_shows_a_governed_stage_live_and_answers_its_keys() {
             .env("PAIO_LIB", lib)
             .args(["run", "--name", "topjob", "--label", "job=top", "--control"])
             .arg(&sock)
-            .args([
-                "--",
-                "timeout",
-                "60",
-                "dd",
-                "if=/dev/zero",
-                "of=/dev/null",
-                "bs=64k",
-            ])
+            .args(ENDLESS_DD)
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let tmux = Tmux(format!("paio-top-{}", std::process::id()));
-    let ok = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &tmux.0, "-x", "220", "-y", "30"])
-        .arg(format!(
-            "{PAIO} top --socket {} --interval 200ms",
-            sock.display()
-        ))
-        .status()
-        .expect("tmux (make setup installs it)")
-        .success();
-    assert!(ok, "tmux new-session");
+    let tmux = Tmux::start(
+        "paio-top",
+        &format!("{PAIO} top --socket {} --interval 200ms", sock.display()),
+    );
     // dd's read channel, limited by paiod's object (the static policy
     // calibrates the 8 MiB/s), moving MiB per second, with a sparkline.
     let pane = tmux.wait_for("dd's read channel at its limit", |p| {
@@ -1430,30 +1449,18 @@ fn top_follows_a_paio_run_through_its_statistics_files() {
             .env("PAIO_STATS_INTERVAL", "200ms")
             .args(["run", "--limit", "read=8MiB/s", "--stats"])
             .arg(&pattern)
-            .args([
-                "--",
-                "timeout",
-                "60",
-                "dd",
-                "if=/dev/zero",
-                "of=/dev/null",
-                "bs=64k",
-            ])
+            .args(ENDLESS_DD)
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    let tmux = Tmux(format!("paio-top-stats-{}", std::process::id()));
-    let ok = Command::new("tmux")
-        .args(["new-session", "-d", "-s", &tmux.0, "-x", "200", "-y", "30"])
-        .arg(format!(
+    let tmux = Tmux::start(
+        "paio-top-stats",
+        &format!(
             "{PAIO} top --stats '{}' --interval 200ms",
             pattern.display()
-        ))
-        .status()
-        .expect("tmux (make setup installs it)")
-        .success();
-    assert!(ok, "tmux new-session");
+        ),
+    );
     let pane = tmux.wait_for("dd's read channel", |p| {
         p.lines().any(|l| {
             l.contains("preload[dd]")
