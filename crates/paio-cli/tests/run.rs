@@ -949,6 +949,32 @@ fn status_and_ctl_refuse_a_socket_squatted_by_another_user() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// paiod listening on `sock`, with a `static` policy of `period` that
+/// gives group `group` (label `job`) `rate`; its configuration is written
+/// into `dir`.
+fn static_paiod(dir: &Path, sock: &Path, period: &str, group: &str, rate: &str) -> KillOnDrop {
+    let cfg = dir.join("paiod.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "period = \"{period}\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"{group}\"\nrate = \"{rate}\"\n"
+        ),
+    )
+    .unwrap();
+    let daemon = KillOnDrop(
+        Command::new(paiod_binary())
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(sock)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until_listening(sock, "paiod");
+    daemon
+}
+
 /// Waits (at most 30 s) until something accepts connections on `sock`.
 fn wait_until_listening(sock: &Path, who: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1009,26 +1035,9 @@ fn status_into_a_closed_pipe_exits_quietly() {
 #[test]
 fn a_program_under_paio_run_control_is_governed_by_paiod() {
     let lib = real_library();
-    let paiod_bin = paiod_binary();
     let d = scratch("control");
     let sock = d.join("paiod.sock");
-    let cfg = d.join("paiod.toml");
-    std::fs::write(
-        &cfg,
-        "period = \"50ms\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"dd\"\nrate = \"16MiB/s\"\n",
-    )
-    .unwrap();
-    let mut daemon = KillOnDrop(
-        Command::new(paiod_bin)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--socket")
-            .arg(&sock)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_listening(&sock, "paiod");
+    let mut daemon = static_paiod(&d, &sock, "50ms", "dd", "16MiB/s");
     let input = d.join("in");
     std::fs::write(&input, vec![3u8; 24 << 20]).unwrap();
     let stats = d.join("s.%p.json");
@@ -1373,23 +1382,7 @@ fn top_shows_a_governed_stage_live_and_answers_its_keys() {
     let lib = real_library();
     let d = scratch("top");
     let sock = d.join("paiod.sock");
-    let cfg = d.join("paiod.toml");
-    std::fs::write(
-        &cfg,
-        "period = \"100ms\"\n[policy]\nkind = \"static\"\n[[policy.group]]\nname = \"top\"\nrate = \"8MiB/s\"\n",
-    )
-    .unwrap();
-    let _daemon = KillOnDrop(
-        Command::new(paiod_binary())
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--socket")
-            .arg(&sock)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_until_listening(&sock, "paiod");
+    let _daemon = static_paiod(&d, &sock, "100ms", "top", "8MiB/s");
     let _reader = KillOnDrop(
         paio()
             .env("PAIO_LIB", lib)
