@@ -129,6 +129,9 @@ pub struct ExeInfo {
     pub linkage: Linkage,
     /// A Go program (see the module documentation for how it is detected).
     pub go: bool,
+    /// The shared libraries it names (`DT_NEEDED`), in order; empty for
+    /// static executables, scripts and unknown files.
+    pub needed: Vec<String>,
 }
 
 impl ExeInfo {
@@ -152,6 +155,7 @@ impl ExeInfo {
     }
 }
 
+const PT_LOAD: u32 = 1;
 const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 const PT_NOTE: u32 = 4;
@@ -246,12 +250,14 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
         return Ok(ExeInfo {
             linkage: Linkage::Script(String::from_utf8_lossy(line).trim().to_string()),
             go: false,
+            needed: Vec::new(),
         });
     }
     if n < 52 || !head.starts_with(b"\x7fELF") {
         return Ok(ExeInfo {
             linkage: Linkage::Unknown,
             go: false,
+            needed: Vec::new(),
         });
     }
     let is64 = match head[4] {
@@ -285,7 +291,8 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
     }
 
     let mut interp = None;
-    let mut dynamic = false;
+    let mut dynamic = None;
+    let mut loads = Vec::new();
     let mut go = false;
     let phdrs = elf.read_at(phoff, phentsize * phnum)?;
     for i in 0..phnum as usize {
@@ -302,7 +309,15 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
                 let s = bytes.split(|&b| b == 0).next().unwrap_or_default();
                 interp = Some(String::from_utf8_lossy(s).into_owned());
             }
-            PT_DYNAMIC => dynamic = true,
+            PT_DYNAMIC => dynamic = Some((offset, filesz)),
+            PT_LOAD => {
+                let vaddr = if is64 {
+                    elf.word(&ph[16..])
+                } else {
+                    elf.word(&ph[8..])
+                };
+                loads.push((vaddr, offset, filesz));
+            }
             PT_NOTE if !go && filesz <= MAX_READ => {
                 if let Ok(notes) = elf.read_at(offset, filesz) {
                     go = has_go_note(&elf, &notes);
@@ -314,11 +329,73 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
     if !go {
         go = has_go_section(&mut elf, shoff, shentsize, shnum, shstrndx).unwrap_or(false);
     }
+    let needed = match dynamic {
+        Some((offset, size)) if interp.is_some() => {
+            needed_libraries(&mut elf, offset, size, &loads).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
     let linkage = match interp {
         Some(i) => Linkage::Dynamic(i),
-        None => Linkage::Static { pie: dynamic },
+        None => Linkage::Static {
+            pie: dynamic.is_some(),
+        },
     };
-    Ok(ExeInfo { linkage, go })
+    Ok(ExeInfo {
+        linkage,
+        go,
+        needed,
+    })
+}
+
+/// Most `DT_NEEDED` entries read.
+const MAX_NEEDED: usize = 256;
+
+/// The `DT_NEEDED` names of the dynamic section at file `offset` (`size`
+/// bytes), whose string table is found through the `PT_LOAD` segments
+/// `loads` (`(vaddr, offset, filesz)`).
+fn needed_libraries(
+    elf: &mut Elf,
+    offset: u64,
+    size: u64,
+    loads: &[(u64, u64, u64)],
+) -> io::Result<Vec<String>> {
+    const DT_NULL: u64 = 0;
+    const DT_NEEDED: u64 = 1;
+    const DT_STRTAB: u64 = 5;
+    const DT_STRSZ: u64 = 10;
+    let entry = if elf.is64 { 16 } else { 8 };
+    let dynamic = elf.read_at(offset, size.min(MAX_READ))?;
+    let (mut names, mut strtab, mut strsz) = (Vec::new(), None, None);
+    for e in dynamic.chunks_exact(entry) {
+        let (tag, val) = (elf.word(e), elf.word(&e[entry / 2..]));
+        match tag {
+            DT_NULL => break,
+            DT_NEEDED if names.len() < MAX_NEEDED => names.push(val),
+            DT_STRTAB => strtab = Some(val),
+            DT_STRSZ => strsz = Some(val),
+            _ => {}
+        }
+    }
+    let (Some(vaddr), Some(len)) = (strtab, strsz) else {
+        return Ok(Vec::new());
+    };
+    let Some(file_off) = loads
+        .iter()
+        .find(|&&(v, _, sz)| vaddr >= v && vaddr < v.saturating_add(sz))
+        .map(|&(v, off, _)| off + (vaddr - v))
+    else {
+        return Ok(Vec::new());
+    };
+    let table = elf.read_at(file_off, len.min(MAX_READ))?;
+    Ok(names
+        .into_iter()
+        .filter_map(|o| {
+            let rest = table.get(o as usize..)?;
+            let name = rest.split(|&b| b == 0).next()?;
+            Some(String::from_utf8_lossy(name).into_owned())
+        })
+        .collect())
 }
 
 fn has_go_section(
@@ -426,6 +503,17 @@ mod tests {
         );
         assert!(!info.go);
         assert_eq!(info.warning(Path::new("/bin/ls")), None);
+        assert!(info.needed.iter().any(|n| n == "libc.so.6"), "{info:?}");
+    }
+
+    #[test]
+    fn needed_libraries_are_read_from_the_dynamic_section() {
+        // Debian's fio links libaio (make setup installs fio).
+        let info = inspect(Path::new("/usr/bin/fio")).unwrap();
+        assert!(info.needed.iter().any(|n| n == "libaio.so.1"), "{info:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let bin = static_binary(dir.path());
+        assert!(inspect(&bin).unwrap().needed.is_empty());
     }
 
     #[test]

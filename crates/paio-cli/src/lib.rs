@@ -12,6 +12,7 @@
 //!   paiod;
 //! - [`child`]: running the command, forwarding signals, and the exit status
 //!   `paio` returns;
+//! - [`doctor`]: `paio doctor`, why a program is or would not be enforced;
 //! - [`top`]: `paio top`, the live view of stages and channels;
 //! - [`manuals`]: manual pages and shell completions of `paio` and `paiod`,
 //!   generated from their command-line definitions.
@@ -23,6 +24,7 @@
 pub mod admin;
 pub mod args;
 pub mod child;
+pub mod doctor;
 pub mod exe;
 pub mod manuals;
 pub mod preload;

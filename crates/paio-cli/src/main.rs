@@ -62,6 +62,18 @@ enum Cmd {
         Keys: s sorts by the next column, r reverses, q or Esc quits.\n\
         Guide: docs/operations.md")]
     Top(TopArgs),
+    /// Say why a program would not be enforced under paio run (without
+    /// running it), or why a running process is not: each problem with its
+    /// fix. Exit status 0 when nothing is in the way, 1 otherwise.
+    #[command(
+        override_usage = "paio doctor [--policy FILE] [--control [SOCKET]] -- CMD [ARGS]...\n       paio doctor --pid PID",
+        after_help = "Examples:\n  \
+        paio doctor -- fio job.fio\n  \
+        paio doctor --policy my-policy.toml --control -- python3 train.py\n  \
+        paio doctor --pid 4242\n\n\
+        Guide: docs/operations.md"
+    )]
+    Doctor(DoctorArgs),
     /// Print a shell completion script for paio (or paiod).
     #[command(after_help = "Examples:\n  \
         paio completions bash > ~/.local/share/bash-completion/completions/paio\n  \
@@ -81,6 +93,27 @@ enum Cmd {
         /// Where the pages go (created if missing).
         dir: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct DoctorArgs {
+    /// The policy paio run would get (checked as paio run checks it).
+    #[arg(long, value_name = "FILE", conflicts_with = "pid")]
+    policy: Option<PathBuf>,
+    /// The control socket paio run --control would use (paiod's default
+    /// without a value).
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, conflicts_with = "pid")]
+    control: Option<Option<PathBuf>>,
+    /// A running process to check instead of a command.
+    #[arg(long, value_name = "PID", conflicts_with = "command")]
+    pid: Option<u32>,
+    /// The command and its arguments.
+    #[arg(
+        trailing_var_arg = true,
+        value_name = "CMD",
+        required_unless_present = "pid"
+    )]
+    command: Vec<OsString>,
 }
 
 #[derive(clap::Args)]
@@ -228,6 +261,7 @@ fn main() -> ExitCode {
         Cmd::Status(a) => status(a),
         Cmd::Ctl(a) => ctl(a),
         Cmd::Top(a) => top(a),
+        Cmd::Doctor(a) => doctor(a),
         Cmd::Completions { shell, program } => {
             let mut out = Vec::new();
             paio_cli::manuals::write_completions(Cli::command(), program, shell, &mut out);
@@ -259,6 +293,32 @@ fn paiod_socket(flag: Option<PathBuf>) -> PathBuf {
 }
 
 const CTL_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn doctor(a: DoctorArgs) -> Result<i32, Failure> {
+    let findings = match a.pid {
+        Some(pid) => paio_cli::doctor::check_pid(pid),
+        None => {
+            let exe_path = std::env::current_exe().context("cannot locate the paio executable")?;
+            let control = a.control.map(|s| match s {
+                Some(p) if p.as_os_str() != "default" => p,
+                _ => paio::control::default_socket_path(),
+            });
+            let path_env = std::env::var_os("PATH");
+            let paio_lib = std::env::var_os("PAIO_LIB");
+            paio_cli::doctor::check_command(&paio_cli::doctor::CommandCheck {
+                command: &a.command[0],
+                path_env: path_env.as_deref(),
+                policy: a.policy.as_deref(),
+                control: control.as_deref(),
+                paio_exe: &exe_path,
+                paio_lib: paio_lib.as_deref(),
+            })
+        }
+    };
+    let (text, code) = paio_cli::doctor::report(&findings);
+    stdout(&text)?;
+    Ok(code)
+}
 
 /// A duration flag (`500ms`, `2s`), as in policy files.
 fn duration(s: &str) -> Result<Duration, String> {

@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -1464,4 +1465,127 @@ fn top_follows_a_paio_run_through_its_statistics_files() {
     });
     assert!(pane.contains("process(es) writing"), "{pane}");
     tmux.keys("q");
+}
+
+/// `paio doctor` on real programs of each kind: a dynamically linked one
+/// (nothing in the way), fio (libaio: a note), a static binary and a
+/// set-user-ID copy (problems, exit 1), a missing control socket, a policy
+/// that would pause forever, and running processes with and without the
+/// interposer, registered with paiod or not.
+#[test]
+fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
+    let lib = real_library();
+    let d = scratch("doctor");
+    let doctor = |args: &[&OsStr]| {
+        let o = paio()
+            .env("PAIO_LIB", lib)
+            .arg("doctor")
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.code(), stdout(&o))
+    };
+    let os = |s: &str| OsStr::new(s).to_os_string();
+
+    let (code, out) = doctor(&[&os("--"), &os("dd")]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("dynamically linked, LD_PRELOAD applies") && out.contains("no problem found"),
+        "{out}"
+    );
+
+    let (code, out) = doctor(&[&os("--"), &os("fio")]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("note: /usr/bin/fio links libaio.so.1"),
+        "{out}"
+    );
+
+    let stat = cc(&d, "static", "int main(void) { return 0; }\n", &["-static"]);
+    let (code, out) = doctor(&[&os("--"), stat.as_os_str()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("is statically linked") && out.contains("fix: "),
+        "{out}"
+    );
+
+    assert!(
+        running_as_root(),
+        "the set-user-ID case needs root to set the bit on a copy"
+    );
+    let suid = d.join("suid-true");
+    std::fs::copy("/bin/true", &suid).unwrap();
+    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+    let (code, out) = doctor(&[&os("--"), suid.as_os_str()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("is set-user-ID: the dynamic loader ignores LD_PRELOAD"),
+        "{out}"
+    );
+
+    let none = d.join("none.sock");
+    let (code, out) = doctor(&[&os("--control"), none.as_os_str(), &os("--"), &os("dd")]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("no socket at") && out.contains("paiod is not running there"),
+        "{out}"
+    );
+
+    let paused = d.join("paused.toml");
+    std::fs::write(
+        &paused,
+        "[[channel]]\nname = \"all\"\ndefault_object = \"hold\"\n[[channel.object]]\nname = \"hold\"\nkind = \"drl\"\nrate = \"0\"\n",
+    )
+    .unwrap();
+    let (code, out) = doctor(&[&os("--policy"), paused.as_os_str(), &os("--"), &os("dd")]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("problem: ") && out.contains("paused.toml"),
+        "{out}"
+    );
+
+    // Running processes: one under paio run --control (registered), one not.
+    let sock = d.join("paiod.sock");
+    let _daemon = static_paiod(&d, &sock, "100ms", "doc", "64MiB/s");
+    let governed = KillOnDrop(
+        paio()
+            .env("PAIO_LIB", lib)
+            .args(["run", "--label", "job=doc", "--control"])
+            .arg(&sock)
+            .args(["--", "sleep", "30"])
+            .spawn()
+            .unwrap(),
+    );
+    let plain = KillOnDrop(Command::new("sleep").arg("30").spawn().unwrap());
+    // The command paio run started: paio's child.
+    let child = |parent: u32| -> u32 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let children =
+                std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+                    .unwrap_or_default();
+            if let Some(c) = children.split_whitespace().next() {
+                return c.parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "paio run started no command");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let sleeper = child(governed.0.id()).to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let (code, out) = doctor(&[&os("--pid"), &os(&sleeper)]);
+        if code == Some(0) {
+            break out;
+        }
+        assert!(Instant::now() < deadline, "never registered:\n{out}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        out.contains("the interposer is loaded") && out.contains("registered with paiod at"),
+        "{out}"
+    );
+    let (code, out) = doctor(&[&os("--pid"), &os(&plain.0.id().to_string())]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the interposer is not loaded"), "{out}");
 }
