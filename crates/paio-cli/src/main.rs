@@ -209,6 +209,12 @@ struct RunArgs {
     /// Print a summary of the statistics on stderr when the command ends.
     #[arg(long)]
     summary: bool,
+    /// While the command runs, print a progress line on stderr every
+    /// INTERVAL (e.g. 10s, at least 1s): bytes read and written so far by
+    /// all its processes, and their rates (the `read` and `write` channels
+    /// of the statistics, written by each process every second).
+    #[arg(long, value_name = "INTERVAL", value_parser = duration)]
+    progress: Option<Duration>,
     /// Register the stage with paiod (PAIO_CONTROL) at SOCKET, or at paiod's
     /// default socket when given without a value or as `default`. The
     /// command runs even if paiod is absent; the stage connects when it
@@ -318,6 +324,48 @@ fn doctor(a: DoctorArgs) -> Result<i32, Failure> {
     let (text, code) = paio_cli::doctor::report(&findings);
     stdout(&text)?;
     Ok(code)
+}
+
+/// The thread that prints `--progress` lines while the command runs.
+struct Progress {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Progress {
+    /// Starts printing every `every`, from the statistics files matching
+    /// `pattern` written since `since`. The thread blocks every signal, so
+    /// the signals paio forwards to the command never reach it.
+    fn start(every: Duration, pattern: OsString, since: SystemTime, started: Instant) -> Progress {
+        use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let mut old = SigSet::empty();
+        let _ = pthread_sigmask(
+            SigmaskHow::SIG_SETMASK,
+            Some(&SigSet::all()),
+            Some(&mut old),
+        );
+        let thread = std::thread::spawn(move || {
+            let mut last = ((0u64, 0u64), started);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every)
+            {
+                let (files, _) = summary::read_all(&pattern, Some(since));
+                let now = Instant::now();
+                let (line, totals) =
+                    summary::progress_line(&files, now - started, last.0, now - last.1);
+                stderr(&line);
+                last = (totals, now);
+            }
+        });
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+        Progress { stop, thread }
+    }
+
+    /// Stops the thread (the command ended).
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
 }
 
 /// A duration flag (`500ms`, `2s`), as in policy files.
@@ -503,7 +551,16 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
 
     // 2. Temporary files: the generated policy and the default statistics
     //    files, removed when `tmp` is dropped.
-    let needs_tmp = generated.is_some() || (a.summary && a.stats.is_none());
+    if a.progress.is_some_and(|p| p < Duration::from_secs(1)) {
+        return Err(Failure {
+            code: EXIT_USAGE,
+            message:
+                "error: --progress: at least 1s (the processes write their statistics every second)"
+                    .into(),
+        });
+    }
+    let wants_stats = a.summary || a.progress.is_some();
+    let needs_tmp = generated.is_some() || (wants_stats && a.stats.is_none());
     let tmp = if needs_tmp {
         Some(
             tempfile::Builder::new()
@@ -526,7 +583,7 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     }
     let stats_pattern: Option<OsString> = match (&a.stats, &tmp) {
         (Some(s), _) => Some(absolute(s)?.into_os_string()),
-        (None, Some(dir)) if a.summary => Some(dir.path().join("stats.%p.json").into_os_string()),
+        (None, Some(dir)) if wants_stats => Some(dir.path().join("stats.%p.json").into_os_string()),
         _ => None,
     };
     if let Some(s) = &stats_pattern {
@@ -568,7 +625,17 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     // Files written during the run (with a margin for coarse timestamps).
     let since = SystemTime::now() - Duration::from_secs(2);
     let started = Instant::now();
-    let status = match child::run_forwarding_signals(&cmd, program) {
+    let progress = match (a.progress, &stats_pattern) {
+        (Some(every), Some(pattern)) => {
+            Some(Progress::start(every, pattern.clone(), since, started))
+        }
+        _ => None,
+    };
+    let run = child::run_forwarding_signals(&cmd, program);
+    if let Some(p) = progress {
+        p.stop();
+    }
+    let status = match run {
         Ok(s) => s,
         Err(e) => {
             return Err(Failure {

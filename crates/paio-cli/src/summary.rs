@@ -194,6 +194,38 @@ pub fn human_ns(ns: u64) -> String {
     }
 }
 
+/// One progress line of a running job (`paio run --progress`): elapsed
+/// time, and per request type the bytes so far across `files` with the rate
+/// since `previous` (the totals of the last line, `elapsed_prev` earlier).
+/// Returns the line and the new totals `(read, written)`.
+pub fn progress_line(
+    files: &[StatsFile],
+    elapsed: Duration,
+    previous: (u64, u64),
+    since_previous: Duration,
+) -> (String, (u64, u64)) {
+    let total = |name: &str| -> u64 {
+        files
+            .iter()
+            .flat_map(|f| f.stats.channels.iter())
+            .filter(|c| c.name == name)
+            .fold(0u64, |b, c| b.saturating_add(c.counts.bytes))
+    };
+    let now = (total("read"), total("write"));
+    let secs = since_previous.as_secs_f64().max(1e-9);
+    let rate = |n: u64, p: u64| human_bytes((n.saturating_sub(p) as f64 / secs) as u64);
+    let line = format!(
+        "paio: {:.0} s: read {} ({}/s), written {} ({}/s), {} process(es)\n",
+        elapsed.as_secs_f64(),
+        human_bytes(now.0),
+        rate(now.0, previous.0),
+        human_bytes(now.1),
+        rate(now.1, previous.1),
+        files.len()
+    );
+    (line, now)
+}
+
 /// At most this many processes are shown one by one (the busiest, by
 /// bytes then operations); the totals include all.
 pub const MAX_PROCESSES_SHOWN: usize = 8;

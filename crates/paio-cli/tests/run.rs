@@ -976,6 +976,24 @@ fn static_paiod(dir: &Path, sock: &Path, period: &str, group: &str, rate: &str) 
     daemon
 }
 
+/// The first child of process `parent` (the command `paio run` started),
+/// once it exists (at most 30 s).
+fn first_child(parent: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+            .unwrap_or_default();
+        if let Some(c) = children.split_whitespace().next() {
+            return c.parse().unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {parent} started no command"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits (at most 30 s) until something accepts connections on `sock`.
 fn wait_until_listening(sock: &Path, who: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -1557,21 +1575,7 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
             .unwrap(),
     );
     let plain = KillOnDrop(Command::new("sleep").arg("30").spawn().unwrap());
-    // The command paio run started: paio's child.
-    let child = |parent: u32| -> u32 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let children =
-                std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
-                    .unwrap_or_default();
-            if let Some(c) = children.split_whitespace().next() {
-                return c.parse().unwrap();
-            }
-            assert!(Instant::now() < deadline, "paio run started no command");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
-    let sleeper = child(governed.0.id()).to_string();
+    let sleeper = first_child(governed.0.id()).to_string();
     let deadline = Instant::now() + Duration::from_secs(30);
     let out = loop {
         let (code, out) = doctor(&[&os("--pid"), &os(&sleeper)]);
@@ -1588,4 +1592,54 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
     let (code, out) = doctor(&[&os("--pid"), &os(&plain.0.id().to_string())]);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("the interposer is not loaded"), "{out}");
+}
+
+/// `--progress`: lines with the bytes so far while the command runs, and
+/// the signals paio forwards still reach the command (the progress thread
+/// blocks them).
+#[test]
+fn progress_lines_while_the_command_runs_and_signals_still_pass() {
+    use std::os::unix::process::ExitStatusExt;
+    let lib = real_library();
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .args(["run", "--progress", "1s", "--limit", "read=4MiB/s", "--"])
+        .args(["dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=200"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    let lines: Vec<&str> = e
+        .lines()
+        .filter(|l| l.starts_with("paio: ") && l.contains(" s: read "))
+        .collect();
+    assert!(lines.len() >= 2, "{e}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" MiB (") && l.contains("1 process(es)")),
+        "{e}"
+    );
+    let o = paio()
+        .args(["run", "--progress", "100ms", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--progress: at least 1s"),
+        "{}",
+        stderr(&o)
+    );
+
+    // SIGTERM to paio reaches the command, and paio dies by it.
+    let mut child = paio()
+        .env("PAIO_LIB", lib)
+        .args(["run", "--progress", "1s", "--", "sleep", "30"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    first_child(child.id());
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(Signal::SIGTERM as i32), "{status:?}");
 }
