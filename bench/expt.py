@@ -214,6 +214,21 @@ def write_runs(out, header, rows, fields, table):
     (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
 
 
+def write_header(out, header):
+    """OUT/header.txt, and the same lines on stdout, before the rounds."""
+    (out / "header.txt").write_text("\n".join(header) + "\n")
+    print("\n".join(header), flush=True)
+
+
+def finish(out, header, rows, fields, table, plot=None):
+    """After the rounds: the files of `write_runs`, `table` on stdout, and
+    `plot()` (which returns what it wrote, printed) unless it is None."""
+    write_runs(out, header, rows, fields, table)
+    print("\n" + table)
+    if plot is not None:
+        print(plot())
+
+
 def _sigterm(signum, frame):
     raise KeyboardInterrupt
 

@@ -468,8 +468,7 @@ def main(argv=None):
         f"of background; static limits read {args.static_read} write {args.static_write}; "
         f"paio-target: p{args.target_percentile:g} target {args.target}",
     ]
-    (out / "header.txt").write_text("\n".join(header) + "\n")
-    print("\n".join(header), flush=True)
+    expt.write_header(out, header)
     rows = []
     total = args.rounds * len(args.setups) * (len(args.workloads) + 1)
     done, t0 = 0, time.monotonic()
@@ -492,12 +491,13 @@ def main(argv=None):
         run.restore()
     fields = ["round", "setup", "workload", "p50_us", "p99_us", "p999_us", "crit_ops",
               "bg_mib", "bg_alone_mib"]
-    table = markdown(summarize(rows))
-    expt.write_runs(out, header, rows, fields, table)
-    print("\n" + table)
-    if not args.no_plot:
+
+    def plots():
         plot(out, rows)
-        print(f"plots: {out / 'latency-cdf.png'}, {out / 'background-throughput.png'}")
+        return f"plots: {out / 'latency-cdf.png'}, {out / 'background-throughput.png'}"
+
+    expt.finish(out, header, rows, fields, markdown(summarize(rows)),
+                None if args.no_plot else plots)
     return 0
 
 

@@ -452,8 +452,7 @@ def main(argv=None):
         f"stalls: {args.stall_ops} puts, "
         f"flush and compaction writes limited to {args.stall_rate}",
     ]
-    (out / "header.txt").write_text("\n".join(header) + "\n")
-    print("\n".join(header), flush=True)
+    expt.write_header(out, header)
     rows = []
     total = args.rounds * sum(len(SETUPS[c]) for c in args.cases)
     done, t0 = 0, time.monotonic()
@@ -474,12 +473,13 @@ def main(argv=None):
         run.restore()
     fields = ["round", "case", "setup", "p50", "p99", "p999", "crit_ops", "bg_mib",
               "ckpt_mib", "stall_s", "critical_mib", "background_mib"]
-    table = markdown(summarize(rows))
-    expt.write_runs(out, header, rows, fields, table)
-    print("\n" + table)
-    if not args.no_plot:
+
+    def plots():
         plot(out, rows)
-        print(f"plot: {out / 'latency.png'}")
+        return f"plot: {out / 'latency.png'}"
+
+    expt.finish(out, header, rows, fields, markdown(summarize(rows)),
+                None if args.no_plot else plots)
     return 0
 
 

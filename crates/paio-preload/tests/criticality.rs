@@ -438,20 +438,23 @@ fn a_condition_variables_helper_inherits_criticality() {
     inheritance_case("cond", "cond ok", 3 * 300, 10 * 3000, 5 * 700);
 }
 
+/// dd writing 64 MiB of zeros to `out.bin` in 1 MiB writes.
+const DD_64MIB: [&str; 6] = [
+    "dd",
+    "if=/dev/zero",
+    "of=out.bin",
+    "bs=1M",
+    "count=64",
+    "status=none",
+];
+
 /// Write-backs the dirty-data bound started in `dd ...` runs of 64 MiB in
 /// 1 MiB writes under `dirty_per_file = "4MiB"`, with `env` and dd's extra
 /// arguments; the file's bytes are checked.
 fn dirty_writebacks(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> u64 {
     let policy = dir.join("dirty.toml");
     std::fs::write(&policy, "[criticality]\ndirty_per_file = \"4MiB\"\n").unwrap();
-    let mut argv = vec![
-        "dd",
-        "if=/dev/zero",
-        "of=out.bin",
-        "bs=1M",
-        "count=64",
-        "status=none",
-    ];
+    let mut argv = DD_64MIB.to_vec();
     argv.extend_from_slice(extra);
     let mut env = env.to_vec();
     env.push(("PAIO_POLICY", policy.to_str().unwrap()));
@@ -480,14 +483,7 @@ fn the_dirty_bound_writes_back_non_critical_writers_early() {
     let policy = dir.join("dirty.toml");
     let out = Command::new("strace")
         .args(["-f", "-c", "-e", "trace=sync_file_range", "-o", "trace.txt"])
-        .args([
-            "dd",
-            "if=/dev/zero",
-            "of=out.bin",
-            "bs=1M",
-            "count=64",
-            "status=none",
-        ])
+        .args(DD_64MIB)
         .current_dir(&dir)
         .env("LD_PRELOAD", lib())
         .env("PAIO_POLICY", &policy)

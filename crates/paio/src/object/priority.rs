@@ -454,6 +454,10 @@ struct Limits {
     busy_depth: AtomicU32,
     critical: AtomicU32,
     window_ns: AtomicU64,
+    /// `split` in bytes (0: off).
+    split: AtomicU64,
+    /// `split_when = "always"`.
+    split_always: AtomicBool,
 }
 
 impl Limits {
@@ -463,6 +467,8 @@ impl Limits {
             busy_depth: AtomicU32::new(0),
             critical: AtomicU32::new(0),
             window_ns: AtomicU64::new(0),
+            split: AtomicU64::new(0),
+            split_always: AtomicBool::new(false),
         };
         l.set(config);
         l
@@ -474,6 +480,9 @@ impl Limits {
         self.critical.store(c.critical_limit(), Ordering::Relaxed);
         self.window_ns
             .store(c.window.0.as_nanos() as u64, Ordering::Relaxed);
+        self.split.store(c.split.0, Ordering::Relaxed);
+        self.split_always
+            .store(c.split_when == SplitWhen::Always, Ordering::Relaxed);
     }
 }
 
@@ -491,10 +500,6 @@ pub struct Priority {
     /// while a request sleeps, and not at all by a request nobody waits
     /// behind.
     state: Mutex<State>,
-    /// `split` in bytes (0: off), readable without the state's lock.
-    split: AtomicU64,
-    /// `split_when = "always"`.
-    split_always: AtomicBool,
     changed: Condvar,
     /// The non-critical rate limiter, when a rate is set.
     rate: ArcSwapOption<Drl>,
@@ -521,8 +526,6 @@ impl Priority {
             counts: AtomicU64::new(0),
             last_critical: AtomicU64::new(0),
             limits: Limits::new(&config),
-            split: AtomicU64::new(config.split.0),
-            split_always: AtomicBool::new(config.split_when == SplitWhen::Always),
             state: Mutex::new(State {
                 config,
                 waiting: VecDeque::new(),
@@ -806,9 +809,6 @@ impl EnforcementObject for Priority {
             }
             (None, None) => {}
         }
-        self.split.store(new.split.0, Ordering::Relaxed);
-        self.split_always
-            .store(new.split_when == SplitWhen::Always, Ordering::Relaxed);
         {
             let mut st = self.lock();
             self.limits.set(new);
@@ -841,11 +841,11 @@ impl EnforcementObject for Priority {
     /// issued whole when nothing critical runs. Critical requests are never
     /// split.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
-        let n = self.split.load(Ordering::Relaxed);
+        let n = self.limits.split.load(Ordering::Relaxed);
         if n == 0 || ctx.size <= n || ctx.criticality.is_critical() {
             return None;
         }
-        if self.split_always.load(Ordering::Relaxed) {
+        if self.limits.split_always.load(Ordering::Relaxed) {
             return Some(n);
         }
         let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
