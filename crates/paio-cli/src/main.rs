@@ -347,9 +347,17 @@ impl Progress {
         );
         let thread = std::thread::spawn(move || {
             let mut last = ((0u64, 0u64), started);
+            let mut said = std::collections::HashSet::new();
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every)
             {
-                let (files, _) = summary::read_all(&pattern, Some(since));
+                let (files, errors) = summary::read_all(&pattern, Some(since));
+                // A file that cannot be read is said once, not left out quietly.
+                for e in errors {
+                    let e = e.to_string();
+                    if said.insert(e.clone()) {
+                        stderr(&format!("paio: warning: --progress: {e}\n"));
+                    }
+                }
                 let now = Instant::now();
                 let (line, totals) =
                     summary::progress_line(&files, now - started, last.0, now - last.1);
