@@ -74,7 +74,7 @@ manifest() {
     echo "$release/libpaio.a $lib/libpaio.a 644"
     echo "$root/crates/paio-ffi/include/paio.h $inc/paio.h 644"
     echo "- $lib/pkgconfig/paio.pc 644"
-    for p in paio paio-run paio-status paio-ctl paio-top paio-doctor paio-completions; do
+    for p in paio paio-run paio-status paio-ctl paio-top paio-doctor paio-plot paio-completions; do
         echo "- $share/man/man1/$p.1 644"
     done
     echo "- $share/man/man8/paiod.8 644"

@@ -73,6 +73,7 @@ Maintainer: paio developers <paio@example.invalid>
 Section: admin
 Priority: optional
 Depends: $depends
+Recommends: fonts-dejavu-core
 Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 Homepage: https://example.invalid/paio
 Description: user-level software-defined storage data planes

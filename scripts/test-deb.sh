@@ -15,7 +15,7 @@ cd "$root"
 deb="$(bash scripts/make-deb.sh -o "$tmp/paio.deb")"
 echo "== $deb"
 info="$(dpkg-deb --info "$deb")"
-for field in "Package: paio" "Depends: libc6 (>= " "librocksdb" "Architecture: $(dpkg --print-architecture)"; do
+for field in "Package: paio" "Depends: libc6 (>= " "librocksdb" "Recommends: fonts-dejavu-core" "Architecture: $(dpkg --print-architecture)"; do
     grep -qF "$field" <<<"$info" || fail "control lacks \"$field\""
 done
 contents="$(dpkg-deb --contents "$deb")"

@@ -27,6 +27,7 @@ pub mod child;
 pub mod doctor;
 pub mod exe;
 pub mod manuals;
+pub mod plot;
 pub mod preload;
 pub mod summary;
 pub mod top;

@@ -74,6 +74,20 @@ enum Cmd {
         Guide: docs/operations.md"
     )]
     Doctor(DoctorArgs),
+    /// Draw a PNG of a run's statistics: each channel's bandwidth, wait and
+    /// call latency over time from a recording (`paio run --record`,
+    /// `paiod --record`), or each channel's totals from `paio run --stats`
+    /// files, or a figure described in JSON (`--figure`).
+    #[command(
+        override_usage = "paio plot RECORDING -o OUT.png [--channel TEXT]... [--top N]\n       paio plot --stats PATTERN -o OUT.png\n       paio plot --figure FIGURE.json -o OUT.png",
+        after_help = "Examples:\n  \
+        paio run --record /tmp/job.jsonl --limit read=20MiB/s -- cp big /tmp/copy\n  \
+        paio plot /tmp/job.jsonl -o /tmp/job.png\n  \
+        paio plot /tmp/paiod.jsonl --channel compaction --top 4 -o /tmp/compactions.png\n  \
+        paio plot --stats '/tmp/job-stats.%p.json' -o /tmp/totals.png\n\n\
+        Guide: docs/operations.md"
+    )]
+    Plot(PlotArgs),
     /// Print a shell completion script for paio (or paiod).
     #[command(after_help = "Examples:\n  \
         paio completions bash > ~/.local/share/bash-completion/completions/paio\n  \
@@ -114,6 +128,47 @@ struct DoctorArgs {
         required_unless_present = "pid"
     )]
     command: Vec<OsString>,
+}
+
+#[derive(clap::Args)]
+struct PlotArgs {
+    /// A recording: one JSON line per period, as `paio run --record` and
+    /// `paiod --record` write it.
+    #[arg(
+        value_name = "RECORDING",
+        required_unless_present_any = ["stats", "figure"],
+        conflicts_with_all = ["stats", "figure"]
+    )]
+    recording: Option<PathBuf>,
+    /// The statistics files of a `paio run --stats PATTERN` (`%p` for the
+    /// pid): a bar chart of each channel's bytes and latency over the whole
+    /// run (the files hold totals, not a time series: record one with
+    /// --record).
+    #[arg(long, value_name = "PATTERN", conflicts_with = "figure")]
+    stats: Option<OsString>,
+    /// A figure in `paio plot`'s JSON format (docs/cli.md): panels of
+    /// series drawn as lines, steps, points or bars. The experiment
+    /// drivers draw their plots through it.
+    #[arg(long, value_name = "FILE")]
+    figure: Option<PathBuf>,
+    /// The PNG file to write.
+    #[arg(long, short = 'o', value_name = "FILE.png")]
+    output: PathBuf,
+    /// Plot only the channels whose `stage / channel` contains TEXT
+    /// (repeatable; a recording only).
+    #[arg(long = "channel", value_name = "TEXT")]
+    channels: Vec<String>,
+    /// Plot at most N channels of a recording, those that moved the most
+    /// bytes; the others are named on stderr.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    top: usize,
+    /// The figure's title (default: the input's file name).
+    #[arg(long)]
+    title: Option<String>,
+    /// The TrueType font of the labels (default: DejaVu Sans from Debian's
+    /// fonts-dejavu-core).
+    #[arg(long, value_name = "FILE")]
+    font: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -215,6 +270,10 @@ struct RunArgs {
     /// of the statistics, written by each process every second).
     #[arg(long, value_name = "INTERVAL", value_parser = duration)]
     progress: Option<Duration>,
+    /// Record each channel's bandwidth, wait and latency every second into
+    /// FILE (one JSON line per second, truncated first), for `paio plot`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
     /// Register the stage with paiod (PAIO_CONTROL) at SOCKET, or at paiod's
     /// default socket when given without a value or as `default`. The
     /// command runs even if paiod is absent; the stage connects when it
@@ -268,6 +327,7 @@ fn main() -> ExitCode {
         Cmd::Ctl(a) => ctl(a),
         Cmd::Top(a) => top(a),
         Cmd::Doctor(a) => doctor(a),
+        Cmd::Plot(a) => plot(a),
         Cmd::Completions { shell, program } => {
             let mut out = Vec::new();
             paio_cli::manuals::write_completions(Cli::command(), program, shell, &mut out);
@@ -326,17 +386,18 @@ fn doctor(a: DoctorArgs) -> Result<i32, Failure> {
     Ok(code)
 }
 
-/// The thread that prints `--progress` lines while the command runs.
-struct Progress {
+/// A thread that runs a task every interval while the command runs
+/// (`--progress`, `--record`), and once more when it ends.
+struct Periodic {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
 
-impl Progress {
-    /// Starts printing every `every`, from the statistics files matching
-    /// `pattern` written since `since`. The thread blocks every signal, so
+impl Periodic {
+    /// Starts calling `task(last)` every `every`; `last` is true for the
+    /// call after [`Periodic::stop`]. The thread blocks every signal, so
     /// the signals paio forwards to the command never reach it.
-    fn start(every: Duration, pattern: OsString, since: SystemTime, started: Instant) -> Progress {
+    fn start(every: Duration, mut task: impl FnMut(bool) + Send + 'static) -> Periodic {
         use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
         let mut old = SigSet::empty();
@@ -346,34 +407,90 @@ impl Progress {
             Some(&mut old),
         );
         let thread = std::thread::spawn(move || {
-            let mut last = ((0u64, 0u64), started);
-            let mut said = std::collections::HashSet::new();
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every)
             {
-                let (files, errors) = summary::read_all(&pattern, Some(since));
-                // A file that cannot be read is said once, not left out quietly.
-                for e in errors {
-                    let e = e.to_string();
-                    if said.insert(e.clone()) {
-                        stderr(&format!("paio: warning: --progress: {e}\n"));
-                    }
-                }
-                let now = Instant::now();
-                let (line, totals) =
-                    summary::progress_line(&files, now - started, last.0, now - last.1);
-                stderr(&line);
-                last = (totals, now);
+                task(false);
             }
+            task(true);
         });
         let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-        Progress { stop, thread }
+        Periodic { stop, thread }
     }
 
-    /// Stops the thread (the command ended).
+    /// Runs the task a last time and stops the thread (the command ended).
     fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.thread.join();
     }
+}
+
+/// Reads the statistics files matching `pattern` written since `since`,
+/// saying each unreadable one once (for `flag`), not leaving it out quietly.
+fn read_stats(
+    flag: &str,
+    pattern: &OsString,
+    since: SystemTime,
+    said: &mut std::collections::HashSet<String>,
+) -> Vec<summary::StatsFile> {
+    let (files, errors) = summary::read_all(pattern, Some(since));
+    for e in errors {
+        let e = e.to_string();
+        if said.insert(e.clone()) {
+            stderr(&format!("paio: warning: {flag}: {e}\n"));
+        }
+    }
+    files
+}
+
+/// `--progress`: a line of bytes and rates every `every`.
+fn start_progress(
+    every: Duration,
+    pattern: OsString,
+    since: SystemTime,
+    started: Instant,
+) -> Periodic {
+    let mut last = ((0u64, 0u64), started);
+    let mut said = std::collections::HashSet::new();
+    Periodic::start(every, move |end| {
+        if end {
+            return;
+        }
+        let files = read_stats("--progress", &pattern, since, &mut said);
+        let now = Instant::now();
+        let (line, totals) = summary::progress_line(&files, now - started, last.0, now - last.1);
+        stderr(&line);
+        last = (totals, now);
+    })
+}
+
+/// `--record`: a recording line every second (the period of the
+/// statistics files) and one when the command ends; a write error is said
+/// then.
+fn start_record(
+    recorder: paio_control::record::Recorder,
+    pattern: OsString,
+    since: SystemTime,
+    started: Instant,
+) -> Periodic {
+    let mut sampler = summary::FileSampler::default();
+    let mut said = std::collections::HashSet::new();
+    let mut recorder = Some(recorder);
+    Periodic::start(Duration::from_secs(1), move |end| {
+        let files = read_stats("--record", &pattern, since, &mut said);
+        let sample = sampler.sample(&files, started.elapsed().as_secs_f64(), SystemTime::now());
+        if let Some(Err(e)) = recorder.as_mut().map(|r| r.record(sample)) {
+            stderr(&format!(
+                "paio: warning: --record: {e}; the recording stops here\n"
+            ));
+        }
+        if end {
+            if let Some(Err(e)) = recorder.take().map(|r| r.finish()) {
+                stderr(&format!(
+                    "paio: warning: --record: {e}; the recording stops before the end\n"
+                ));
+            }
+        }
+    })
 }
 
 /// A duration flag (`500ms`, `2s`), as in policy files.
@@ -405,6 +522,105 @@ fn top(a: TopArgs) -> Result<i32, Failure> {
         .context("running the terminal view")
         .map(|()| 0)
         .map_err(Failure::from)
+}
+
+fn plot(a: PlotArgs) -> Result<i32, Failure> {
+    use paio_cli::plot;
+    let usage = |message: String| Failure {
+        code: EXIT_USAGE,
+        message: format!("error: {message}"),
+    };
+    if a.output.extension().is_none_or(|e| e != "png") {
+        return Err(usage(format!(
+            "-o {}: the output is a PNG file; name it FILE.png",
+            a.output.display()
+        )));
+    }
+    if a.top == 0 {
+        return Err(usage("--top 0: plot at least one channel".into()));
+    }
+    let input_name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let failed = |e: &dyn std::fmt::Display| Failure {
+        code: EXIT_PAIO_FAILED,
+        message: format!("error: {e}"),
+    };
+    let (figure, said) = if let Some(path) = &a.figure {
+        let mut f = plot::read_figure(path).map_err(|e| usage(e.to_string()))?;
+        if let Some(t) = &a.title {
+            f.title = t.clone();
+        }
+        (f, String::new())
+    } else if let Some(pattern) = &a.stats {
+        let (files, errors) = summary::read_all(pattern, None);
+        for e in &errors {
+            stderr(&format!("paio: warning: {e}\n"));
+        }
+        if files.is_empty() {
+            return Err(usage(format!(
+                "--stats {}: no statistics file matches",
+                Path::new(pattern).display()
+            )));
+        }
+        let title = a.title.clone().unwrap_or_else(|| {
+            format!(
+                "{} process(es): {}",
+                files.len(),
+                input_name(Path::new(pattern))
+            )
+        });
+        let f = plot::figure_of_stats(&files, &title).map_err(|e| usage(e.to_string()))?;
+        (f, format!("{} process(es)", files.len()))
+    } else {
+        let path = a.recording.as_deref().expect("clap requires an input");
+        let samples = paio_control::record::read(path).map_err(|e| usage(e.to_string()))?;
+        let select = plot::Select {
+            matching: a.channels.clone(),
+            top: a.top,
+        };
+        let title = a.title.clone().unwrap_or_else(|| input_name(path));
+        let (f, left) = plot::figure_of_recording(&samples, &select, &title)
+            .map_err(|e| usage(e.to_string()))?;
+        if left.plotted < left.matched {
+            stderr(&format!(
+                "paio: plotted the {} channels that moved the most bytes, of {} (--top {} for all, \
+                 --channel TEXT to choose)\n",
+                left.plotted, left.matched, left.matched
+            ));
+        }
+        if left.dropped > 0 {
+            stderr(&format!(
+                "paio: warning: the recorder dropped {} sample(s) (its file could not keep up): \
+                 the lines have gaps there\n",
+                left.dropped
+            ));
+        }
+        let span = samples.last().map_or(0.0, |s| s.t_s) - samples[0].t_s;
+        (
+            f,
+            format!(
+                "{} channel(s), {} samples over {span:.0} s",
+                left.plotted,
+                samples.len()
+            ),
+        )
+    };
+    plot::load_font(a.font.as_deref()).map_err(|e| failed(&e))?;
+    plot::render(&figure, &a.output).map_err(|e| match e {
+        plot::PlotError::Figure(_) => usage(e.to_string()),
+        _ => failed(&e),
+    })?;
+    stderr(&format!(
+        "paio: wrote {} ({} panel(s){}{said})\n",
+        a.output.display(),
+        figure.panels.len(),
+        if said.is_empty() { "" } else { ", " }
+    ));
+    Ok(0)
 }
 
 fn status(a: StatusArgs) -> Result<i32, Failure> {
@@ -567,7 +783,17 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
                     .into(),
         });
     }
-    let wants_stats = a.summary || a.progress.is_some();
+    let wants_stats = a.summary || a.progress.is_some() || a.record.is_some();
+    // Created before the command starts, so a bad path stops it.
+    let recorder = match &a.record {
+        Some(p) => Some(
+            paio_control::record::Recorder::create(p).map_err(|e| Failure {
+                code: EXIT_USAGE,
+                message: format!("error: --record: {e}"),
+            })?,
+        ),
+        None => None,
+    };
     let needs_tmp = generated.is_some() || (wants_stats && a.stats.is_none());
     let tmp = if needs_tmp {
         Some(
@@ -633,14 +859,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     // Files written during the run (with a margin for coarse timestamps).
     let since = SystemTime::now() - Duration::from_secs(2);
     let started = Instant::now();
-    let progress = match (a.progress, &stats_pattern) {
-        (Some(every), Some(pattern)) => {
-            Some(Progress::start(every, pattern.clone(), since, started))
-        }
-        _ => None,
-    };
+    let mut periodic = Vec::new();
+    if let (Some(every), Some(pattern)) = (a.progress, &stats_pattern) {
+        periodic.push(start_progress(every, pattern.clone(), since, started));
+    }
+    if let (Some(r), Some(pattern)) = (recorder, &stats_pattern) {
+        periodic.push(start_record(r, pattern.clone(), since, started));
+    }
     let run = child::run_forwarding_signals(&cmd, program);
-    if let Some(p) = progress {
+    for p in periodic {
         p.stop();
     }
     let status = match run {

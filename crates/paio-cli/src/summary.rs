@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use paio::stats::{Counts, StageStats};
+use paio_control::record::{self, ChannelSample, Sample};
 use serde::{Deserialize, Serialize};
 
 /// One process's statistics file.
@@ -25,6 +26,54 @@ pub struct StatsFile {
     pub exe: String,
     /// Its stage's statistics at the last write.
     pub stats: StageStats,
+}
+
+impl StatsFile {
+    /// `stage[exe] pid`: the process's stage as `paio top`, recordings and
+    /// plots name it.
+    pub fn stage_label(&self) -> String {
+        let exe = Path::new(&self.exe)
+            .file_name()
+            .map_or_else(|| self.exe.clone(), |n| n.to_string_lossy().into_owned());
+        format!("{}[{exe}] {}", self.stats.stage, self.pid)
+    }
+}
+
+/// Turns the statistics files of a `paio run --record` into recording
+/// samples, each process's period once: a file whose stage has not
+/// collected since the previous sample is left out of the next.
+#[derive(Debug, Default)]
+pub struct FileSampler {
+    seen: std::collections::HashMap<u32, u64>,
+}
+
+impl FileSampler {
+    /// The sample at `t_s` seconds of the run, from `files`.
+    pub fn sample(&mut self, files: &[StatsFile], t_s: f64, now: SystemTime) -> Sample {
+        let mut channels = Vec::new();
+        for f in files {
+            let at = f.stats.collected_at_ns;
+            if self.seen.insert(f.pid, at) == Some(at) {
+                continue;
+            }
+            let stage = f.stage_label();
+            channels.extend(f.stats.channels.iter().map(|c| ChannelSample {
+                stage: stage.clone(),
+                channel: c.name.clone(),
+                bytes_per_sec: c.counts.bytes_per_sec,
+                ops_per_sec: c.counts.ops_per_sec,
+                wait: c.counts.wait,
+                latency: c.counts.latency,
+            }));
+        }
+        Sample {
+            v: record::VERSION,
+            t_s,
+            unix_ms: record::unix_ms(now),
+            dropped: 0,
+            channels,
+        }
+    }
 }
 
 /// Why a statistics file could not be used.
@@ -461,6 +510,27 @@ mod tests {
         f.pid = pid;
         f.exe = exe.into();
         f
+    }
+
+    #[test]
+    fn the_sampler_takes_each_period_once() {
+        let mut a = sample(10, "/usr/bin/dd");
+        let b = sample(11, "cat");
+        let mut fs = FileSampler::default();
+        let first = fs.sample(&[a.clone(), b.clone()], 1.0, SystemTime::UNIX_EPOCH);
+        let per_file = a.stats.channels.len();
+        assert!(per_file > 0);
+        assert_eq!(first.channels.len(), 2 * per_file);
+        assert_eq!(first.channels[0].stage, format!("{}[dd] 10", a.stats.stage));
+        // Neither collected again: nothing; then only `a` did.
+        assert!(fs
+            .sample(&[a.clone(), b.clone()], 2.0, SystemTime::UNIX_EPOCH)
+            .channels
+            .is_empty());
+        a.stats.collected_at_ns += 1_000_000_000;
+        let third = fs.sample(&[a, b], 3.0, SystemTime::UNIX_EPOCH);
+        assert_eq!(third.channels.len(), per_file);
+        assert!(third.channels.iter().all(|c| c.stage.ends_with("] 10")));
     }
 
     #[test]

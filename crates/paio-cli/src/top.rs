@@ -132,9 +132,6 @@ pub fn frame_of_report(r: &StatusReport, socket: &std::path::Path) -> Frame {
 pub fn frame_of_files(files: &[crate::summary::StatsFile], pattern: &OsString) -> Frame {
     let mut rows = Vec::new();
     for f in files {
-        let exe = std::path::Path::new(&f.exe)
-            .file_name()
-            .map_or_else(|| f.exe.clone(), |n| n.to_string_lossy().into_owned());
         for c in &f.stats.channels {
             let objects: Vec<(String, String, Option<ObjectConfig>)> = c
                 .objects
@@ -143,7 +140,7 @@ pub fn frame_of_files(files: &[crate::summary::StatsFile], pattern: &OsString) -
                 .collect();
             rows.push(Row {
                 key: format!("{}/{}", f.pid, c.name),
-                stage: format!("{}[{}] {}", f.stats.stage, exe, f.pid),
+                stage: f.stage_label(),
                 channel: c.name.clone(),
                 bytes_per_sec: c.counts.bytes_per_sec,
                 ops_per_sec: c.counts.ops_per_sec,

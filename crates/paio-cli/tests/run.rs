@@ -954,6 +954,18 @@ fn status_and_ctl_refuse_a_socket_squatted_by_another_user() {
 /// gives group `group` (label `job`) `rate`; its configuration is written
 /// into `dir`.
 fn static_paiod(dir: &Path, sock: &Path, period: &str, group: &str, rate: &str) -> KillOnDrop {
+    static_paiod_with(dir, sock, period, group, rate, &[])
+}
+
+/// [`static_paiod`] with more arguments for paiod.
+fn static_paiod_with(
+    dir: &Path,
+    sock: &Path,
+    period: &str,
+    group: &str,
+    rate: &str,
+    more: &[&OsStr],
+) -> KillOnDrop {
     let cfg = dir.join("paiod.toml");
     std::fs::write(
         &cfg,
@@ -968,6 +980,7 @@ fn static_paiod(dir: &Path, sock: &Path, period: &str, group: &str, rate: &str) 
             .arg(&cfg)
             .arg("--socket")
             .arg(sock)
+            .args(more)
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
@@ -1642,4 +1655,168 @@ fn progress_lines_while_the_command_runs_and_signals_still_pass() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(Signal::SIGTERM as i32), "{status:?}");
+}
+
+/// The width and height of a PNG file, from its IHDR chunk.
+fn png_size(path: &Path) -> (u32, u32) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(
+        &b[..8],
+        b"\x89PNG\r\n\x1a\n",
+        "{} is not a PNG",
+        path.display()
+    );
+    assert_eq!(&b[12..16], b"IHDR");
+    let be = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+/// `paio run --record`: one line per second with each process's period
+/// once (the periods add up to what dd read), and `paio plot` draws it,
+/// the statistics files, and refuses what it cannot draw, saying why.
+#[test]
+fn record_a_run_and_plot_it() {
+    let lib = real_library();
+    let d = scratch("record");
+    let rec = d.join("run.jsonl");
+    let stats = d.join("s.%p.json");
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .arg("run")
+        .arg("--record")
+        .arg(&rec)
+        .arg("--stats")
+        .arg(&stats)
+        .args(["--limit", "read=4MiB/s", "--"])
+        .args(["dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=200"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let samples = paio_control::record::read(&rec).unwrap();
+    assert!(samples.len() >= 3, "{samples:?}");
+    assert!(samples.windows(2).all(|w| w[0].t_s < w[1].t_s));
+    let reads: Vec<f64> = samples
+        .iter()
+        .flat_map(|s| &s.channels)
+        .filter(|c| c.stage.contains("[dd]") && c.channel == "read")
+        .map(|c| c.bytes_per_sec)
+        .collect();
+    // 12.5 MiB at 4 MiB/s: about three full periods and a short last one,
+    // whose rate counts for a whole second here; a period recorded twice
+    // or left out would be off by a third or more.
+    let mib: f64 = reads.iter().sum::<f64>() / (1024.0 * 1024.0);
+    assert!((10.0..=17.5).contains(&mib), "{mib} MiB from {reads:?}");
+    assert!(
+        reads
+            .iter()
+            .any(|&r| (3.0..=5.0).contains(&(r / 1048576.0))),
+        "{reads:?}"
+    );
+
+    let png = d.join("run.png");
+    let o = paio()
+        .arg("plot")
+        .arg(&rec)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("3 panel(s)"), "{}", stderr(&o));
+    assert_eq!(png_size(&png), (1000, 3 * 300 + 36));
+
+    let totals = d.join("totals.png");
+    let o = paio()
+        .args(["plot", "--stats"])
+        .arg(&stats)
+        .arg("-o")
+        .arg(&totals)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(png_size(&totals).1, 2 * 340 + 36);
+
+    // What it refuses: exit 2, and what to do.
+    let refused = |args: &[&OsStr], says: &str| {
+        let o = paio().arg("plot").args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    };
+    let os = |s: &str| d.join(s).into_os_string();
+    refused(
+        &[rec.as_os_str(), "-o".as_ref(), &os("x.jpg")],
+        "the output is a PNG file",
+    );
+    refused(
+        &[&os("none.jsonl"), "-o".as_ref(), png.as_os_str()],
+        "none.jsonl: No such file",
+    );
+    refused(
+        &[
+            rec.as_os_str(),
+            "--channel".as_ref(),
+            "nope".as_ref(),
+            "-o".as_ref(),
+            png.as_os_str(),
+        ],
+        "no channel matches nope; the recording has: ",
+    );
+    std::fs::write(
+        d.join("bad.json"),
+        r#"{"panels":[{"series":[{"kind":"pie"}]}]}"#,
+    )
+    .unwrap();
+    refused(
+        &[
+            "--figure".as_ref(),
+            &os("bad.json"),
+            "-o".as_ref(),
+            png.as_os_str(),
+        ],
+        "at panels[0].series[0].kind: unknown variant `pie`",
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `paiod --record`: a line per control period with each stage's channels,
+/// and the last lines written when paiod stops.
+#[test]
+fn paiod_records_every_period() {
+    let lib = real_library();
+    let d = scratch("paiod-record");
+    let sock = d.join("paiod.sock");
+    let rec = d.join("paiod.jsonl");
+    let mut daemon = static_paiod_with(
+        &d,
+        &sock,
+        "200ms",
+        "rec",
+        "8MiB/s",
+        &["--record".as_ref(), rec.as_os_str()],
+    );
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .arg("run")
+        .arg("--control")
+        .arg(&sock)
+        // The stage's own limit holds dd until paiod's rule replaces it.
+        .args(["--label", "job=rec", "--limit", "read=8MiB/s", "--"])
+        .args(["dd", "if=/dev/zero", "of=/dev/null", "bs=64k", "count=200"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    kill(Pid::from_raw(daemon.0.id() as i32), Signal::SIGTERM).unwrap();
+    daemon.0.wait().unwrap();
+    let samples = paio_control::record::read(&rec).unwrap();
+    // dd ran for about 1.5 s at 8 MiB/s: several 200 ms periods.
+    assert!(samples.len() >= 5, "{samples:?}");
+    let reads: Vec<f64> = samples
+        .iter()
+        .flat_map(|s| &s.channels)
+        .filter(|c| c.stage.contains("] ") && c.channel == "read")
+        .map(|c| c.bytes_per_sec / 1048576.0)
+        .collect();
+    assert!(reads.iter().any(|&r| r > 4.0), "{reads:?}");
+    assert!(reads.iter().all(|&r| r < 12.0), "{reads:?}");
+    let _ = std::fs::remove_dir_all(&d);
 }

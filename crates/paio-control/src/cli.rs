@@ -42,6 +42,11 @@ pub struct Args {
     /// fields, for log collectors).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Record every stage's channels into FILE after each control period
+    /// (one JSON line per period: bandwidth, wait and latency; truncated
+    /// first), for `paio plot`.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Check the configuration FILE as paiod would load it (the file, its
     /// policy and the connection caps against this process's descriptor
     /// limit), print what it sets up and exit: 0 if paiod would start with

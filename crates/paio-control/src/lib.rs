@@ -17,4 +17,5 @@ pub mod metrics;
 pub mod outbox;
 pub mod peer;
 pub mod policy;
+pub mod record;
 pub mod server;

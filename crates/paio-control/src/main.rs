@@ -73,6 +73,11 @@ fn main() -> anyhow::Result<()> {
             config.collect_timeout,
             limits,
         )));
+        if let Some(path) = &args.record {
+            let r = paio_control::record::Recorder::create(path).context("--record")?;
+            lock(&state).set_recorder(r);
+            tracing::info!("recording every period into {}", path.display());
+        }
         match &args.config {
             Some(path) => {
                 lock(&state).set_config_path(path);

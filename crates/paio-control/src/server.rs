@@ -33,6 +33,7 @@ use crate::loopstats::{self, LoopStats};
 use crate::outbox::{self, Outbox};
 use crate::peer::{self, Escaped};
 use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
+use crate::record::{self, ChannelSample, Recorder, Sample};
 
 /// Errors that stop the daemon from starting.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +113,8 @@ pub struct State {
     proc_sampled: Option<Instant>,
     /// The configuration file and its reloads.
     config: ConfigStatus,
+    /// `--record`: a line per period.
+    recorder: Option<Recorder>,
 }
 
 /// The daemon's shared state, for the metrics endpoint and tests.
@@ -141,6 +144,32 @@ impl State {
             loop_stats: LoopStats::new(period),
             proc_sampled: None,
             config: ConfigStatus::default(),
+            recorder: None,
+        }
+    }
+
+    /// Records every stage's channels into `recorder` after each control
+    /// period from now on (`paiod --record`): paiod's latest figures of
+    /// each stage, one line per period.
+    pub fn set_recorder(&mut self, recorder: Recorder) {
+        self.recorder = Some(recorder);
+    }
+
+    /// Queues the period's line of `--record`, if recording.
+    fn record_period(&mut self) {
+        if self.recorder.is_none() {
+            return;
+        }
+        let report = self.status();
+        let sample = Sample {
+            v: record::VERSION,
+            t_s: report.uptime_s,
+            unix_ms: record::unix_ms(std::time::SystemTime::now()),
+            dropped: 0,
+            channels: ChannelSample::of_report(&report),
+        };
+        if let Some(Err(e)) = self.recorder.as_mut().map(|r| r.record(sample)) {
+            tracing::warn!("--record: {e}; recording stops here");
         }
     }
 
@@ -515,11 +544,14 @@ pub async fn serve(
         _ = shutdown => {}
     }
     // Tell stages we are leaving; they keep their rules and reconnect.
-    let st = lock(&state);
+    let mut st = lock(&state);
     for e in st.stages.values() {
         e.out.send(&Message::Goodbye {
             reason: Some("paiod shutting down".into()),
         });
+    }
+    if let Some(Err(e)) = st.recorder.take().map(Recorder::finish) {
+        tracing::warn!("--record: {e}; the recording stopped before the end");
     }
 }
 
@@ -1252,6 +1284,7 @@ async fn control_loop(state: Shared, period: Duration) {
         let cpu = loopstats::process_cpu_time();
         let mut st = lock(&state);
         st.loop_stats.record(start, work, cpu);
+        st.record_period();
         // A reload changed the period: the next tick is one new period on.
         if st.period != period {
             period = st.period;
