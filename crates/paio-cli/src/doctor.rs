@@ -210,6 +210,15 @@ fn executable(path: &Path, path_env: Option<&OsStr>, out: &mut Vec<Finding>, dep
         }
         exe::Linkage::Static { .. } => unreachable!("static executables have a warning"),
     }
+    if info.imports.iter().any(|i| i.starts_with("mmap")) {
+        out.push(Finding::note(
+            format!(
+                "{p} imports {}: data it reads or writes through mapped files moves by page faults and writeback, which the interposer does not see (it sees only the calls)",
+                info.imports.join(", ")
+            ),
+            "nothing to do if it maps no data files; if it does (fio ioengine=mmap, LMDB-style stores), use its read/write path, or limit it from outside (cgroup io.max)",
+        ));
+    }
     for lib in &info.needed {
         if lib.starts_with("liburing.so") {
             out.push(Finding::problem(

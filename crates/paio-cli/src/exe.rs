@@ -132,7 +132,13 @@ pub struct ExeInfo {
     /// The shared libraries it names (`DT_NEEDED`), in order; empty for
     /// static executables, scripts and unknown files.
     pub needed: Vec<String>,
+    /// The functions of [`WATCHED_IMPORTS`] it imports (undefined symbols
+    /// of its `.dynsym`), in that order.
+    pub imports: Vec<&'static str>,
 }
+
+/// Imported functions [`inspect`] reports: file I/O through mapped memory.
+pub const WATCHED_IMPORTS: [&str; 3] = ["mmap", "mmap64", "msync"];
 
 impl ExeInfo {
     /// The one-line warning to print for this executable, if any (without
@@ -251,6 +257,7 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
             linkage: Linkage::Script(String::from_utf8_lossy(line).trim().to_string()),
             go: false,
             needed: Vec::new(),
+            imports: Vec::new(),
         });
     }
     if n < 52 || !head.starts_with(b"\x7fELF") {
@@ -258,6 +265,7 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
             linkage: Linkage::Unknown,
             go: false,
             needed: Vec::new(),
+            imports: Vec::new(),
         });
     }
     let is64 = match head[4] {
@@ -326,9 +334,15 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
             _ => {}
         }
     }
+    let sections = Sections {
+        off: shoff,
+        entsize: shentsize,
+        num: shnum,
+    };
     if !go {
-        go = has_go_section(&mut elf, shoff, shentsize, shnum, shstrndx).unwrap_or(false);
+        go = has_go_section(&mut elf, &sections, shstrndx).unwrap_or(false);
     }
+    let imports = imported(&mut elf, &sections).unwrap_or_default();
     let needed = match dynamic {
         Some((offset, size)) if interp.is_some() => {
             needed_libraries(&mut elf, offset, size, &loads).unwrap_or_default()
@@ -345,6 +359,7 @@ pub fn inspect(path: &Path) -> io::Result<ExeInfo> {
         linkage,
         go,
         needed,
+        imports,
     })
 }
 
@@ -398,53 +413,106 @@ fn needed_libraries(
         .collect())
 }
 
-fn has_go_section(
-    elf: &mut Elf,
-    shoff: u64,
-    shentsize: u64,
-    shnum: u64,
-    shstrndx: u64,
-) -> io::Result<bool> {
+/// Where the section headers are.
+struct Sections {
+    off: u64,
+    entsize: u64,
+    num: u64,
+}
+
+/// A section header: (name offset, type, file offset, size, link).
+type Shdr = (u32, u32, u64, u64, u32);
+
+/// The section headers, if the file has usable ones.
+fn section_headers(elf: &mut Elf, s: &Sections) -> io::Result<Option<Vec<Shdr>>> {
     let min_sh = if elf.is64 { 64 } else { 40 };
-    if shoff == 0 || shnum == 0 || shentsize < min_sh || shstrndx >= shnum {
-        return Ok(false);
+    if s.off == 0 || s.num == 0 || s.entsize < min_sh {
+        return Ok(None);
     }
-    let shdrs = elf.read_at(shoff, shentsize * shnum)?;
-    let sh = |i: u64| &shdrs[(i * shentsize) as usize..];
-    // (name offset, type, file offset, size) of section header `h`.
-    let fields = |elf: &Elf, h: &[u8]| {
-        if elf.is64 {
-            (
-                elf.u32(h),
-                elf.u32(&h[4..]),
-                elf.word(&h[24..]),
-                elf.word(&h[32..]),
-            )
-        } else {
-            (
-                elf.u32(h),
-                elf.u32(&h[4..]),
-                elf.word(&h[16..]),
-                elf.word(&h[20..]),
-            )
-        }
+    let raw = elf.read_at(s.off, s.entsize * s.num)?;
+    Ok(Some(
+        (0..s.num)
+            .map(|i| {
+                let h = &raw[(i * s.entsize) as usize..];
+                if elf.is64 {
+                    (
+                        elf.u32(h),
+                        elf.u32(&h[4..]),
+                        elf.word(&h[24..]),
+                        elf.word(&h[32..]),
+                        elf.u32(&h[40..]),
+                    )
+                } else {
+                    (
+                        elf.u32(h),
+                        elf.u32(&h[4..]),
+                        elf.word(&h[16..]),
+                        elf.word(&h[20..]),
+                        elf.u32(&h[24..]),
+                    )
+                }
+            })
+            .collect(),
+    ))
+}
+
+/// The NUL-terminated string at `off` of `table`.
+fn cstr(table: &[u8], off: u64) -> &[u8] {
+    table
+        .get(off as usize..)
+        .and_then(|s| s.split(|&b| b == 0).next())
+        .unwrap_or_default()
+}
+
+fn has_go_section(elf: &mut Elf, s: &Sections, shstrndx: u64) -> io::Result<bool> {
+    let Some(shdrs) = section_headers(elf, s)? else {
+        return Ok(false);
     };
-    let (_, strtype, stroff, strsize) = fields(elf, sh(shstrndx));
+    let Some(&(_, strtype, stroff, strsize, _)) = shdrs.get(shstrndx as usize) else {
+        return Ok(false);
+    };
     if strtype == SHT_NOBITS {
         return Ok(false);
     }
     let names = elf.read_at(stroff, strsize)?;
-    for i in 0..shnum {
-        let (name, _, _, _) = fields(elf, sh(i));
-        let name = names
-            .get(name as usize..)
-            .and_then(|s| s.split(|&b| b == 0).next())
-            .unwrap_or_default();
-        if name == b".go.buildinfo" || name == b".note.go.buildid" {
-            return Ok(true);
+    Ok(shdrs.iter().any(|h| {
+        let name = cstr(&names, h.0 as u64);
+        name == b".go.buildinfo" || name == b".note.go.buildid"
+    }))
+}
+
+/// The [`WATCHED_IMPORTS`] among the undefined symbols of `.dynsym`.
+fn imported(elf: &mut Elf, s: &Sections) -> io::Result<Vec<&'static str>> {
+    const SHT_DYNSYM: u32 = 11;
+    let Some(shdrs) = section_headers(elf, s)? else {
+        return Ok(Vec::new());
+    };
+    let Some(&(_, _, symoff, symsize, link)) = shdrs.iter().find(|h| h.1 == SHT_DYNSYM) else {
+        return Ok(Vec::new());
+    };
+    let Some(&(_, _, stroff, strsize, _)) = shdrs.get(link as usize) else {
+        return Ok(Vec::new());
+    };
+    let syms = elf.read_at(symoff, symsize)?;
+    let names = elf.read_at(stroff, strsize)?;
+    // st_name (4 bytes) and st_shndx: at 6 in Elf64_Sym (24 bytes), at 14
+    // in Elf32_Sym (16 bytes); index 0 is SHN_UNDEF.
+    let (size, shndx) = if elf.is64 { (24, 6) } else { (16, 14) };
+    let mut found = [false; WATCHED_IMPORTS.len()];
+    for sym in syms.chunks_exact(size) {
+        if elf.u16(&sym[shndx..]) != 0 {
+            continue;
+        }
+        let name = cstr(&names, elf.u32(sym) as u64);
+        if let Some(i) = WATCHED_IMPORTS.iter().position(|w| w.as_bytes() == name) {
+            found[i] = true;
         }
     }
-    Ok(false)
+    Ok(WATCHED_IMPORTS
+        .iter()
+        .zip(found)
+        .filter_map(|(w, f)| f.then_some(*w))
+        .collect())
 }
 
 fn read_up_to(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
@@ -511,6 +579,9 @@ mod tests {
         // Debian's fio links libaio (make setup installs fio).
         let info = inspect(Path::new("/usr/bin/fio")).unwrap();
         assert!(info.needed.iter().any(|n| n == "libaio.so.1"), "{info:?}");
+        // fio's mmap engine: it imports mmap64 and msync; dd neither.
+        assert_eq!(info.imports, ["mmap64", "msync"]);
+        assert!(inspect(Path::new("/bin/dd")).unwrap().imports.is_empty());
         let dir = tempfile::tempdir().unwrap();
         let bin = static_binary(dir.path());
         assert!(inspect(&bin).unwrap().needed.is_empty());
