@@ -599,11 +599,11 @@ fn plot(a: PlotArgs) -> Result<i32, Failure> {
                 left.dropped
             ));
         }
-        let span = samples.last().map_or(0.0, |s| s.t_s) - samples[0].t_s;
+        let (first, last) = (samples[0].t_s, samples.last().map_or(0.0, |s| s.t_s));
         (
             f,
             format!(
-                "{} channel(s), {} samples over {span:.0} s",
+                "{} channel(s), {} samples from {first:.0} s to {last:.0} s",
                 left.plotted,
                 samples.len()
             ),

@@ -517,6 +517,15 @@ fn ranges(p: &Panel) -> (std::ops::Range<f64>, std::ops::Range<f64>) {
     (x_lo..x_hi, y_lo..y_hi)
 }
 
+/// `v` rounded to three significant digits (15848.9 → 15800).
+fn significant(v: f64) -> f64 {
+    if v == 0.0 || !v.is_finite() {
+        return v;
+    }
+    let scale = 10f64.powi(2 - v.abs().log10().floor() as i32);
+    (v * scale).round() / scale
+}
+
 /// A number on an axis: 1234 → `1234`, 0.25 → `0.25`, 1.5e-5 → `1.5e-5`.
 fn tick(v: f64) -> String {
     let a = v.abs();
@@ -577,11 +586,24 @@ fn check(figure: &Figure) -> Result<(u32, u32), PlotError> {
         }
     }
     let (cols, rows) = grid(figure);
-    Ok((
-        figure.panel_width * cols as u32,
-        figure.panel_height * rows as u32 + title_height(figure),
-    ))
+    let (w, h) = (
+        figure.panel_width as u64 * cols as u64,
+        figure.panel_height as u64 * rows as u64 + title_height(figure) as u64,
+    );
+    if w > MAX_SIDE || h > MAX_SIDE || w * h > MAX_PIXELS {
+        return Err(PlotError::Figure(format!(
+            "{} panels in {cols} column(s) make a {w}x{h} image: at most {MAX_SIDE} pixels a \
+             side and {MAX_PIXELS} in all; use fewer panels or smaller ones",
+            figure.panels.len()
+        )));
+    }
+    Ok((w as u32, h as u32))
 }
+
+/// The longest side of a figure, in pixels.
+pub const MAX_SIDE: u64 = 16_384;
+/// The most pixels of a figure (192 MB of RGB while it is drawn).
+pub const MAX_PIXELS: u64 = 64 << 20;
 
 fn grid(figure: &Figure) -> (usize, usize) {
     let cols = figure.columns.min(figure.panels.len());
@@ -680,6 +702,9 @@ fn draw_panel(p: &Panel, cell: &Area<'_>) -> Result<(), Box<dyn std::error::Erro
         .build_cartesian_2d(xr.clone(), yr.clone())?;
     let (x_log, y_log) = (p.x_log, p.y_log);
     let categories = &p.categories;
+    // A log axis gets about one label a decade, so they fall on powers of
+    // ten, written with three significant digits at most.
+    let decades = |r: &std::ops::Range<f64>| ((r.end - r.start).ceil() as usize + 1).clamp(2, 12);
     let x_fmt = move |v: &f64| {
         if !categories.is_empty() {
             let i = v.round();
@@ -689,9 +714,19 @@ fn draw_panel(p: &Panel, cell: &Area<'_>) -> Result<(), Box<dyn std::error::Erro
                 String::new()
             };
         }
-        tick(if x_log { 10f64.powf(*v) } else { *v })
+        if x_log {
+            tick(significant(10f64.powf(*v)))
+        } else {
+            tick(*v)
+        }
     };
-    let y_fmt = move |v: &f64| tick(if y_log { 10f64.powf(*v) } else { *v });
+    let y_fmt = move |v: &f64| {
+        if y_log {
+            tick(significant(10f64.powf(*v)))
+        } else {
+            tick(*v)
+        }
+    };
     let mut mesh = chart.configure_mesh();
     mesh.x_desc(p.x_label.as_str())
         .y_desc(p.y_label.as_str())
@@ -701,6 +736,11 @@ fn draw_panel(p: &Panel, cell: &Area<'_>) -> Result<(), Box<dyn std::error::Erro
         .label_style(("sans-serif", 12));
     if !p.categories.is_empty() {
         mesh.x_labels(p.categories.len() + 1);
+    } else if x_log {
+        mesh.x_labels(decades(&xr));
+    }
+    if y_log {
+        mesh.y_labels(decades(&yr));
     }
     mesh.draw()?;
     for (i, s) in p.series.iter().enumerate() {
@@ -765,7 +805,13 @@ fn steps(run: &[(f64, f64)]) -> Vec<(f64, f64)> {
 pub fn read_figure(path: &Path) -> Result<Figure, PlotError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| PlotError::Figure(format!("{}: {e}", path.display())))?;
-    let de = &mut serde_json::Deserializer::from_str(&text);
+    parse_figure(&text, path)
+}
+
+/// Parses a figure's JSON text, as [`read_figure`]; `path` is named in
+/// errors.
+pub fn parse_figure(text: &str, path: &Path) -> Result<Figure, PlotError> {
+    let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         PlotError::Figure(format!(
             "{}: at {}: {} (the format is `paio plot --figure`'s, docs/cli.md)",
@@ -901,6 +947,8 @@ mod tests {
         assert_eq!(tick(0.25), "0.25");
         assert_eq!(tick(2.0e-5), "2.0e-5");
         assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(significant(10f64.powf(4.2))), "15800");
+        assert_eq!(tick(significant(10f64.powf(2.0))), "100");
     }
 
     /// Draws for real (with the system font, as `paio plot` does) and
@@ -973,6 +1021,34 @@ mod tests {
         assert!(!rows.is_empty() && rows.len() <= 4, "{rows:?}");
         let mid = rows[rows.len() / 2];
         assert!((120..=170).contains(&mid), "{mid}");
+    }
+
+    /// The JSON blocks of docs/cli.md's `paio plot` section: the
+    /// recording line reads back, the figure draws.
+    #[test]
+    fn the_documented_examples_work() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/cli.md"))
+                .unwrap();
+        let section = &doc[doc.find("## `paio plot`").unwrap()..];
+        let blocks: Vec<&str> = section
+            .split("```json\n")
+            .skip(1)
+            .map(|b| &b[..b.find("```").unwrap()])
+            .collect();
+        assert_eq!(blocks.len(), 2, "a recording line and a figure");
+        let dir = tempfile::tempdir().unwrap();
+        let rec = dir.path().join("r.jsonl");
+        std::fs::write(&rec, blocks[0]).unwrap();
+        let s = paio_control::record::read(&rec).unwrap();
+        assert_eq!(s[0].channels[0].latency.p99_ns, 5127);
+        let fig = dir.path().join("f.json");
+        std::fs::write(&fig, blocks[1]).unwrap();
+        let f = read_figure(&fig).unwrap();
+        assert_eq!((f.columns, f.panels.len()), (2, 2));
+        load_font(None).unwrap();
+        let (w, h, _) = render_rgb(&f).unwrap();
+        assert_eq!((w, h), (1200, 336));
     }
 
     #[test]

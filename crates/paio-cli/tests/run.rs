@@ -1531,6 +1531,11 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
         out.contains("note: /usr/bin/fio links libaio.so.1"),
         "{out}"
     );
+    assert!(
+        out.contains("note: /usr/bin/fio imports mmap64, msync: data it reads or writes through mapped files"),
+        "{out}"
+    );
+    assert!(!out.contains("dd imports"), "{out}");
 
     let stat = cc(&d, "static", "int main(void) { return 0; }\n", &["-static"]);
     let (code, out) = doctor(&[&os("--"), stat.as_os_str()]);

@@ -12,7 +12,7 @@
 //! counted twice.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::SystemTime;
@@ -226,12 +226,19 @@ fn write_all(path: &Path, file: File, rx: Receiver<Sample>) -> Result<(), Record
 /// Reads a recording. An empty last line (a run cut short while writing
 /// it) is ignored; any other bad line is an error naming its number.
 pub fn read(path: &Path) -> Result<Vec<Sample>, RecordError> {
-    let io = |source| RecordError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let reader = BufReader::new(File::open(path).map_err(io)?);
-    let lines: Vec<String> = reader.lines().collect::<Result<_, _>>().map_err(io)?;
+    let mut text = String::new();
+    File::open(path)
+        .and_then(|f| BufReader::new(f).read_to_string(&mut text))
+        .map_err(|source| RecordError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    parse(&text, path)
+}
+
+/// Parses the text of a recording, as [`read`]; `path` is named in errors.
+pub fn parse(text: &str, path: &Path) -> Result<Vec<Sample>, RecordError> {
+    let lines: Vec<&str> = text.lines().collect();
     let mut samples = Vec::with_capacity(lines.len());
     let last = lines.len();
     for (i, text) in lines.iter().enumerate() {
