@@ -87,7 +87,7 @@ test-loom:
 test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
-test-python:
+test-python: release-bins
 	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,

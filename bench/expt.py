@@ -229,6 +229,24 @@ def finish(out, header, rows, fields, table, plot=None):
         print(plot())
 
 
+def plot(figure, png, bin_dir=None):
+    """Draws `figure` into the PNG file `png` with `paio plot --figure`
+    (the figure format: docs/cli.md, "paio plot"), keeping the figure
+    beside it as PNG.figure.json so that it can be drawn again; returns
+    `png`.  A y of None breaks a line (JSON has no NaN)."""
+    png = Path(png)
+    paio = Path(bin_dir or REPO / "target/release") / "paio"
+    if not paio.is_file():
+        raise ExperimentError(f"{paio} not found: build with `make release-bins`")
+    spec = png.with_suffix(".figure.json")
+    spec.write_text(json.dumps(figure, indent=1, allow_nan=False))
+    r = subprocess.run([str(paio), "plot", "--figure", str(spec), "-o", str(png)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ExperimentError(f"paio plot --figure {spec}: {r.stderr.strip()}")
+    return png
+
+
 def _sigterm(signum, frame):
     raise KeyboardInterrupt
 

@@ -37,9 +37,9 @@ if [ $((${#missing[@]} + ${#missing_alone[@]})) -gt 0 ]; then
   [ ${#missing_alone[@]} -eq 0 ] || $SUDO apt-get install -y -qq --no-install-recommends "${missing_alone[@]}"
 fi
 
-# Python modules: pytest runs the experiment drivers' tests; matplotlib draws
-# the experiments' plots (bench/bandwidth/requirements.txt).
-for mod in pytest matplotlib; do
+# Python modules: pytest runs the experiment drivers' tests (their plots are
+# drawn by `paio plot`).
+for mod in pytest; do
   if ! python3 -c "import $mod" 2>/dev/null; then
     echo "setup: installing the Python module $mod"
     # pip first (a user or pyenv Python); Debian's own package for the

@@ -11,7 +11,7 @@ share one cgroup-v1 blkio throttle of MaxB on the data disk.  Three setups:
             instance under `paio run --label job=I<n>` with PAIO_CONTROL set
 
 Bandwidth is measured by fio itself (write_bw_log, log_avg_msec=1000), not by
-paio.  See bench/bandwidth/README.md.  Stdlib + matplotlib only.
+paio.  See bench/bandwidth/README.md.  Stdlib only; plots through `paio plot`.
 """
 
 import argparse
@@ -218,46 +218,49 @@ def read_csv(path):
 # ------------------------------------------------------------------ plotting
 
 
-def require_matplotlib():
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise DriverError(
-            "matplotlib is not installed; install it with:\n"
-            f"    python3 -m pip install -r {REPO / 'bench/bandwidth/requirements.txt'}\n"
-            "(or pass --no-plot)")
+INSTANCE_COLORS = {"I1": "blue", "I2": "orange", "I3": "green", "I4": "red"}
+# Colours of instances with other names, in turn (paio plot's palette).
+OTHER_COLORS = ("purple", "brown", "pink", "olive", "cyan", "grey")
 
 
-def plot(path, rows, runs, maxb):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figure(rows, runs, maxb):
+    """The figure of `plot` (paio plot's format, bench/expt.py): a panel per
+    setup with each instance's 1 s read bandwidth, its guarantee (dashed,
+    from its start to its end, in its colour) and MaxB (dotted black)."""
     setups = list(runs)
-    fig, axes = plt.subplots(len(setups), 1, figsize=(10, 3.2 * len(setups)),
-                             sharex=True, squeeze=False)
-    colors = {"I1": "tab:blue", "I2": "tab:orange", "I3": "tab:green", "I4": "tab:red"}
-    for ax, setup in zip(axes[:, 0], setups):
+    ends = [r["end_s"] for s in setups for r in runs[s].values()]
+    ends += [float(r["time_s"]) for r in rows]
+    x_max = max(ends, default=1.0)
+    colors = dict(INSTANCE_COLORS)
+    panels = []
+    for k, setup in enumerate(setups):
+        series = []
         for name, run in runs[setup].items():
-            pts = sorted((r["time_s"], r["MiB_per_s"]) for r in rows
+            if name not in colors:
+                colors[name] = OTHER_COLORS[(len(colors) - len(INSTANCE_COLORS)) % len(OTHER_COLORS)]
+            c = colors[name]
+            pts = sorted((float(r["time_s"]), float(r["MiB_per_s"])) for r in rows
                          if r["setup"] == setup and r["instance"] == name)
-            c = colors.get(name)
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=c, lw=1.2,
-                        label=f"{name} ({run['guarantee']:g} MiB/s)")
-            ax.hlines(run["guarantee"], run["start_s"], run["end_s"], colors=c,
-                      linestyles="dashed", lw=0.9)
-        ax.axhline(maxb, color="black", ls=":", lw=1, label=f"MaxB {maxb:g} MiB/s")
+                series.append({"label": f"{name} ({run['guarantee']:g} MiB/s)", "kind": "line",
+                               "color": c, "width": 1.5, "points": [list(p) for p in pts]})
+            series.append({"label": "", "kind": "line", "dash": "dashed", "color": c, "width": 1,
+                           "points": [[run["start_s"], run["guarantee"]],
+                                      [run["end_s"], run["guarantee"]]]})
+        series.append({"label": f"MaxB {maxb:g} MiB/s", "kind": "line", "dash": "dotted",
+                       "color": "black", "width": 1, "points": [[0.0, maxb], [x_max, maxb]]})
         ms = max(r["end_s"] for r in runs[setup].values())
-        ax.set_title(f"{setup} (makespan {ms:.0f} s)", fontsize=10)
-        ax.set_ylabel("MiB/s")
-        ax.set_ylim(0, maxb * 1.15)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right", ncol=5)
-    axes[-1, 0].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        panels.append({"title": f"{setup} (makespan {ms:.0f} s)",
+                       "x_label": "time (s)" if k == len(setups) - 1 else "",
+                       "y_label": "MiB/s", "x_min": 0.0, "x_max": x_max,
+                       "y_min": 0.0, "y_max": maxb * 1.15, "series": series})
+    return {"title": "", "columns": 1, "panel_width": 1200, "panel_height": 360,
+            "panels": panels}
+
+
+def plot(path, rows, runs, maxb, bin_dir=None):
+    """Draws `figure` into the PNG `path` with `paio plot` (of `bin_dir`)."""
+    return expt.plot(figure(rows, runs, maxb), path, bin_dir)
 
 
 # ------------------------------------------------------------------- machine
@@ -571,7 +574,7 @@ def parse_args(argv):
     return args
 
 
-def report(out, rows, runs, maxb, no_plot):
+def report(out, rows, runs, maxb, no_plot, bin_dir=None):
     table = compute_table(rows, runs, maxb)
     md = format_table(table)
     (out / "table.md").write_text(
@@ -581,7 +584,7 @@ def report(out, rows, runs, maxb, no_plot):
         "last second.\n\n" + md)
     print("\n" + md, flush=True)
     if not no_plot:
-        plot(out / "bandwidth.png", rows, runs, maxb)
+        plot(out / "bandwidth.png", rows, runs, maxb, bin_dir)
         print(f"plot: {out / 'bandwidth.png'}")
     print(f"table: {out / 'table.md'}\ncsv: {out / 'bandwidth.csv'}", flush=True)
     return table
@@ -590,11 +593,10 @@ def report(out, rows, runs, maxb, no_plot):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     out = Path(args.out)
-    if not args.no_plot:
-        require_matplotlib()
     if args.report_only:
         meta = json.loads((out / "runs.json").read_text())
-        report(out, read_csv(out / "bandwidth.csv"), meta["runs"], meta["maxb"], args.no_plot)
+        report(out, read_csv(out / "bandwidth.csv"), meta["runs"], meta["maxb"], args.no_plot,
+               args.bin_dir)
         return 0
 
     for tool in ("fio",):
@@ -674,7 +676,7 @@ def main(argv=None):
         write_csv(out / "bandwidth.csv", all_rows)
         (out / "runs.json").write_text(json.dumps(
             {"maxb": maxb, "factor": args.factor, "runs": all_runs, "extra": extras}, indent=1))
-        report(out, all_rows, all_runs, maxb, args.no_plot)
+        report(out, all_rows, all_runs, maxb, args.no_plot, bin_dir)
     print(f"total {time.monotonic() - t_start:.0f} s; results in {out}", flush=True)
     if err:
         raise DriverError(err)

@@ -4,6 +4,7 @@ Run with `python3 -m pytest bench/bandwidth`.
 """
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,60 @@ def test_paiod_config_has_the_interface_fields():
     assert 'max_bandwidth = "204.8MiB/s"' in cfg
     assert 'kind = "max_min"' in cfg and 'group_by = "job"' in cfg and "calibrate = true" in cfg
     assert cfg.count("[[policy.group]]") == 4 and 'demand = "70MiB/s"' in cfg
+
+
+# ---------------------------------------------------------------- the plot
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def plot_input():
+    """Two setups, two instances, MaxB 100."""
+    runs = {"baseline": {"I1": {"guarantee": 30.0, "start_s": 0.0, "end_s": 4.0},
+                         "I2": {"guarantee": 40.0, "start_s": 1.0, "end_s": 3.5}},
+            "paio": {"I1": {"guarantee": 30.0, "start_s": 0.0, "end_s": 5.0},
+                     "I2": {"guarantee": 40.0, "start_s": 1.0, "end_s": 6.0}}}
+    rows = (rows_for("baseline", "I1", 0.0, [60.0, 50.0, 55.0])
+            + rows_for("baseline", "I2", 1.0, [45.0, 41.0])
+            + rows_for("paio", "I1", 0.0, [30.0, 31.0, 29.0, 30.0])
+            + rows_for("paio", "I2", 1.0, [70.0, 69.0, 71.0, 70.0, 68.0]))
+    return rows[::-1], runs, 100.0  # out of order: the figure sorts by time
+
+
+def test_figure_has_a_panel_per_setup_with_bandwidth_guarantees_and_maxb():
+    rows, runs, maxb = plot_input()
+    fig = run.figure(rows, runs, maxb)
+    json.dumps(fig, allow_nan=False)
+    assert [p["title"] for p in fig["panels"]] == ["baseline (makespan 4 s)", "paio (makespan 6 s)"]
+    base, paio = fig["panels"]
+    assert (base["y_min"], base["y_max"]) == (0.0, pytest.approx(115.0))
+    assert base["x_max"] == paio["x_max"] == 6.0  # one time axis for all setups
+    assert paio["x_label"] == "time (s)" and base["x_label"] == ""
+    i1, g1, i2, g2, top = base["series"]
+    assert i1["label"] == "I1 (30 MiB/s)" and i1["color"] == "blue" and i1["kind"] == "line"
+    assert i1["points"] == [[1.0, 60.0], [2.0, 50.0], [3.0, 55.0]]
+    assert i2["points"] == [[2.0, 45.0], [3.0, 41.0]] and i2["color"] == "orange"
+    # The guarantee: dashed, the instance's colour, from its start to its end, no legend.
+    assert g2 == {"label": "", "kind": "line", "dash": "dashed", "color": "orange", "width": 1,
+                  "points": [[1.0, 40.0], [3.5, 40.0]]}
+    assert g1["points"] == [[0.0, 30.0], [4.0, 30.0]] and g1["color"] == "blue"
+    assert top["label"] == "MaxB 100 MiB/s" and top["dash"] == "dotted" and top["color"] == "black"
+    assert top["points"] == [[0.0, 100.0], [6.0, 100.0]]
+    assert paio["series"][2]["points"][-1] == [6.0, 68.0]
+
+
+def test_figure_keeps_the_guarantee_of_an_instance_without_samples():
+    runs = {"static": {"I3": {"guarantee": 60.0, "start_s": 2.0, "end_s": 9.0}}}
+    fig = run.figure([], runs, 200.0)
+    g, top = fig["panels"][0]["series"]
+    assert g["points"] == [[2.0, 60.0], [9.0, 60.0]] and g["color"] == "green"
+    assert top["points"] == [[0.0, 200.0], [9.0, 200.0]]
+
+
+def test_plot_draws_a_png_with_paio_plot(tmp_path):
+    rows, runs, maxb = plot_input()
+    png = run.plot(tmp_path / "bandwidth.png", rows, runs, maxb)
+    assert png == tmp_path / "bandwidth.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    assert json.loads((tmp_path / "bandwidth.figure.json").read_text()) == run.figure(rows, runs, maxb)

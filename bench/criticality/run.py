@@ -29,8 +29,8 @@ Setups, interleaved and rotated per round:
 
 For each setup and round the background also runs alone, for its
 throughput without critical work.  Results in bench/results/criticality/.
-Stdlib + matplotlib.  Run as root (the scheduler switch); the scheduler is
-restored on exit, SIGINT and errors.
+Stdlib; plots through `paio plot`.  Run as root (the scheduler switch); the
+scheduler is restored on exit, SIGINT and errors.
 """
 
 import argparse
@@ -358,52 +358,81 @@ class Run:
             self.stop_paiod(paiod)
 
 
-def plot(out, rows):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+# The colour of each setup, the same in every panel and plot.
+SETUP_COLORS = dict(zip(ALL_SETUPS, ("blue", "orange", "green", "red", "purple", "brown")))
+
+
+def latency_cdf_figure(rows):
+    """The latency CDF plot (`paio plot --figure`): a panel per workload,
+    a line per setup through the percentiles of its round with the median
+    p99.9 (latency on a log x axis, percentile on y), dots at the points."""
     workloads = sorted({r["workload"] for r in rows})
-    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4.5), squeeze=False)
-    for ax, w in zip(axes[0], workloads):
+    panels = []
+    for w in workloads:
+        series, dots = [], []
         for setup in ALL_SETUPS:
             rs = [r for r in rows if r["workload"] == w and r["setup"] == setup]
             if not rs:
                 continue
             # The round with the median p99.9.
             r = sorted(rs, key=lambda r: r["p999_us"])[len(rs) // 2]
-            pts = sorted(r["percentiles"].items())
-            ax.plot([v for _, v in pts], [p for p, _ in pts], marker=".", label=setup)
-        ax.set_xscale("log")
-        ax.set_xlabel("latency (µs, log)")
-        ax.set_ylabel("percentile")
-        ax.set_title(f"critical {w}: latency CDF (median round)")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "latency-cdf.png", dpi=110)
-    plt.close(fig)
-    # Per-second background throughput of round 0's fio workload per setup.
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    for setup in ALL_SETUPS:
-        logs = sorted((out / "raw").glob(f"r0-{setup}-fio_bw.*.log"))
+            # runs.json has the percentiles' keys as strings.
+            pts = sorted((float(p), v) for p, v in r["percentiles"].items())
+            points = [[v, p] for p, v in pts]
+            color = SETUP_COLORS[setup]
+            series.append({"label": setup, "kind": "line", "color": color, "points": points})
+            dots.append({"label": "", "kind": "points", "color": color, "points": points})
+        panels.append({
+            "title": f"critical {w}: latency CDF (median round)",
+            "x_label": "latency (µs, log)", "y_label": "percentile",
+            "x_log": True, "y_min": 0, "y_max": 100,
+            "series": series + dots,
+        })
+    return {"columns": max(1, len(workloads)), "panel_width": 660, "panel_height": 495,
+            "panels": panels}
+
+
+def background_per_second(raw, setups=ALL_SETUPS):
+    """{setup: {second: MiB/s}} of the background fio in round 0's fio
+    workload, from its bandwidth logs in `raw` (KiB/s per job and second,
+    summed over jobs); setups without logs are left out."""
+    out = {}
+    for setup in setups:
         per_s = {}
-        for log in logs:
+        for log in sorted(Path(raw).glob(f"r0-{setup}-fio_bw.*.log")):
             for line in log.read_text().splitlines():
                 parts = [x.strip() for x in line.split(",")]
                 if len(parts) >= 2:
                     sec = int(parts[0]) // 1000
                     per_s[sec] = per_s.get(sec, 0.0) + int(parts[1]) / 1024.0
         if per_s:
-            xs = sorted(per_s)
-            ax.plot(xs, [per_s[x] for x in xs], label=setup)
-    ax.set_xlabel("s")
-    ax.set_ylabel("background MiB/s (fio)")
-    ax.set_title("background throughput per second (round 0, critical fio from the lead)")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "background-throughput.png", dpi=110)
-    plt.close(fig)
+            out[setup] = per_s
+    return out
+
+
+def background_figure(per_s):
+    """The background throughput plot (`paio plot --figure`) of
+    `background_per_second`'s {setup: {second: MiB/s}}: a line per setup."""
+    series = [{"label": setup, "kind": "line", "color": SETUP_COLORS[setup],
+               "points": [[x, per_s[setup][x]] for x in sorted(per_s[setup])]}
+              for setup in ALL_SETUPS if per_s.get(setup)]
+    return {"panel_width": 990, "panel_height": 495, "panels": [{
+        "title": "background throughput per second (round 0, critical fio from the lead)",
+        "x_label": "s", "y_label": "background MiB/s (fio)",
+        "series": series,
+    }]}
+
+
+def plot(out, rows, bin_dir=None):
+    """OUT/latency-cdf.png, and OUT/background-throughput.png when
+    OUT/raw has round 0's fio bandwidth logs; the paths written."""
+    out = Path(out)
+    written = [expt.plot(latency_cdf_figure(rows), out / "latency-cdf.png", bin_dir)]
+    per_s = background_per_second(out / "raw")
+    if per_s:
+        written.append(expt.plot(background_figure(per_s),
+                                 out / "background-throughput.png", bin_dir))
+    return written
 
 
 def parse_args(argv):
@@ -493,8 +522,7 @@ def main(argv=None):
               "bg_mib", "bg_alone_mib"]
 
     def plots():
-        plot(out, rows)
-        return f"plots: {out / 'latency-cdf.png'}, {out / 'background-throughput.png'}"
+        return "plots: " + ", ".join(str(p) for p in plot(out, rows, args.bin_dir))
 
     expt.finish(out, header, rows, fields, markdown(summarize(rows)),
                 None if args.no_plot else plots)

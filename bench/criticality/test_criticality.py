@@ -1,6 +1,7 @@
-"""Tests of bench/criticality/run.py's parsing and summary (no I/O)."""
+"""Tests of bench/criticality/run.py's parsing, summary and plots."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,71 @@ def test_stages_that_left_counts_paiod_log_lines():
            "2026-11-24T21:20:35Z  INFO paiod: shutting down\n")
     assert run.stages_that_left(log) == 2
     assert run.stages_that_left("2026 INFO paiod: shutting down\n") == 0
+
+
+def cdf_row(setup, workload, p999, pct, rnd=0):
+    return {"round": rnd, "setup": setup, "workload": workload, "p999_us": p999,
+            "percentiles": pct}
+
+
+# As in runs.json: the percentiles' keys are strings there.
+CDF_ROWS = [
+    cdf_row("vanilla", "fio", 300, {"50.0": 100, "99.9": 300, "99.0": 200}, 0),
+    cdf_row("vanilla", "fio", 900, {"50.0": 110, "99.9": 900, "99.0": 500}, 1),
+    cdf_row("vanilla", "fio", 600, {"50.0": 105, "99.9": 600, "99.0": 400}, 2),
+    cdf_row("paio", "fio", 80, {50.0: 40, 99.0: 60, 99.9: 80}),
+    cdf_row("paio", "sqlite", 9000, {"10.0": 1000, "5.0": 900, "99.9": 9000}),
+]
+
+
+def test_latency_cdf_figure_has_a_panel_per_workload_and_the_median_round():
+    fig = run.latency_cdf_figure(CDF_ROWS)
+    assert fig["columns"] == 2
+    assert [p["title"] for p in fig["panels"]] == [
+        "critical fio: latency CDF (median round)", "critical sqlite: latency CDF (median round)"]
+    fio, sqlite = fig["panels"]
+    assert fio["x_log"] and not fio.get("y_log")
+    assert (fio["y_min"], fio["y_max"]) == (0, 100)
+    lines = [s for s in fio["series"] if s["kind"] == "line"]
+    # Setups in ALL_SETUPS order, each its own colour.
+    assert [(s["label"], s["color"]) for s in lines] == [("vanilla", "blue"), ("paio", "purple")]
+    # vanilla: round 2 (p99.9 600, the median of 300, 600, 900); points
+    # [latency, percentile] in percentile order.
+    assert lines[0]["points"] == [[105, 50.0], [400, 99.0], [600, 99.9]]
+    assert lines[1]["points"] == [[40, 50.0], [60, 99.0], [80, 99.9]]
+    # The dots at the same points, without a legend entry.
+    dots = [s for s in fio["series"] if s["kind"] == "points"]
+    assert [(s["label"], s["color"], s["points"]) for s in dots] == [
+        ("", "blue", lines[0]["points"]), ("", "purple", lines[1]["points"])]
+    # Percentile order is numeric, not the strings' ("10.0" < "5.0").
+    assert sqlite["series"][0]["points"] == [[900, 5.0], [1000, 10.0], [9000, 99.9]]
+
+
+def test_background_figure_draws_a_line_per_setup_from_the_fio_logs(tmp_path):
+    # fio bandwidth logs: msec, KiB/s, ...; one file per job.
+    (tmp_path / "r0-paio-fio_bw.1.log").write_text("1000, 1024, 0, 0\n2000, 2048, 0, 0\n")
+    (tmp_path / "r0-paio-fio_bw.2.log").write_text("1000, 512, 1, 0\n2000, 512, 1, 0\n")
+    (tmp_path / "r0-vanilla-fio_bw.1.log").write_text("1999, 3072, 0, 0\n")
+    (tmp_path / "r1-static-fio_bw.1.log").write_text("1000, 1024, 0, 0\n")
+    per_s = run.background_per_second(tmp_path)
+    assert per_s == {"vanilla": {1: 3.0}, "paio": {1: 1.5, 2: 2.5}}
+    fig = run.background_figure(per_s)
+    [panel] = fig["panels"]
+    assert panel["y_label"] == "background MiB/s (fio)" and panel["x_label"] == "s"
+    assert [(s["label"], s["kind"], s["color"], s["points"]) for s in panel["series"]] == [
+        ("vanilla", "line", "blue", [[1, 3.0]]),
+        ("paio", "line", "purple", [[1, 1.5], [2, 2.5]])]
+
+
+def test_plot_draws_pngs_through_paio_plot(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "r0-vanilla-fio_bw.1.log").write_text("1000, 1024, 0, 0\n2000, 900, 0, 0\n")
+    written = run.plot(tmp_path, CDF_ROWS)
+    assert written == [tmp_path / "latency-cdf.png", tmp_path / "background-throughput.png"]
+    for png in written:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    spec = json.loads((tmp_path / "latency-cdf.figure.json").read_text())
+    assert spec == run.latency_cdf_figure(CDF_ROWS)
+    # Without fio logs, no background plot.
+    (tmp_path / "raw" / "r0-vanilla-fio_bw.1.log").unlink()
+    assert run.plot(tmp_path, CDF_ROWS) == [tmp_path / "latency-cdf.png"]

@@ -30,7 +30,7 @@ Setups, interleaved and rotated per round:
 Background programs (fio, dd) run under `paio run --policy BG` in the paio
 setups (--bg-policy, default bench/inheritance/background.toml), critical ones under
 `paio run` with their names or `--critical`.  Results in
-bench/results/inheritance/.  Stdlib + matplotlib.
+bench/results/inheritance/.  Stdlib; plots through `paio plot`.
 """
 
 import argparse
@@ -363,32 +363,47 @@ class Run:
         return r
 
 
-def plot(out, rows):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def latency_figure(rows):
+    """The latency plot (`paio plot --figure`): a panel per case, its
+    setups as categories, bars of the median p99 (blue, left) and p99.9
+    (red, right) over rounds on a log y axis, and a black vertical line over
+    each bar from the lowest to the highest round."""
     cases = [c for c in ALL_CASES if any(r["case"] == c for r in rows)]
-    fig, axes = plt.subplots(1, len(cases), figsize=(5.5 * len(cases), 4.2), squeeze=False)
-    for ax, c in zip(axes[0], cases):
+    panels = []
+    for c in cases:
         setups = [s for s in SETUPS[c] if any(r["case"] == c and r["setup"] == s for r in rows)]
+        bars = {key: [] for key in ("p99", "p999")}
+        ranges = []
         for i, s in enumerate(setups):
             rs = [r for r in rows if r["case"] == c and r["setup"] == s]
             for j, key in enumerate(("p99", "p999")):
-                vals = sorted(r[key] for r in rs)
+                vals = sorted(float(r[key]) for r in rs if r.get(key) is not None)
                 x = i + (j - 0.5) * 0.35
-                ax.bar(x, statistics.median(vals), width=0.33,
-                       color=("tab:blue", "tab:red")[j], label=("p99", "p99.9")[j] if i == 0 else None)
-                ax.plot([x, x], [vals[0], vals[-1]], color="black")
-        ax.set_xticks(range(len(setups)))
-        ax.set_xticklabels(setups, rotation=15)
-        ax.set_yscale("log")
-        ax.set_ylabel("critical latency (µs, log; median and range over rounds)")
-        ax.set_title(f"case {c}")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "latency.png", dpi=110)
-    plt.close(fig)
+                bars[key].append([x, statistics.median(vals) if vals else None])
+                if vals:
+                    ranges.append({"label": "", "kind": "line", "color": "black", "width": 2,
+                                   "points": [[x, vals[0]], [x, vals[-1]]]})
+        panels.append({
+            # The y label short: the log axis' tick labels are wide.
+            "title": f"case {c}: critical latency",
+            "y_label": "µs (log)",
+            "x_label": "median and range over rounds",
+            "y_log": True, "x_min": -0.5, "x_max": len(setups) - 0.5,
+            "categories": setups,
+            "series": [
+                {"label": "p99", "kind": "bars", "color": "blue", "width": 0.33,
+                 "points": bars["p99"]},
+                {"label": "p99.9", "kind": "bars", "color": "red", "width": 0.33,
+                 "points": bars["p999"]},
+            ] + ranges,
+        })
+    return {"columns": max(1, len(cases)), "panel_width": 605, "panel_height": 462,
+            "panels": panels}
+
+
+def plot(out, rows, bin_dir=None):
+    """OUT/latency.png (`latency_figure`); its path."""
+    return expt.plot(latency_figure(rows), Path(out) / "latency.png", bin_dir)
 
 
 def parse_args(argv):
@@ -475,8 +490,7 @@ def main(argv=None):
               "ckpt_mib", "stall_s", "critical_mib", "background_mib"]
 
     def plots():
-        plot(out, rows)
-        return f"plot: {out / 'latency.png'}"
+        return f"plot: {plot(out, rows, args.bin_dir)}"
 
     expt.finish(out, header, rows, fields, markdown(summarize(rows)),
                 None if args.no_plot else plots)

@@ -1,6 +1,7 @@
-"""Tests of bench/inheritance/run.py's parsing, policies and summary (no I/O)."""
+"""Tests of bench/inheritance/run.py's parsing, policies, summary and plot."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,59 @@ def test_stage_bytes_and_a_stage_that_limited_nothing(tmp_path):
         run.stage_bytes(p)
     with pytest.raises(run.DriverError):
         run.stage_bytes(tmp_path / "missing.json")
+
+
+def lat_row(case, setup, p99, p999, rnd):
+    return {"round": rnd, "case": case, "setup": setup, "p99": p99, "p999": p999}
+
+
+# Listed out of order: panels follow ALL_CASES, categories SETUPS.
+LAT_ROWS = [
+    lat_row("stalls", "paio", 30, 300, 0),
+    lat_row("locks", "paio-inherit", 10, 50, 0),
+    lat_row("locks", "vanilla", 100, 1000, 0),
+    lat_row("locks", "vanilla", 300, 3000, 1),
+    lat_row("locks", "vanilla", 200, 1500, 2),
+    lat_row("stalls", "vanilla", 20, 200, 0),
+]
+
+
+def test_latency_figure_bars_and_ranges():
+    fig = run.latency_figure(LAT_ROWS)
+    assert fig["columns"] == 2
+    locks, stalls = fig["panels"]
+    assert locks["title"].startswith("case locks") and stalls["title"].startswith("case stalls")
+    assert locks["y_log"] and not locks.get("x_log")
+    # Setups that ran, in SETUPS order (locks had no paio run).
+    assert locks["categories"] == ["vanilla", "paio-inherit"]
+    assert stalls["categories"] == ["vanilla", "paio"]
+    assert (locks["x_min"], locks["x_max"]) == (-0.5, 1.5)
+    p99, p999 = locks["series"][:2]
+    assert (p99["label"], p99["kind"], p99["color"], p99["width"]) == ("p99", "bars", "blue", 0.33)
+    assert (p999["label"], p999["kind"], p999["color"]) == ("p99.9", "bars", "red")
+    # Medians over rounds, p99 left of the category, p99.9 right.
+    assert p99["points"] == [[-0.175, 200], [0.825, 10]]
+    assert p999["points"] == [[0.175, 1500], [1.175, 50]]
+    # A black range line per bar, min to max over rounds, no legend entry.
+    ranges = locks["series"][2:]
+    assert all(s["kind"] == "line" and s["color"] == "black" and s["label"] == ""
+               for s in ranges)
+    assert [s["points"] for s in ranges] == [
+        [[-0.175, 100], [-0.175, 300]], [[0.175, 1000], [0.175, 3000]],
+        [[0.825, 10], [0.825, 10]], [[1.175, 50], [1.175, 50]]]
+    assert stalls["series"][1]["points"] == [[0.175, 200], [1.175, 300]]
+
+
+def test_latency_figure_leaves_a_missing_value_out():
+    rows = [lat_row("dirty", "vanilla", 100, None, 0), lat_row("dirty", "paio", 50, 90, 0)]
+    [panel] = run.latency_figure(rows)["panels"]
+    assert panel["series"][1]["points"] == [[0.175, None], [1.175, 90]]
+    assert len(panel["series"]) == 2 + 3
+
+
+def test_plot_draws_a_png_through_paio_plot(tmp_path):
+    png = run.plot(tmp_path, LAT_ROWS)
+    assert png == tmp_path / "latency.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    spec = json.loads((tmp_path / "latency.figure.json").read_text())
+    assert spec == run.latency_figure(LAT_ROWS)

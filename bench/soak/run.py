@@ -32,7 +32,8 @@ write. Checked, and the run fails on any miss:
     incarnations' peaks must be within 1.5x of the first ones'
 
 Results: OUT/samples.csv (per second), OUT/restarts.csv, OUT/summary.md,
-OUT/soak.png. Stdlib + matplotlib.
+OUT/soak.png (--replot draws it again from OUT/samples.csv and
+OUT/restarts.csv). Stdlib; plots through `paio plot`.
 """
 
 import argparse
@@ -255,6 +256,7 @@ class Soak:
         written_prev, t_prev = self.written(), time.monotonic()
         peaks = {}
         end = started + a.minutes * 60
+        next_progress = started + 60
         while time.monotonic() < end:
             time.sleep(1)
             now = time.monotonic()
@@ -267,6 +269,13 @@ class Soak:
             samples.append({"t_s": round(now - started, 1), "incarnation": self.incarnation,
                             "paiod_rss_mb": rss and round(rss / 1e6, 2), "paiod_fds": fds,
                             "stages": stages, "writers_mib_s": round(rate, 2)})
+            if now >= next_progress:
+                # A line a minute: how far, and what the soak watches.
+                next_progress += 60
+                print(f"[{(now - started) / 60:.0f}/{a.minutes:g} min] paiod rss "
+                      f"{samples[-1]['paiod_rss_mb']} MB, {fds} fds, {stages} stages, "
+                      f"writers {rate:.1f} MiB/s, {len(restarts)} restarts, "
+                      f"{len(self.failures)} failures", flush=True)
             if rss:
                 p = peaks.setdefault(self.incarnation, [0, 0])
                 p[0], p[1] = max(p[0], rss), max(p[1], fds)
@@ -347,7 +356,12 @@ def main():
     ap.add_argument("--kill-every", type=float, default=60)
     ap.add_argument("--rate", type=int, default=16, help="writers' group rate, MiB/s")
     ap.add_argument("--out", type=Path, default=expt.REPO / "bench" / "results" / "soak")
+    ap.add_argument("--replot", action="store_true",
+                    help="only draw OUT/soak.png again from OUT/samples.csv and OUT/restarts.csv")
     args = ap.parse_args()
+    if args.replot:
+        print(replot(args.out))
+        return 0
     for exe in (REL / "paio", REL / "paiod", REL / "libpaio_preload.so", PRELOAD):
         if not exe.exists():
             raise expt.ExperimentError(f"{exe} missing: run `make soak` (it builds everything)")
@@ -396,22 +410,59 @@ def main():
     return 1 if soak.failures else 0
 
 
+PANELS = (("paiod_rss_mb", "paiod RSS (MB)"), ("paiod_fds", "paiod descriptors"),
+          ("writers_mib_s", "writers (MiB/s)"))
+
+
+def y_range(values):
+    """(low, high) of a panel's y axis: the values' range with 5 % margins;
+    (0, 1) without values."""
+    if not values:
+        return 0.0, 1.0
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 if hi > lo else (abs(lo) * 0.05 or 1.0)
+    return lo - pad, hi + pad
+
+
+def figure(samples, restarts):
+    """The figure of `plot` (paio plot's format, bench/expt.py): paiod's
+    RSS, its descriptors and the writers' combined rate per second over
+    minutes, one panel each; a light grey vertical line at each restart."""
+    t = [s["t_s"] / 60 for s in samples] + [r["t_s"] / 60 for r in restarts]
+    x_min, x_max = (min(0.0, min(t)), max(t)) if t else (0.0, 1.0)
+    panels = []
+    for k, (key, label) in enumerate(PANELS):
+        lo, hi = y_range([s[key] for s in samples if s[key] is not None])
+        series = [{"label": "", "kind": "line", "color": "lightgrey", "width": 2,
+                   "points": [[r["t_s"] / 60, lo], [r["t_s"] / 60, hi]]} for r in restarts]
+        series.append({"label": "", "kind": "line", "color": "blue", "width": 1,
+                       "points": [[s["t_s"] / 60, s[key]] for s in samples]})
+        panels.append({"y_label": label, "x_min": x_min, "x_max": x_max, "y_min": lo,
+                       "y_max": hi, "series": series,
+                       "x_label": "minutes (grey: paiod killed and restarted)"
+                       if k == len(PANELS) - 1 else ""})
+    return {"title": "", "columns": 1, "panel_width": 990, "panel_height": 260,
+            "panels": panels}
+
+
 def plot(samples, restarts, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    t = [s["t_s"] / 60 for s in samples]
-    fig, axes = plt.subplots(3, 1, figsize=(9, 7), sharex=True)
-    for ax, key, label in ((axes[0], "paiod_rss_mb", "paiod RSS (MB)"),
-                           (axes[1], "paiod_fds", "paiod descriptors"),
-                           (axes[2], "writers_mib_s", "writers (MiB/s)")):
-        ax.plot(t, [s[key] if s[key] is not None else float("nan") for s in samples], lw=0.8)
-        ax.set_ylabel(label)
-        for r in restarts:
-            ax.axvline(r["t_s"] / 60, color="0.85", lw=0.5)
-    axes[2].set_xlabel("minutes (grey: paiod killed and restarted)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    """Draws `figure` into the PNG `path` with target/release/paio."""
+    return expt.plot(figure(samples, restarts), path, REL)
+
+
+def read_rows(path):
+    """samples.csv or restarts.csv as `main` wrote them: its `#` lines
+    skipped, numbers as floats, empty fields None."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if not line.startswith("#")]
+    return [{k: float(v) if v != "" else None for k, v in r.items()}
+            for r in csv.DictReader(lines)]
+
+
+def replot(out):
+    """Draws OUT/soak.png again from OUT/samples.csv and OUT/restarts.csv."""
+    return plot(read_rows(out / "samples.csv"), read_rows(out / "restarts.csv"),
+                out / "soak.png")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ sees every byte):
 Builds nothing: it needs bench/taillat/build/taillat_driver (and, for paio,
 target/release/paiod).  Writes a CSV, one plot per workload, a table and a
 header to the output directory.  See bench/taillat/README.md.
-Stdlib + matplotlib only.  Must run as root (cgroup writes); --short runs
+Stdlib only; plots through `paio plot`.  Must run as root (cgroup writes); --short runs
 unthrottled, with a note, where it cannot set up the throttle.
 """
 
@@ -392,17 +392,6 @@ def read_csv(path):
                 for r in csv.DictReader(f)]
 
 
-def require_matplotlib():
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError as e:
-        raise RunError(f"matplotlib is needed for the plots ({e}): "
-                       "python3 -m pip install matplotlib, or pass --no-plot") from e
-
-
 def quantile(xs, q):
     """Nearest-rank quantile (q in [0, 1]) of a non-empty list."""
     s = sorted(xs)
@@ -410,45 +399,58 @@ def quantile(xs, q):
     return s[k]
 
 
-def plot_workload(path, rows, workload, scale, lat_max_ms=None, run=None):
-    """Fig. 5-7 style: per setup, throughput (top) and p99 latency (bottom) over time.
+def workload_figure(rows, workload, scale, lat_max_ms=None, run=None):
+    """Fig. 5-7 style, in paio plot's format (bench/expt.py): per setup,
+    throughput (top: per second, its mean dotted, the client load dashed
+    red) and p99 and p50 latency (bottom) over time.
 
-    rows: one run's (run: its number, shown in the title with --repeat > 1).
+    rows: one run's (run: its number, shown in the title with --repeat > 1);
+    lat_max_ms: the top of the latency axes (default: the max p99 + 10 %).
     """
-    plt = require_matplotlib()
     setups = [s for s in ALL_SETUPS if any(r["setup"] == s for r in rows)]
-    fig, axes = plt.subplots(2 * len(setups), 1, figsize=(9, 2.1 * 2 * len(setups)), sharex=True)
-    if len(setups) == 1:
-        axes = list(axes)
     kmax = max([r["kops"] for r in rows] + [scale.peak_kops]) * 1.15
     lmax = lat_max_ms or (max(r["p99_us"] for r in rows) / 1000.0 * 1.1 or 1.0)
     ts = [i / 10.0 for i in range(int(scale.duration_s * 10) + 1)]
+    x_max = max([ts[-1]] + [r["time_s"] for r in rows])
+    load = [[x, target_kops(scale, x)] for x in ts]
+    panels = []
     for i, setup in enumerate(setups):
         rs = sorted((r for r in rows if r["setup"] == setup), key=lambda r: r["time_s"])
-        t = [r["time_s"] for r in rs]
-        ax_t, ax_l = axes[2 * i], axes[2 * i + 1]
-        ax_t.plot(ts, [target_kops(scale, x) for x in ts], "r--", lw=0.8, label="client load")
-        ax_t.plot(t, [r["kops"] for r in rs], color="tab:blue", lw=1.0, label=LABEL[setup],
-                  drawstyle="steps-pre")
         m = mean([r["kops"] for r in rs])
-        ax_t.axhline(m, color="tab:blue", ls=":", lw=0.8, label=f"mean {m:.2f}")
-        ax_t.set_ylim(0, kmax)
-        ax_t.set_ylabel("Throughput\n(kops/s)")
-        ax_t.legend(loc="upper right", fontsize=7, ncol=3)
-        ax_t.set_title(f"{LABEL[setup]}", fontsize=9, loc="left")
-        ax_l.plot(t, [r["p99_us"] / 1000.0 for r in rs], color="tab:orange", lw=1.0, label="p99",
-                  drawstyle="steps-pre")
-        ax_l.plot(t, [r["p50_us"] / 1000.0 for r in rs], color="tab:gray", lw=0.6, label="p50",
-                  drawstyle="steps-pre")
-        ax_l.set_ylim(0, lmax)
-        ax_l.set_ylabel("Latency\n(ms)")
-        ax_l.legend(loc="upper right", fontsize=7, ncol=2)
-    axes[-1].set_xlabel("Time (s)")
-    fig.suptitle(f"{LABEL.get(workload, workload)}: throughput and 99th percentile latency "
-                 f"({scale.kvs_mib:g} MiB/s device)" + (f", run {run}" if run else ""), fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        last = i == len(setups) - 1
+        panels.append({
+            "title": LABEL[setup], "y_label": "Throughput (kops/s)",
+            "x_min": 0.0, "x_max": x_max, "y_min": 0.0, "y_max": kmax,
+            "series": [
+                {"label": "client load", "kind": "line", "dash": "dashed", "color": "red",
+                 "width": 1, "points": load},
+                {"label": LABEL[setup], "kind": "steps", "color": "blue", "width": 1,
+                 "points": [[r["time_s"], r["kops"]] for r in rs]},
+                {"label": f"mean {m:.2f}", "kind": "line", "dash": "dotted", "color": "blue",
+                 "width": 1, "points": [[0.0, m], [x_max, m]]},
+            ]})
+        panels.append({
+            "y_label": "Latency (ms)", "x_label": "Time (s)" if last else "",
+            "x_min": 0.0, "x_max": x_max, "y_min": 0.0, "y_max": lmax,
+            "series": [
+                {"label": "p99", "kind": "steps", "color": "orange", "width": 1,
+                 "points": [[r["time_s"], r["p99_us"] / 1000.0] for r in rs]},
+                {"label": "p50", "kind": "steps", "color": "grey", "width": 1,
+                 "points": [[r["time_s"], r["p50_us"] / 1000.0] for r in rs]},
+            ]})
+    # paio plot sizes a panel's legend by its longest label: the labels,
+    # padded to one length, keep the panels' time axes aligned.
+    n = max(len(x["label"]) for p in panels for x in p["series"])
+    for x in (x for p in panels for x in p["series"]):
+        x["label"] = x["label"].ljust(n)
+    return {"title": f"{LABEL.get(workload, workload)}: throughput and 99th percentile latency "
+                     f"({scale.kvs_mib:g} MiB/s device)" + (f", run {run}" if run else ""),
+            "columns": 1, "panel_width": 1000, "panel_height": 230, "panels": panels}
+
+
+def plot_workload(path, rows, workload, scale, lat_max_ms=None, run=None, bin_dir=None):
+    """Draws `workload_figure` into the PNG `path` with `paio plot` (of `bin_dir`)."""
+    return expt.plot(workload_figure(rows, workload, scale, lat_max_ms, run), path, bin_dir)
 
 
 # ------------------------------------------------------------------ machine
@@ -656,7 +658,7 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
             shutil.rmtree(db, ignore_errors=True)
 
 
-def report(out, rows, scale, workloads, no_plot, notes=()):
+def report(out, rows, scale, workloads, no_plot, notes=(), bin_dir=None):
     write_csv(out / "taillat.csv", rows)
     summary = summarize(rows, scale)
     verdict = goal_verdict(summary)
@@ -673,11 +675,12 @@ def report(out, rows, scale, workloads, no_plot, notes=()):
             for k in run_ids:
                 rr = wr if run_ids == [1] else [r for r in wr if int(r.get("run", 1)) == k]
                 name, run = (w, None) if run_ids == [1] else (f"{w}-run{k}", k)
-                plot_workload(out / f"{name}.png", rr, w, scale, run=run)
+                plot_workload(out / f"{name}.png", rr, w, scale, run=run, bin_dir=bin_dir)
                 # Same plot with the latency axis cut at 1.5x the 95th percentile
                 # of the per-second p99s: the shape below the largest spikes.
                 cut = 1.5 * quantile([r["p99_us"] / 1000.0 for r in rr], 0.95)
-                plot_workload(out / f"{name}-zoom.png", rr, w, scale, lat_max_ms=cut, run=run)
+                plot_workload(out / f"{name}-zoom.png", rr, w, scale, lat_max_ms=cut, run=run,
+                              bin_dir=bin_dir)
     return table
 
 
@@ -727,6 +730,13 @@ def parse_args(argv):
     return a
 
 
+def plot_bin_dir(args):
+    """Where the `paio` that draws the plots is: beside --paiod if it is
+    there, else target/release."""
+    d = args.paiod.parent
+    return d if (d / "paio").is_file() else None
+
+
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     scale = SHORT_SCALE if args.short else FULL_SCALE
@@ -743,7 +753,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         rows = read_csv(out / "taillat.csv")
-        print(report(out, rows, scale, args.workloads, args.no_plot), end="")
+        print(report(out, rows, scale, args.workloads, args.no_plot,
+                     bin_dir=plot_bin_dir(args)), end="")
         return 0
 
     if not args.driver.exists():
@@ -757,8 +768,6 @@ def main(argv=None):
         if args.paio_control != "none" and not args.paiod.exists():
             if args.paio_control == "paiod":
                 raise RunError(f"{args.paiod} is missing: {PAIOD_BUILD_CMD}")
-    if not args.no_plot:
-        require_matplotlib()
     if os.geteuid() != 0 and not args.short:
         raise RunError("must run as root (cgroup v1 blkio writes)")
 
@@ -824,7 +833,7 @@ def main(argv=None):
     if notes:
         with open(out / "header.txt", "a") as f:
             f.write("".join(f"NOTE: {n}\n" for n in notes))
-    table = report(out, rows, scale, args.workloads, args.no_plot, notes)
+    table = report(out, rows, scale, args.workloads, args.no_plot, notes, plot_bin_dir(args))
     print(table, end="")
     n = check_csv(out / "taillat.csv")
     print(f"results in {out} ({n} CSV rows)")

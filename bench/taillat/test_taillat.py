@@ -1,7 +1,8 @@
 """Unit tests of run.py's pure parts: table math, goal check, CSV parsing, schedule."""
 
-import math
 import importlib.util
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -309,3 +310,65 @@ def test_the_goal_compares_paio_with_the_better_autotuned_mode():
     rows[-1]["p99_max_ms"] = 9.0
     v = run.goal_verdict(rows)["mixture"]
     assert v["autotuned"] == "autotuned" and v["below_autotuned"] is True
+
+
+# ------------------------------------------------------------------ plots
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def plot_input():
+    """4 s of baseline and paio under a 10 s schedule: valley 2 s, then peaks of 1 s."""
+    sc = run.Scale(num=1, write_buffer_mib=1, level_base_mib=1, target_file_mib=1, block_cache_mib=1,
+                   valley_kops=5, peak_kops=20, initial_valley_s=2, peak_s=1, valley_s=1, duration_s=4)
+    rs = (rows("paio", "mixture", [5, 6, 19, 4], [1.0, 2.0, 8.0, 1.5], p50_ms=0.5)
+          + rows("baseline", "mixture", [5, 5, 10, 8], [3.0, 4.0, 30.0, 12.0]))
+    return rs, sc
+
+
+def test_workload_figure_has_throughput_and_latency_per_setup():
+    rs, sc = plot_input()
+    fig = run.workload_figure(rs, "mixture", sc)
+    json.dumps(fig, allow_nan=False)
+    assert fig["title"] == ("Mixture (50:50): throughput and 99th percentile latency "
+                            "(200 MiB/s device)")
+    # Setups in ALL_SETUPS order, whatever the rows' order.
+    assert [p.get("title", "") for p in fig["panels"]] == ["RocksDB", "", "PAIO", ""]
+    tput, lat = fig["panels"][2:]
+    load, kops, mean_line = tput["series"]
+    assert load["label"].strip() == "client load" and load["dash"] == "dashed"
+    assert load["color"] == "red" and load["kind"] == "line"
+    assert [p for p in load["points"] if p[0] in (0.0, 1.9, 2.0, 2.9, 3.0, 4.0)] == [
+        [0.0, 5], [1.9, 5], [2.0, 20], [2.9, 20], [3.0, 5], [4.0, 20]]
+    assert kops["kind"] == "steps" and kops["label"].strip() == "PAIO"
+    assert kops["points"] == [[1, 5], [2, 6], [3, 19], [4, 4]]
+    assert mean_line["label"].strip() == "mean 8.50" and mean_line["dash"] == "dotted"
+    assert mean_line["points"] == [[0.0, 8.5], [4.0, 8.5]]
+    assert (tput["y_min"], tput["y_max"]) == (0.0, pytest.approx(23.0))  # peak_kops 20 + 15 %
+    p99, p50 = lat["series"]
+    assert p99["points"] == [[1, 1.0], [2, 2.0], [3, 8.0], [4, 1.5]] and p99["color"] == "orange"
+    assert p50["points"][0] == [1, 0.5] and p50["kind"] == "steps"
+    # Latency axes: up to the largest p99 of the run (baseline's 30 ms) + 10 %, the same for all.
+    assert [p["y_max"] for p in fig["panels"][1::2]] == [pytest.approx(33.0)] * 2
+    assert lat["x_label"] == "Time (s)" and fig["panels"][1]["x_label"] == ""
+    # Labels of one length: every panel's legend as wide, the time axes aligned.
+    assert len({len(s["label"]) for p in fig["panels"] for s in p["series"]}) == 1
+
+
+def test_workload_figure_zoom_and_run():
+    rs, sc = plot_input()
+    fig = run.workload_figure(rs, "mixture", sc, lat_max_ms=5.0, run=2)
+    assert fig["title"].endswith(", run 2")
+    assert [p["y_max"] for p in fig["panels"][1::2]] == [5.0, 5.0]
+    # Values above the cut stay as they are (drawn at the top of the axis).
+    assert fig["panels"][1]["series"][0]["points"][2] == [3, 30.0]
+
+
+def test_plot_workload_draws_a_png_with_paio_plot(tmp_path):
+    rs, sc = plot_input()
+    png = run.plot_workload(tmp_path / "mixture.png", rs, "mixture", sc)
+    assert png == tmp_path / "mixture.png"
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    spec = json.loads((tmp_path / "mixture.figure.json").read_text())
+    assert spec == run.workload_figure(rs, "mixture", sc)
