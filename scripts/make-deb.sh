@@ -37,7 +37,9 @@ bash "$root/scripts/install.sh" --prefix /usr --sysconfdir /etc --destdir "$stag
 # line tables): the package's files are stripped of it, as Debian's are.
 find "$stage" -type f \( -perm -u+x -o -name '*.so*' -o -name '*.a' \) -print0 \
     | while IFS= read -r -d '' f; do
-        if file -b "$f" | grep -q -e ELF -e 'current ar archive'; then strip --strip-debug "$f"; fi
+        # grep reads all its input (no -q): a reader that stops early kills
+        # the writer with SIGPIPE, which pipefail turns into a failure.
+        if file -b "$f" | grep -e ELF -e 'current ar archive' >/dev/null; then strip --strip-debug "$f"; fi
     done
 release="$target/release"
 glibc="$(objdump -T "$release/paio" "$release/paiod" "$release/libpaio_preload.so" "$release/libpaio.so" \
@@ -48,15 +50,17 @@ glibc="$(objdump -T "$release/paio" "$release/paiod" "$release/libpaio_preload.s
 others=()
 while read -r soname; do
     case "$soname" in libpaio*|libc.so.6|ld-linux*) continue ;; esac
-    path="$(ldconfig -p | awk -v n="$soname" '$1 == n {print $NF; exit}')"
+    # awk reads to the end (no exit): see the SIGPIPE note above.
+    path="$(ldconfig -p | awk -v n="$soname" '$1 == n && !p {print $NF; p = 1}')"
     [ -n "$path" ] || { echo "make-deb.sh: $soname (needed by the package) is not installed here" >&2; exit 1; }
     # dpkg knows a file under the path it installed it at (/lib or /usr/lib).
     pkg=
     for candidate in "$path" "$(readlink -f "$path")"; do
-        [ -n "$pkg" ] || pkg="$( (dpkg-query -S "$candidate" 2>/dev/null || true) | head -1 | cut -d: -f1)"
+        [ -n "$pkg" ] || pkg="$( (dpkg-query -S "$candidate" 2>/dev/null || true) | sed -n '1s/:.*//p')"
     done
     [ -n "$pkg" ] || { echo "make-deb.sh: no package holds $path" >&2; exit 1; }
-    others+=("$pkg")
+    # libc6 is already there, with its version (libm, libpthread, ...).
+    [ "$pkg" = libc6 ] || others+=("$pkg")
 done < <(find "$stage" -type f \( -perm -u+x -o -name '*.so*' \) -exec readelf -d {} \; 2>/dev/null \
     | awk '/NEEDED/ {gsub(/[\[\]]/, "", $NF); print $NF}' | sort -u)
 depends="libc6 (>= $glibc)"

@@ -10,7 +10,7 @@ PACKAGES=(build-essential pkg-config fio python3 tar coreutils util-linux valgri
 # checks paiod's metrics exposition (it recommends a node exporter service).
 PACKAGES_ALONE=(prometheus)
 
-installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep "install ok installed" >/dev/null; }
 missing=()
 for p in "${PACKAGES[@]}"; do
   installed "$p" || missing+=("$p")

@@ -35,7 +35,7 @@ touch "$r/var/lib/dpkg/status"
 opts=(--root="$r" --log=/dev/null --force-depends --force-script-chrootless)
 [ "$(id -u)" -eq 0 ] || opts+=(--force-not-root)
 dpkg "${opts[@]}" -i "$deb" > "$tmp/dpkg.out" 2>&1 || { cat "$tmp/dpkg.out" >&2; fail "dpkg -i"; }
-dpkg-query --root="$r" -W -f='${Status}' paio | grep -q "install ok installed" || fail "not installed"
+dpkg-query --root="$r" -W -f='${Status}' paio | grep "install ok installed" >/dev/null || fail "not installed"
 env -u PAIO_LIB "$r/usr/bin/paio" run --summary -- true 2> "$tmp/run.err" \
     || { cat "$tmp/run.err" >&2; fail "the installed paio run"; }
 "$r/usr/bin/paiod" --check-config "$r/etc/paio/paiod.toml" > /dev/null || fail "the installed paiod.toml"

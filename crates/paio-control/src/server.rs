@@ -1280,11 +1280,12 @@ async fn control_loop(state: Shared, period: Duration) {
         interval.tick().await;
         let start = Instant::now();
         tick(&state);
+        // `--record`'s line is part of the period's work (and of its time).
+        lock(&state).record_period();
         let work = start.elapsed();
         let cpu = loopstats::process_cpu_time();
         let mut st = lock(&state);
         st.loop_stats.record(start, work, cpu);
-        st.record_period();
         // A reload changed the period: the next tick is one new period on.
         if st.period != period {
             period = st.period;
