@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 DESTDIR ?=
 
-.PHONY: all setup build release-bins install uninstall test-install deb test-deb test-monitoring demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
+.PHONY: all setup build release-bins install uninstall test-install deb test-deb test-monitoring test-operations-doc demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
 
 all: build
 
@@ -47,6 +47,13 @@ test-deb: setup
 	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
 	bash scripts/test-deb.sh
 
+## Runs every command of docs/operations.md's sh blocks as written (make
+## install into /usr/local, systemctl and paiod's socket activation and
+## reloads, paio doctor) in a container booted with systemd over an overlay
+## of this machine's root, so nothing stays (root, systemd-nspawn).
+test-operations-doc: release-bins
+	bash scripts/test-operations-doc.sh
+
 ## The Prometheus rules in packaging/prometheus: valid, and each alert fires
 ## on its series (promtool test rules).
 test-monitoring: setup
@@ -69,7 +76,7 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
-test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb test-monitoring
+test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb test-monitoring test-operations-doc
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -297,6 +297,14 @@ pub fn check_pid(pid: u32) -> Vec<Finding> {
             format!("process {pid}: the interposer is not loaded, so it has no stage"),
             "start it under paio run (or LD_PRELOAD=libpaio_preload.so); `paio doctor -- CMD` says why a program could not load it",
         ));
+        if let Ok(auxv) = std::fs::read(proc_dir.join("auxv")) {
+            if secure_execution(&auxv) {
+                out.push(Finding::problem(
+                    format!("process {pid} runs in secure-execution mode (AT_SECURE: it was executed set-user-ID, set-group-ID or with file capabilities), so the dynamic loader dropped LD_PRELOAD, even when a program under paio run executed it"),
+                    "run the program without its set-ID bit or capabilities (as the user it needs), or limit it from outside (cgroup io.max)",
+                ));
+            }
+        }
         if let Ok(exe_path) = std::fs::read_link(proc_dir.join("exe")) {
             executable(&exe_path, None, &mut out, 1);
         }
@@ -334,6 +342,23 @@ pub fn check_pid(pid: u32) -> Vec<Finding> {
         },
     }
     out
+}
+
+/// Whether an auxiliary vector (`/proc/PID/auxv`: pairs of native words)
+/// has `AT_SECURE` set: the loader ran the program in secure-execution
+/// mode, in which glibc ignores LD_PRELOAD outside its trusted paths.
+fn secure_execution(auxv: &[u8]) -> bool {
+    const AT_SECURE: u64 = 23;
+    const WORD: usize = std::mem::size_of::<usize>();
+    let word = |b: &[u8]| {
+        let mut a = [0u8; 8];
+        a[..WORD].copy_from_slice(&b[..WORD]);
+        u64::from_ne_bytes(a)
+    };
+    auxv.chunks_exact(2 * WORD)
+        .map(|p| (word(p), word(&p[WORD..])))
+        .take_while(|&(key, _)| key != 0)
+        .any(|(key, value)| key == AT_SECURE && value != 0)
 }
 
 /// The stage id paiod at `sock` lists for `pid`.
@@ -374,6 +399,20 @@ pub fn report(findings: &[Finding]) -> (String, i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secure_execution_is_read_from_the_auxiliary_vector() {
+        let pair = |k: usize, v: usize| [k.to_ne_bytes(), v.to_ne_bytes()].concat();
+        let auxv = |secure: usize| [pair(6, 4096), pair(23, secure), pair(0, 0)].concat();
+        assert!(secure_execution(&auxv(1)));
+        assert!(!secure_execution(&auxv(0)));
+        // Nothing after AT_NULL counts.
+        assert!(!secure_execution(&[pair(0, 0), pair(23, 1)].concat()));
+        // This test process was not started set-user-ID.
+        assert!(!secure_execution(
+            &std::fs::read("/proc/self/auxv").unwrap()
+        ));
+    }
 
     #[test]
     fn report_exits_1_only_with_a_problem() {

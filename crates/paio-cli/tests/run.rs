@@ -1610,6 +1610,68 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
     let (code, out) = doctor(&[&os("--pid"), &os(&plain.0.id().to_string())]);
     assert_eq!(code, Some(1), "{out}");
     assert!(out.contains("the interposer is not loaded"), "{out}");
+    assert!(!out.contains("secure-execution"), "{out}");
+
+    // A set-user-ID program that a command under paio run executes: the
+    // loader drops LD_PRELOAD there. setpriv (under the interposer) becomes
+    // nobody and executes a set-user-ID root copy of sleep (in a directory
+    // that nobody may enter).
+    let open_dir = Path::new("/tmp").join(format!("paio-doctor-suid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&open_dir);
+    std::fs::create_dir(&open_dir).unwrap();
+    std::fs::set_permissions(
+        &open_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let suid_sleep = open_dir.join("suid-sleep");
+    std::fs::copy("/bin/sleep", &suid_sleep).unwrap();
+    std::fs::set_permissions(
+        &suid_sleep,
+        std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+    )
+    .unwrap();
+    let elevated = KillOnDrop(
+        paio()
+            .env("PAIO_LIB", lib)
+            .args([
+                "run",
+                "--",
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ])
+            .arg(&suid_sleep)
+            .arg("30")
+            .spawn()
+            .unwrap(),
+    );
+    let child = first_child(elevated.0.id());
+    // setpriv's pid becomes sleep's at the exec.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_link(format!("/proc/{child}/exe"))
+        .ok()
+        .as_deref()
+        != Some(&suid_sleep)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "setpriv never executed {}",
+            suid_sleep.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, out) = doctor(&[&os("--pid"), &os(&child.to_string())]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("the interposer is not loaded")
+            && out.contains("runs in secure-execution mode (AT_SECURE")
+            && out.contains("dropped LD_PRELOAD"),
+        "{out}"
+    );
+    drop(elevated);
+    let _ = std::fs::remove_dir_all(&open_dir);
 }
 
 /// `--progress`: lines with the bytes so far while the command runs, and
