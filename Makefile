@@ -89,7 +89,7 @@ test-rust:
 ## lock-free slots (crates/paio/tests/loom_*.rs): the crate built with
 ## --cfg loom in its own target directory.
 test-loom:
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p paio --test loom_drl --test loom_priority
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom $(CARGO) test --release -p paio --test loom_drl --test loom_priority --test loom_routing
 
 test-c:
 	bash crates/paio-ffi/tests/c/run.sh

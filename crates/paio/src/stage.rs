@@ -15,10 +15,9 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arc_swap::ArcSwap;
 use serde::{Deserialize, Serialize};
 
 use crate::admission::{Admission, ForeignAdmission};
@@ -33,6 +32,8 @@ use crate::object::{
 };
 use crate::rule::{Rule, RuleError};
 use crate::stats::{thread_slot, ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
+use crate::sync::atomic::AtomicU64;
+use crate::sync::swap::ArcSwap;
 
 /// Who a stage is: reported to the control plane (`stage_info`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
