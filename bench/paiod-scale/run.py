@@ -53,6 +53,9 @@ PAIOD = expt.REPO / "target" / "release" / "paiod"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GOALS = {  # (stages, period_ms): (period p99 ms, paiod CPU share)
     (1000, 100): (110.0, 0.20),
+    # Issue 14 names no CPU goal at 10,000 stages: a p99 within 10 % of the
+    # period, as at 1,000, and no more than one core.
+    (10000, 1000): (1100.0, 1.0),
 }
 
 
