@@ -23,7 +23,10 @@ case "${1:-}" in
     mount --make-rprivate /
     mkdir -p "$work/upper" "$work/work" "$work/root"
     mount -t overlay overlay -o "lowerdir=/,upperdir=$work/upper,workdir=$work/work" "$work/root"
-    exec systemd-nspawn -D "$work/root" --boot --quiet --register=no --keep-unit --console=passive
+    # The checkout itself is bound in at its own path: the container's
+    # /tmp is its own tmpfs, where a checkout under /tmp would not be.
+    exec systemd-nspawn -D "$work/root" --bind="$root" --boot --quiet --register=no --keep-unit \
+        --console=passive
     ;;
 --inside)
     ;;
