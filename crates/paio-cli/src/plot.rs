@@ -295,7 +295,6 @@ pub fn figure_of_recording(
     let lat = |pick: fn(&paio::stats::LatencySummary) -> u64| {
         move |c: &ChannelSample| (c.latency.ops > 0).then(|| ms(pick(&c.latency)))
     };
-    let time = "seconds".to_string();
     // One legend entry per channel: its p99; p50 and p99.9 share its colour.
     let unlabelled = |mut v: Vec<Series>| {
         v.iter_mut().for_each(|s| s.label.clear());
@@ -304,36 +303,32 @@ pub fn figure_of_recording(
     let mut latency = series(&lat(|l| l.p99_ns), Dash::Solid);
     latency.extend(unlabelled(series(&lat(|l| l.p50_ns), Dash::Dotted)));
     latency.extend(unlabelled(series(&lat(|l| l.p999_ns), Dash::Dashed)));
+    // Every panel is over the run's seconds, from 0.
+    let over_time = |title: &str, y_label: &str, series| Panel {
+        title: title.into(),
+        x_label: "seconds".into(),
+        x_min: Some(0.0),
+        y_label: y_label.into(),
+        series,
+        ..Panel::default()
+    };
     let figure = Figure {
         title: title.to_string(),
         columns: 1,
         panel_width: panel_width(),
         panel_height: panel_height(),
         panels: vec![
-            Panel {
-                title: "bandwidth per channel".into(),
-                x_label: time.clone(),
-                x_min: Some(0.0),
-                y_label: "MiB/s".into(),
-                series: series(&mib, Dash::Solid),
-                ..Panel::default()
-            },
-            Panel {
-                title: "wait in the channel's objects, p99 of each period".into(),
-                x_label: time.clone(),
-                x_min: Some(0.0),
-                y_label: "ms".into(),
-                series: series(&wait, Dash::Solid),
-                ..Panel::default()
-            },
-            Panel {
-                title: "call latency of each period (dotted p50, solid p99, dashed p99.9)".into(),
-                x_label: time,
-                x_min: Some(0.0),
-                y_label: "ms".into(),
-                series: latency,
-                ..Panel::default()
-            },
+            over_time("bandwidth per channel", "MiB/s", series(&mib, Dash::Solid)),
+            over_time(
+                "wait in the channel's objects, p99 of each period",
+                "ms",
+                series(&wait, Dash::Solid),
+            ),
+            over_time(
+                "call latency of each period (dotted p50, solid p99, dashed p99.9)",
+                "ms",
+                latency,
+            ),
         ],
     };
     let left = LeftOut {

@@ -105,7 +105,7 @@ pub fn frame_of_report(r: &StatusReport, socket: &std::path::Path) -> Frame {
                 .collect();
             rows.push(Row {
                 key: format!("{}/{}", s.id, c.name),
-                stage: format!("{}[{}] {}", s.name, s.id, s.pid),
+                stage: s.label(),
                 channel: c.name.clone(),
                 bytes_per_sec: c.bytes_per_sec,
                 ops_per_sec: c.ops_per_sec,

@@ -250,6 +250,13 @@ pub struct StageStatus {
     pub channels: Vec<ChannelStatus>,
 }
 
+impl StageStatus {
+    /// `name[id] pid`: the stage as `paio top` and recordings name it.
+    pub fn label(&self) -> String {
+        format!("{}[{}] {}", self.name, self.id, self.pid)
+    }
+}
+
 /// One channel of a stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChannelStatus {

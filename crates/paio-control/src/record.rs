@@ -75,7 +75,7 @@ impl ChannelSample {
             .iter()
             .flat_map(|s| {
                 s.channels.iter().map(move |c| ChannelSample {
-                    stage: format!("{}[{}] {}", s.name, s.id, s.pid),
+                    stage: s.label(),
                     channel: c.name.clone(),
                     bytes_per_sec: c.bytes_per_sec,
                     ops_per_sec: c.ops_per_sec,
