@@ -50,15 +50,7 @@ pub fn render(state: &Shared) -> String {
         let st = state.lock().unwrap_or_else(|e| e.into_inner());
         Snapshot {
             report: st.status(),
-            stats: st
-                .views()
-                .into_iter()
-                .filter_map(|v| {
-                    let s = v.stats?;
-                    let id = &v.info.identity;
-                    Some(((id.name.clone(), id.pid, v.id), s))
-                })
-                .collect(),
+            stats: st.stats(),
         }
     };
     let mut registry = Registry::default();
@@ -497,7 +489,11 @@ pub async fn serve(listener: TcpListener, state: Shared) {
                     "GET only\n".to_string(),
                 )
             } else if path == "/metrics" || path == "/" {
-                let body = render(&state);
+                // Off the runtime thread: at thousands of stages a scrape
+                // takes long to encode, and the control loop shares the thread.
+                let Ok(body) = tokio::task::spawn_blocking(move || render(&state)).await else {
+                    return;
+                };
                 if accepts_openmetrics(&head) {
                     (
                         "200 OK",

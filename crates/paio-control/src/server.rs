@@ -385,9 +385,17 @@ impl State {
         }
     }
 
-    /// The registered stages' views.
-    pub fn views(&self) -> Vec<StageView> {
-        self.stages.values().map(|e| e.view.clone()).collect()
+    /// Each registered stage's last cumulative statistics, keyed by its
+    /// name, pid and id; stages that have sent none yet are left out.
+    pub fn stats(&self) -> Vec<((String, u32, u64), StageStats)> {
+        self.stages
+            .values()
+            .filter_map(|e| {
+                let v = &e.view;
+                let id = &v.info.identity;
+                Some(((id.name.clone(), id.pid, v.id), v.stats.clone()?))
+            })
+            .collect()
     }
 }
 
@@ -696,8 +704,21 @@ async fn serve_connection(
                 }
                 Err(_) => return None,
             };
-            if !session.handle(&payload, state, cred, out) {
-                return None;
+            match session.handle(&payload, state, cred, out) {
+                Step::Next => {}
+                Step::Close => return None,
+                Step::Answer(answer) => {
+                    // A status report of thousands of stages takes long to
+                    // encode: off the runtime thread, so the control loop
+                    // keeps its period; awaited, so answers keep their order.
+                    let out = out.clone();
+                    let sent = tokio::task::spawn_blocking(move || {
+                        out.send_frame(protocol::encode_value(&answer))
+                    });
+                    if sent.await.is_err() {
+                        return None;
+                    }
+                }
             }
             // Backpressure: no more requests from a peer that does not read.
             if out.queued() > outbox::SOFT_LIMIT && !out.drained(drain_timeout).await {
@@ -718,9 +739,19 @@ enum Session {
     Ctl,
 }
 
+/// What the connection does after one payload.
+enum Step {
+    /// Reads the next payload.
+    Next,
+    /// Closes the connection.
+    Close,
+    /// Sends this ctl answer (encoded off the runtime thread), then reads on.
+    Answer(Box<CtlReply>),
+}
+
 impl Session {
-    /// Handles one payload; false closes the connection.
-    fn handle(&mut self, payload: &[u8], state: &Shared, cred: PeerCred, out: &Outbox) -> bool {
+    /// Handles one payload.
+    fn handle(&mut self, payload: &[u8], state: &Shared, cred: PeerCred, out: &Outbox) -> Step {
         let reply = |m: Message| {
             out.send(&m);
         };
@@ -742,7 +773,7 @@ impl Session {
                     };
                     if let Err(e) = admitted {
                         out.send_frame(protocol::encode_value(&CtlReply::refused(0, e)));
-                        return false;
+                        return Step::Close;
                     }
                     return self.handle(payload, state, cred, out);
                 }
@@ -758,7 +789,7 @@ impl Session {
                                     protocol::VERSION
                                 ),
                             ));
-                            return false;
+                            return Step::Close;
                         }
                         if let Err(e) = peer::check_hello(&hello) {
                             lock(state).conns.done_waiting(conn);
@@ -767,16 +798,16 @@ impl Session {
                                 ErrorCode::BadMessage,
                                 format!("hello refused: {e}"),
                             ));
-                            return false;
+                            return Step::Close;
                         }
                         match register(state, *hello, cred, out.clone(), conn) {
                             Ok(id) => {
                                 *self = Session::Stage { id };
-                                true
+                                Step::Next
                             }
                             Err(e) => {
                                 reply(Message::error(None, ErrorCode::Limit, e));
-                                false
+                                Step::Close
                             }
                         }
                     }
@@ -789,11 +820,11 @@ impl Session {
                                 paio::control::message_type(&other)
                             ),
                         ));
-                        false
+                        Step::Close
                     }
                     Err(e) => {
                         reply(Message::error(None, ErrorCode::BadMessage, e.to_string()));
-                        true
+                        Step::Next
                     }
                 }
             }
@@ -807,12 +838,12 @@ impl Session {
                                 ErrorCode::BadMessage,
                                 format!("stats refused: {e}"),
                             ));
-                            return true;
+                            return Step::Next;
                         }
                         on_stats(state, id, req, *stats);
-                        true
+                        Step::Next
                     }
-                    Ok(Message::Ack { .. }) => true,
+                    Ok(Message::Ack { .. }) => Step::Next,
                     Ok(Message::Error {
                         id: req,
                         code,
@@ -823,14 +854,14 @@ impl Session {
                             "stage {id} refused request {req:?} ({code:?}): {}",
                             Escaped(&message)
                         );
-                        true
+                        Step::Next
                     }
                     Ok(Message::Goodbye { reason }) => {
                         tracing::info!(
                             "stage {id} said goodbye: {}",
                             Escaped(&reason.unwrap_or_default())
                         );
-                        false
+                        Step::Close
                     }
                     Ok(other) => {
                         reply(Message::error(
@@ -841,11 +872,11 @@ impl Session {
                                 paio::control::message_type(&other)
                             ),
                         ));
-                        true
+                        Step::Next
                     }
                     Err(e) => {
                         reply(Message::error(None, ErrorCode::BadMessage, e.to_string()));
-                        true
+                        Step::Next
                     }
                 }
             }
@@ -857,8 +888,7 @@ impl Session {
                     },
                     Err(e) => CtlReply::refused(0, format!("bad ctl request: {e}")),
                 };
-                out.send_frame(protocol::encode_value(&answer));
-                true
+                Step::Answer(Box::new(answer))
             }
         }
     }
