@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use paio_control::cluster::node::ClusterStatus;
 use paio_control::ctl::{CtlCommand, StatusReport};
 use paio_control::policy::criticality::Verdict;
 
@@ -115,6 +116,9 @@ pub fn format_status(r: &StatusReport) -> String {
             );
         }
     }
+    if let Some(c) = &r.cluster {
+        out.push_str(&cluster_line(c));
+    }
     if !r.groups.is_empty() {
         let _ = writeln!(
             out,
@@ -204,6 +208,79 @@ pub fn format_status(r: &StatusReport) -> String {
     out
 }
 
+/// One line on the node's place in the cluster.
+fn cluster_line(c: &ClusterStatus) -> String {
+    let leader = match (&c.leader, c.epoch) {
+        (Some(l), Some(e)) if c.leading => format!("this node leads (epoch {e}, {l})"),
+        (Some(l), Some(e)) => format!("leader {l} (epoch {e})"),
+        _ => "no leader known".to_string(),
+    };
+    let etcd = if c.connected {
+        "connected to etcd".to_string()
+    } else {
+        format!(
+            "etcd UNREACHABLE for {:.0} s ({}); keeping the last allocation",
+            c.unreachable_s.unwrap_or(0.0),
+            c.last_error.as_deref().unwrap_or("not connected yet")
+        )
+    };
+    let alloc = match c.allocation_age_s {
+        Some(age) => format!(
+            "allocation of epoch {} ({:.1} s old): {}",
+            c.allocation_epoch.unwrap_or(0),
+            age,
+            c.allocation
+                .iter()
+                .map(|(j, r)| format!("{j} {}", mib(*r)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "no allocation yet".to_string(),
+    };
+    format!("cluster: {etcd}; {leader}; {alloc}\n")
+}
+
+/// The text of `paio status --cluster`.
+pub fn format_cluster(c: &ClusterStatus) -> String {
+    let mut out = cluster_line(c);
+    let Some(s) = &c.summary else {
+        out.push_str("no summary from a leader yet\n");
+        return out;
+    };
+    let policy = s.policy.as_ref().map_or("none".to_string(), |p| {
+        format!("{} over {}", p.kind.name(), mib(p.max_bandwidth))
+    });
+    let _ = writeln!(
+        out,
+        "leader {} (epoch {}), policy {}; {} node(s): {}",
+        s.leader,
+        s.epoch,
+        policy,
+        s.nodes.len(),
+        s.nodes.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "\n{:<12} {:>6} {:>7} {:>14} {:>7} {:>14} {:>14}",
+        "JOB", "NODES", "STAGES", "DEMAND", "WEIGHT", "ALLOCATION", "ACHIEVED"
+    );
+    for j in &s.jobs {
+        let _ = writeln!(
+            out,
+            "{:<12} {:>6} {:>7} {:>14} {:>7} {:>14} {:>14}{}",
+            j.job,
+            j.nodes,
+            j.stages,
+            j.config.demand.map_or("-".to_string(), mib),
+            j.config.weight.map_or("-".to_string(), |w| format!("{w}")),
+            mib(j.allocation),
+            mib(j.achieved),
+            if j.hungry { "  held back" } else { "" }
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +325,7 @@ mod tests {
                 target_bytes_per_sec: 250.0 * 1048576.0,
                 achieved_bytes_per_sec: 249.0 * 1048576.0,
                 stages: 1,
+                hungry: false,
             }],
             stages: vec![StageStatus {
                 id: 1,
@@ -304,6 +382,7 @@ mod tests {
                 refused: 1,
                 last_error: Some("/etc/paio/paiod.toml:1:10: period: invalid".into()),
             }),
+            cluster: None,
         };
         let text = format_status(&r);
         assert!(
@@ -389,6 +468,7 @@ mod tests {
             connections: None,
             control_loop: None,
             config: None,
+            cluster: None,
         };
         let text = format_status(&r);
         assert!(!text.contains("connections:"), "{text}");
@@ -404,5 +484,70 @@ mod tests {
             text.contains("priority depth 1 busy 1 rate 4194304 B/s"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_cluster_view_shows_the_leader_the_nodes_and_each_job() {
+        use paio_control::cluster::leader::{JobSummary, Summary};
+        use paio_control::cluster::{GlobalKind, JobRecord, PolicyRecord};
+        let mut c = ClusterStatus {
+            connected: true,
+            unreachable_s: None,
+            last_error: None,
+            leader: Some("n1".into()),
+            epoch: Some(42),
+            leading: false,
+            allocation: [("a".to_string(), 30.0 * 1048576.0)].into(),
+            allocation_epoch: Some(42),
+            allocation_age_s: Some(0.4),
+            sessions: 1,
+            summary: Some(Summary {
+                epoch: 42,
+                leader: "n1".into(),
+                policy: Some(PolicyRecord {
+                    kind: GlobalKind::MaxMin,
+                    max_bandwidth: 100.0 * 1048576.0,
+                }),
+                nodes: vec!["n0".into(), "n1".into()],
+                jobs: vec![JobSummary {
+                    job: "a".into(),
+                    nodes: 2,
+                    stages: 3,
+                    config: JobRecord {
+                        demand: Some(60.0 * 1048576.0),
+                        weight: None,
+                    },
+                    achieved: 74.0 * 1048576.0,
+                    hungry: true,
+                    allocation: 75.0 * 1048576.0,
+                }],
+            }),
+        };
+        let text = format_cluster(&c);
+        assert!(
+            text.starts_with(
+                "cluster: connected to etcd; leader n1 (epoch 42); allocation of epoch 42 \
+                 (0.4 s old): a 30.0 MiB/s\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "leader n1 (epoch 42), policy max_min over 100.0 MiB/s; 2 node(s): n0, n1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "a                 2       3     60.0 MiB/s       -     75.0 MiB/s     74.0 MiB/s  held back"
+            ),
+            "{text}"
+        );
+        c.connected = false;
+        c.unreachable_s = Some(12.0);
+        c.last_error = Some("etcd: timeout".into());
+        assert!(format_cluster(&c).starts_with(
+            "cluster: etcd UNREACHABLE for 12 s (etcd: timeout); keeping the last allocation;"
+        ));
     }
 }

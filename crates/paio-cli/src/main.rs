@@ -193,6 +193,11 @@ struct StatusArgs {
     /// Print the raw JSON report instead of the table.
     #[arg(long)]
     json: bool,
+    /// Print the cluster as this node sees it (cluster mode): its
+    /// connection to etcd, the leader, the nodes and every job's global
+    /// demand, allocation and achieved bandwidth.
+    #[arg(long, conflicts_with = "json")]
+    cluster: bool,
 }
 
 #[derive(clap::Args)]
@@ -631,6 +636,20 @@ fn status(a: StatusArgs) -> Result<i32, Failure> {
     let report = reply.status.context("paiod sent no status")?;
     let text = if a.json {
         serde_json::to_string_pretty(&report).context("encoding the report")? + "\n"
+    } else if a.cluster {
+        match &report.cluster {
+            Some(c) => paio_cli::admin::format_cluster(c),
+            None => {
+                return Err(Failure {
+                    code: EXIT_PAIO_FAILED,
+                    message: format!(
+                        "error: paiod at {} does not run in cluster mode (its configuration \
+                         has no [cluster]; see docs/cluster.md)",
+                        socket.display()
+                    ),
+                })
+            }
+        }
     } else {
         paio_cli::admin::format_status(&report)
     };

@@ -23,6 +23,12 @@
 //! demand = "150MiB/s"              # max_min: required
 //! # weight = 2                     # proportional (default 1)
 //! # rate / otherwise / start / stop / labels / rules: static
+//! [cluster]                        # optional: see crate::cluster
+//! endpoints = ["http://127.0.0.1:2379"]  # etcd's client URLs: required
+//! # name = "paio"                  # the cluster (etcd key prefix /paio/<name>/)
+//! # node = "web-7"                 # this node (default: the host name)
+//! # lease = "2s"                   # liveness lease, whole seconds
+//! # period = "1s"                  # how often the node publishes its use
 //! ```
 //!
 //! Kind `silk` (SILK's tail-latency control, [`SilkPolicy`]) takes only its
@@ -78,6 +84,7 @@ use paio::{Pattern, Rule};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::cluster::{self, ClusterConfig};
 use crate::policy::common::check_byte_rate;
 use crate::policy::{
     silk::DEFAULT_MIN_BANDWIDTH, ControlPolicy, ControlSettings, CriticalityPolicy, LatencyTarget,
@@ -128,6 +135,8 @@ pub struct PaiodConfig {
     pub policy: PolicyConfig,
     /// Caps on connections (`[connections]`).
     pub connections: ConnectionLimits,
+    /// Cluster mode (`[cluster]`; none: this machine only).
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl Default for PaiodConfig {
@@ -139,6 +148,7 @@ impl Default for PaiodConfig {
             metrics: None,
             policy: PolicyConfig::default(),
             connections: ConnectionLimits::default(),
+            cluster: None,
         }
     }
 }
@@ -330,6 +340,17 @@ struct RawFile {
     metrics: Option<SocketAddr>,
     connections: Option<RawConnections>,
     policy: Option<RawPolicy>,
+    cluster: Option<Spanned<RawCluster>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    endpoints: Option<Spanned<Vec<String>>>,
+    name: Option<Spanned<String>>,
+    node: Option<Spanned<String>>,
+    lease: Option<Spanned<HumanDuration>>,
+    period: Option<Spanned<HumanDuration>>,
 }
 
 #[derive(Deserialize)]
@@ -494,6 +515,85 @@ impl Ctx<'_> {
         })
     }
 
+    fn cluster(
+        &self,
+        raw: &Spanned<RawCluster>,
+        kind: PolicyKind,
+    ) -> Result<ClusterConfig, ConfigError> {
+        let span = raw.span();
+        let raw = raw.get_ref();
+        if !matches!(kind, PolicyKind::MaxMin | PolicyKind::Proportional) {
+            return Err(self.err(
+                Some(span),
+                "cluster",
+                format!(
+                    "cluster mode shares bandwidth among jobs: policy.kind must be max_min or \
+                     proportional, not {}",
+                    kind.name()
+                ),
+            ));
+        }
+        let Some(endpoints) = &raw.endpoints else {
+            return Err(self.err(
+                Some(span),
+                "cluster.endpoints",
+                "missing field `endpoints` (etcd's client URLs, e.g. [\"http://127.0.0.1:2379\"])",
+            ));
+        };
+        if endpoints.get_ref().is_empty() {
+            return Err(self.err(
+                Some(endpoints.span()),
+                "cluster.endpoints",
+                "needs at least one etcd client URL",
+            ));
+        }
+        for e in endpoints.get_ref() {
+            cluster::check_endpoint(e)
+                .map_err(|m| self.err(Some(endpoints.span()), "cluster.endpoints", m))?;
+        }
+        let named = |v: &Option<Spanned<String>>, field: &str, default: String| match v {
+            Some(n) => cluster::check_name(n.get_ref())
+                .map(|()| n.get_ref().clone())
+                .map_err(|m| self.err(Some(n.span()), &format!("cluster.{field}"), m)),
+            None => cluster::check_name(&default)
+                .map(|()| default)
+                .map_err(|m| {
+                    self.err(
+                        Some(span.clone()),
+                        &format!("cluster.{field}"),
+                        format!("the default (the host name) cannot be used: {m}; set `node`"),
+                    )
+                }),
+        };
+        let name = named(&raw.name, "name", cluster::DEFAULT_CLUSTER.to_string())?;
+        let node = named(&raw.node, "node", cluster::host_name())?;
+        let lease = match &raw.lease {
+            Some(l) => {
+                let d = self.duration(l, "cluster.lease")?;
+                if d.subsec_nanos() != 0 {
+                    return Err(self.err(
+                        Some(l.span()),
+                        "cluster.lease",
+                        "must be whole seconds (etcd leases count seconds)",
+                    ));
+                }
+                d
+            }
+            None => cluster::DEFAULT_LEASE,
+        };
+        let period = match &raw.period {
+            Some(p) => self.duration(p, "cluster.period")?,
+            None => cluster::DEFAULT_PERIOD,
+        };
+        Ok(ClusterConfig {
+            endpoints: endpoints.get_ref().clone(),
+            name,
+            node,
+            lease,
+            period,
+        })
+    }
+
     fn duration(&self, d: &Spanned<HumanDuration>, field: &str) -> Result<Duration, ConfigError> {
         let v = d.get_ref().0;
         if v.is_zero() {
@@ -541,6 +641,10 @@ impl PaiodConfig {
             Some(p) => policy_config(&cx, p)?,
             None => PolicyConfig::default(),
         };
+        let cluster = match &raw.cluster {
+            Some(c) => Some(cx.cluster(c, policy.kind)?),
+            None => None,
+        };
         Ok(PaiodConfig {
             socket: raw.socket,
             period,
@@ -548,6 +652,7 @@ impl PaiodConfig {
             metrics: raw.metrics,
             policy,
             connections,
+            cluster,
         })
     }
 
@@ -1421,6 +1526,100 @@ rules = [{ rule = "create_channel", name = "x" }]
             }
         }
         assert!(n >= 3, "{n} example files in {}", dir.display());
+    }
+
+    #[test]
+    fn the_cluster_table_is_read_and_checked() {
+        let base = "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n";
+        let c = parse(&format!(
+            "{base}[cluster]\nendpoints = [\"http://127.0.0.1:2379\"]\nname = \"c1\"\nnode = \"n1\"\nlease = \"3s\"\nperiod = \"500ms\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.cluster,
+            Some(ClusterConfig {
+                endpoints: vec!["http://127.0.0.1:2379".into()],
+                name: "c1".into(),
+                node: "n1".into(),
+                lease: Duration::from_secs(3),
+                period: Duration::from_millis(500),
+            })
+        );
+        let d = parse(&format!(
+            "{base}[cluster]\nendpoints = [\"http://e:2379\"]\n"
+        ))
+        .unwrap();
+        let d = d.cluster.unwrap();
+        assert_eq!(
+            (d.name.as_str(), d.lease, d.period),
+            ("paio", cluster::DEFAULT_LEASE, cluster::DEFAULT_PERIOD)
+        );
+        assert!(parse("").unwrap().cluster.is_none());
+        let cases = [
+            (
+                "[cluster]\nendpoints = [\"http://e:1\"]\n",
+                "cluster",
+                "must be max_min or proportional, not static",
+            ),
+            (
+                &format!("{base}[cluster]\nname = \"x\"\n") as &str,
+                "cluster.endpoints",
+                "missing field `endpoints`",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = []\n"),
+                "cluster.endpoints",
+                "at least one",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"https://e:2379\"]\n"),
+                "cluster.endpoints",
+                "TLS",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nnode = \"a b\"\n"),
+                "cluster.node",
+                "' '",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nlease = \"1500ms\"\n"),
+                "cluster.lease",
+                "whole seconds",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nperiod = \"0s\"\n"),
+                "cluster.period",
+                "greater than 0",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nleader = true\n"),
+                "cluster.leader",
+                "unknown field",
+            ),
+        ];
+        for (text, field, message) in cases {
+            let e = err(text);
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.contains(message), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_cluster_guide_examples_parse() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/cluster.md");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut blocks = 0;
+        let mut lines = text.lines();
+        while let Some(l) = lines.next() {
+            if l == "```toml" {
+                let block: Vec<&str> = lines.by_ref().take_while(|l| *l != "```").collect();
+                let c = PaiodConfig::parse(&block.join("\n"), "docs/cluster.md")
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(c.cluster.is_some());
+                blocks += 1;
+            }
+        }
+        assert!(blocks >= 1, "no toml block in docs/cluster.md");
     }
 
     #[test]

@@ -156,6 +156,9 @@ pub struct StatusReport {
     /// reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigStatus>,
+    /// Cluster mode: this node's view of the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<crate::cluster::node::ClusterStatus>,
 }
 
 /// paiod's configuration file and its reloads (SIGHUP).

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod conns;
 pub mod ctl;

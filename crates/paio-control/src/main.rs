@@ -88,12 +88,27 @@ fn main() -> anyhow::Result<()> {
                     metrics,
                     metrics_from_cli: args.metrics.is_some(),
                     descriptors,
+                    cluster: config.cluster.clone(),
                 };
                 tokio::spawn(reload.on_sighup(state.clone()));
             }
             None => {
                 tokio::spawn(ignore_sighup());
             }
+        }
+        if let Some(c) = &config.cluster {
+            let agent = paio_control::cluster::node::Agent::install(
+                c.clone(),
+                state.clone(),
+                &config.policy,
+            );
+            tracing::info!(
+                "cluster {}: node {} with etcd at {}",
+                c.name,
+                c.node,
+                c.endpoints.join(", ")
+            );
+            tokio::spawn(agent.run());
         }
         if let Some(addr) = metrics {
             let l = tokio::net::TcpListener::bind(addr)
@@ -233,6 +248,8 @@ struct Reload {
     metrics: Option<std::net::SocketAddr>,
     metrics_from_cli: bool,
     descriptors: u64,
+    /// `[cluster]`, which only a restart changes.
+    cluster: Option<paio_control::cluster::ClusterConfig>,
 }
 
 impl Reload {
@@ -261,6 +278,17 @@ impl Reload {
                     .map(|l| (c, l))
                     .map_err(|e| format!("{}: {e}", self.path.display()))
             });
+        let loaded = loaded.and_then(|(c, l)| {
+            if c.cluster == self.cluster {
+                Ok((c, l))
+            } else {
+                Err(format!(
+                    "{}: [cluster] differs from the running one; it changes only when paiod \
+                     restarts",
+                    self.path.display()
+                ))
+            }
+        });
         let (config, limits) = match loaded {
             Ok(x) => x,
             Err(e) => {

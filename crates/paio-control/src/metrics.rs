@@ -22,6 +22,11 @@
 //! | `paiod_loop_work_seconds` | gauge, a tick's work | stat (`p99`) |
 //! | `paiod_loop_overruns_total` | counter, periods more than 10 % late | |
 //! | `paiod_cpu_share`, `paiod_cpu_seconds_total` | gauge (last 100 ticks), counter | |
+//! | `paiod_cluster_connected`, `paiod_cluster_leading` | gauge 0/1 (cluster mode) | |
+//! | `paiod_cluster_sessions_total` | counter (cluster mode) | |
+//! | `paiod_cluster_node_allocation_bytes_per_second` | gauge: this node's part (cluster mode) | job |
+//! | `paiod_cluster_allocation_age_seconds`, `paiod_cluster_nodes` | gauge (cluster mode) | |
+//! | `paiod_cluster_job_allocation_bytes_per_second`, `..._achieved_...`, `..._demand_...` | gauge, the leader's summary (cluster mode) | job |
 //!
 //! Every per-stage series also has the label `stage_id` (paiod's id of the
 //! registration), so two stages of one name in one process stay apart.
@@ -372,6 +377,10 @@ impl prometheus_client::collector::Collector for Snapshot {
             }
         }
 
+        if let Some(c) = &r.cluster {
+            cluster(&mut enc, c)?;
+        }
+
         let mut m = enc.encode_descriptor(
             "paio_object_wait_seconds",
             "Time requests waited in an object",
@@ -406,6 +415,78 @@ impl prometheus_client::collector::Collector for Snapshot {
         }
         Ok(())
     }
+}
+
+/// Cluster mode's series: the node's connection, leadership and
+/// allocation, and the leader's last summary of every job.
+fn cluster(
+    enc: &mut DescriptorEncoder,
+    c: &crate::cluster::node::ClusterStatus,
+) -> Result<(), std::fmt::Error> {
+    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+    gauges(
+        enc,
+        "paiod_cluster_connected",
+        "1 while this node's etcd session is up (0: it keeps its last allocation)",
+        vec![(vec![], flag(c.connected))],
+    )?;
+    gauges(
+        enc,
+        "paiod_cluster_leading",
+        "1 while this node is the cluster's leader",
+        vec![(vec![], flag(c.leading))],
+    )?;
+    counters(
+        enc,
+        "paiod_cluster_sessions",
+        "etcd sessions this node started",
+        vec![(vec![], c.sessions)],
+    )?;
+    let job = |j: &str| vec![("job".to_string(), j.to_string())];
+    gauges(
+        enc,
+        "paiod_cluster_node_allocation_bytes_per_second",
+        "This node's part of each job's allocation",
+        c.allocation.iter().map(|(j, r)| (job(j), *r)).collect(),
+    )?;
+    if let Some(age) = c.allocation_age_s {
+        gauges(
+            enc,
+            "paiod_cluster_allocation_age_seconds",
+            "Time since this node's allocation last changed",
+            vec![(vec![], age)],
+        )?;
+    }
+    if let Some(s) = &c.summary {
+        gauges(
+            enc,
+            "paiod_cluster_nodes",
+            "Live nodes in the leader's last summary",
+            vec![(vec![], s.nodes.len() as f64)],
+        )?;
+        gauges(
+            enc,
+            "paiod_cluster_job_allocation_bytes_per_second",
+            "Each job's global allocation (leader's last summary)",
+            s.jobs.iter().map(|j| (job(&j.job), j.allocation)).collect(),
+        )?;
+        gauges(
+            enc,
+            "paiod_cluster_job_achieved_bytes_per_second",
+            "Each job's bandwidth over all nodes (leader's last summary)",
+            s.jobs.iter().map(|j| (job(&j.job), j.achieved)).collect(),
+        )?;
+        gauges(
+            enc,
+            "paiod_cluster_job_demand_bytes_per_second",
+            "Each job's configured demand (leader's last summary; max_min)",
+            s.jobs
+                .iter()
+                .filter_map(|j| Some((job(&j.job), j.config.demand?)))
+                .collect(),
+        )?;
+    }
+    Ok(())
 }
 
 /// Whether an HTTP request head asks for OpenMetrics (`Accept:

@@ -22,7 +22,9 @@ use paio::protocol::{self, ErrorCode, FrameDecoder, FrameError, Hello, Message};
 use paio::stats::Counts;
 use paio::{Rule, StageStats};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
 
+use crate::cluster::node::{ClusterView, SetCommand};
 use crate::config::PaiodConfig;
 use crate::conns::{Closed, Conns, Limits};
 use crate::ctl::{
@@ -32,7 +34,7 @@ use crate::ctl::{
 use crate::loopstats::{self, LoopStats};
 use crate::outbox::{self, Outbox};
 use crate::peer::{self, Escaped};
-use crate::policy::{ControlPolicy, ProcIo, StageId, StageView};
+use crate::policy::{ControlPolicy, GroupTarget, ProcIo, StageId, StageView};
 use crate::record::{self, ChannelSample, Recorder, Sample};
 
 /// Errors that stop the daemon from starting.
@@ -99,6 +101,9 @@ impl StageEntry {
     }
 }
 
+/// How long `paio ctl set` waits for etcd in cluster mode.
+const CLUSTER_SET_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Everything the tasks share.
 pub struct State {
     policy: Box<dyn ControlPolicy>,
@@ -115,12 +120,16 @@ pub struct State {
     config: ConfigStatus,
     /// `--record`: a line per period.
     recorder: Option<Recorder>,
+    /// Cluster mode: the node's view of the cluster, and the way to its
+    /// agent (for `paio ctl set`).
+    cluster: Option<(ClusterView, mpsc::Sender<SetCommand>)>,
 }
 
 /// The daemon's shared state, for the metrics endpoint and tests.
 pub type Shared = Arc<Mutex<State>>;
 
-fn lock(state: &Shared) -> MutexGuard<'_, State> {
+/// Locks `state`; a panic elsewhere does not poison it for the others.
+pub(crate) fn lock(state: &Shared) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -145,6 +154,36 @@ impl State {
             proc_sampled: None,
             config: ConfigStatus::default(),
             recorder: None,
+            cluster: None,
+        }
+    }
+
+    /// Cluster mode: `paio ctl set` goes to the agent through `commands`
+    /// (see [`crate::cluster::node::Agent`]).
+    pub fn set_cluster(&mut self, commands: mpsc::Sender<SetCommand>) {
+        self.cluster = Some((ClusterView::default(), commands));
+    }
+
+    /// The node's view of the cluster. Panics outside cluster mode (only
+    /// the agent calls it, after [`State::set_cluster`]).
+    pub(crate) fn cluster_view_mut(&mut self) -> &mut ClusterView {
+        &mut self
+            .cluster
+            .as_mut()
+            .expect("the cluster agent runs only in cluster mode")
+            .0
+    }
+
+    /// The policy's per-group figures of its last period.
+    pub(crate) fn group_targets(&self) -> Vec<GroupTarget> {
+        self.policy.targets()
+    }
+
+    /// Hands the node's cluster allocation to the policy (which takes it
+    /// from its next period on).
+    pub(crate) fn apply_cluster_allocation(&mut self, rates: &BTreeMap<String, f64>) {
+        if let Err(e) = self.policy.set_node_allocation(rates) {
+            tracing::error!("cluster allocation not applied: {e}");
         }
     }
 
@@ -212,6 +251,15 @@ impl State {
             }
         }
         self.policy = new;
+        // Cluster mode: the node's allocation stays in force.
+        let allocation = self
+            .cluster
+            .as_ref()
+            .and_then(|(v, _)| v.allocation.as_ref())
+            .map(|(a, _)| a.jobs.clone());
+        if let Some(jobs) = allocation {
+            self.apply_cluster_allocation(&jobs);
+        }
         for e in self.stages.values_mut() {
             let setup = missing(self.policy.setup(&e.view), &e.view);
             if !setup.is_empty() {
@@ -382,6 +430,7 @@ impl State {
             connections: Some(self.conns.status()),
             control_loop: Some(self.loop_stats.status()),
             config: Some(self.config.clone()),
+            cluster: self.cluster.as_ref().map(|(v, _)| v.status(now)),
         }
     }
 
@@ -719,6 +768,23 @@ async fn serve_connection(
                         return None;
                     }
                 }
+                Step::Cluster { id, done } => {
+                    let answer = match tokio::time::timeout(CLUSTER_SET_TIMEOUT, done).await {
+                        Ok(Ok(Ok(()))) => CtlReply::ok(id),
+                        Ok(Ok(Err(e))) => CtlReply::refused(
+                            id,
+                            format!("set on this node only; the cluster did not take it: {e}"),
+                        ),
+                        Ok(Err(_)) | Err(_) => CtlReply::refused(
+                            id,
+                            format!(
+                                "set on this node only; etcd did not confirm it within \
+                                 {CLUSTER_SET_TIMEOUT:?}"
+                            ),
+                        ),
+                    };
+                    out.send_frame(protocol::encode_value(&answer));
+                }
             }
             // Backpressure: no more requests from a peer that does not read.
             if out.queued() > outbox::SOFT_LIMIT && !out.drained(drain_timeout).await {
@@ -747,6 +813,12 @@ enum Step {
     Close,
     /// Sends this ctl answer (encoded off the runtime thread), then reads on.
     Answer(Box<CtlReply>),
+    /// Answers ctl request `id` once the cluster agent says whether etcd
+    /// took the change, then reads on.
+    Cluster {
+        id: u64,
+        done: oneshot::Receiver<Result<(), String>>,
+    },
 }
 
 impl Session {
@@ -884,19 +956,33 @@ impl Session {
                 let answer = match serde_json::from_slice::<CtlRequest>(payload) {
                     Ok(req) => match peer::check_ctl(&req.command) {
                         Ok(()) => ctl(state, req),
-                        Err(e) => CtlReply::refused(req.id, e),
+                        Err(e) => CtlOutcome::Now(CtlReply::refused(req.id, e)),
                     },
-                    Err(e) => CtlReply::refused(0, format!("bad ctl request: {e}")),
+                    Err(e) => {
+                        CtlOutcome::Now(CtlReply::refused(0, format!("bad ctl request: {e}")))
+                    }
                 };
-                Step::Answer(Box::new(answer))
+                match answer {
+                    CtlOutcome::Now(a) => Step::Answer(Box::new(a)),
+                    CtlOutcome::Cluster { id, done } => Step::Cluster { id, done },
+                }
             }
         }
     }
 }
 
-fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
+/// The answer to a ctl request: now, or once the cluster has the change.
+enum CtlOutcome {
+    Now(CtlReply),
+    Cluster {
+        id: u64,
+        done: oneshot::Receiver<Result<(), String>>,
+    },
+}
+
+fn ctl(state: &Shared, req: CtlRequest) -> CtlOutcome {
     let mut st = lock(state);
-    match req.command {
+    let reply = match req.command {
         CtlCommand::Status => CtlReply {
             status: Some(Box::new(st.status())),
             ..CtlReply::ok(req.id)
@@ -909,6 +995,26 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
                     Escaped(&key),
                     Escaped(&value)
                 );
+                // Cluster mode: the change is the cluster's too.
+                if let Some((_, agent)) = &st.cluster {
+                    if let Some(v) = cluster_value(&key, &value) {
+                        let (tx, done) = oneshot::channel();
+                        let cmd = SetCommand {
+                            group,
+                            key,
+                            value: v,
+                            done: tx,
+                        };
+                        return match agent.try_send(cmd) {
+                            Ok(()) => CtlOutcome::Cluster { id: req.id, done },
+                            Err(_) => CtlOutcome::Now(CtlReply::refused(
+                                req.id,
+                                "set on this node only: the cluster agent is busy; try again"
+                                    .to_string(),
+                            )),
+                        };
+                    }
+                }
                 CtlReply::ok(req.id)
             }
             Err(e) => CtlReply::refused(req.id, e.to_string()),
@@ -928,6 +1034,18 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlReply {
             }
             Err(e) => CtlReply::refused(req.id, e),
         },
+    };
+    CtlOutcome::Now(reply)
+}
+
+/// The number a cluster-wide `paio ctl set` stores (bytes/s or a weight),
+/// for the keys that are the cluster's (`demand`, `weight`,
+/// `max_bandwidth`); `value` was accepted by the local policy already.
+fn cluster_value(key: &str, value: &str) -> Option<f64> {
+    match key {
+        "demand" | "max_bandwidth" => crate::policy::common::parse_byte_rate(value).ok(),
+        "weight" => value.trim().parse().ok(),
+        _ => None,
     }
 }
 

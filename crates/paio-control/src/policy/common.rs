@@ -293,6 +293,18 @@ impl StageDemand {
     }
 }
 
+impl StageDemand {
+    /// What [`split_by_demand`] estimates this demand needs, bytes/s:
+    /// unbounded when held back or without statistics, else `achieved ×
+    /// (1 + SPLIT_HEADROOM) + RATE_FLOOR`.
+    pub fn wanted(&self) -> f64 {
+        match self.achieved {
+            Some(a) if !self.throttled => finite(a) * (1.0 + SPLIT_HEADROOM) + RATE_FLOOR,
+            _ => f64::INFINITY,
+        }
+    }
+}
+
 /// Whether rate `new` is within [`DEADBAND`] of `old`, the rate last sent.
 pub fn within_deadband(old: f64, new: f64) -> bool {
     (new - old).abs() <= DEADBAND * old
@@ -310,13 +322,7 @@ pub fn within_deadband(old: f64, new: f64) -> bool {
 /// all-idle or all-throttled groups are split evenly, the sum is `total`
 /// and no share is negative.
 pub fn split_by_demand(total: f64, stages: &[StageDemand]) -> Vec<f64> {
-    let demands: Vec<f64> = stages
-        .iter()
-        .map(|s| match s.achieved {
-            Some(a) if !s.throttled => finite(a) * (1.0 + SPLIT_HEADROOM) + RATE_FLOOR,
-            _ => f64::INFINITY,
-        })
-        .collect();
+    let demands: Vec<f64> = stages.iter().map(StageDemand::wanted).collect();
     max_min_fair(total, &demands)
 }
 
@@ -652,6 +658,25 @@ pub(crate) fn distribute(
     let ids: Vec<StageId> = rates.iter().map(|(id, _)| *id).collect();
     calibrator.retain(&ids);
     tracker.update(settings, &rates)
+}
+
+/// Whether some of `members` were held back in the controlled channel
+/// last period, or have no statistics yet.
+pub(crate) fn hungry(settings: &ControlSettings, members: &[&StageView]) -> bool {
+    members.iter().any(|v| {
+        let d = settings.demand(v);
+        d.throttled || d.achieved.is_none()
+    })
+}
+
+/// Cluster mode: replaces the rate of every group in `rates` that the
+/// cluster allocated (`cluster`) with its allocation.
+pub(crate) fn overlay(rates: &mut BTreeMap<String, f64>, cluster: &BTreeMap<String, f64>) {
+    for (group, rate) in rates.iter_mut() {
+        if let Some(&c) = cluster.get(group) {
+            *rate = c;
+        }
+    }
 }
 
 /// Sum of the controlled channel's bytes/s over `members`.

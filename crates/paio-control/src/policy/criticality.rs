@@ -502,6 +502,7 @@ impl ControlPolicy for CriticalityPolicy {
             target_bytes_per_sec: self.rate.unwrap_or(0.0),
             achieved_bytes_per_sec: self.achieved,
             stages: self.stages,
+            hungry: false,
         }]
     }
 

@@ -41,10 +41,25 @@ use super::{group_by, ControlPolicy, GroupTarget, PolicyError, StageId, StageVie
 /// 0.
 pub fn max_min_fair(max_b: f64, demands: &[f64]) -> Vec<f64> {
     let n = demands.len();
-    let mut out = vec![0.0; n];
+    let (mut out, left) = max_min_served(max_b, demands);
     if n == 0 {
         return out;
     }
+    let extra = left / n as f64;
+    for r in &mut out {
+        *r += extra;
+    }
+    out
+}
+
+/// The served part of [`max_min_fair`] (Algorithm 2 before its lines
+/// 9–10): demands served in increasing order, each receiving
+/// `min(demand, left / remaining)`, and what is left of `max_b` after
+/// them (all of it for an empty input). [`max_min_fair`] adds
+/// `leftover / n` to every entry. Inputs are cleaned as there.
+pub fn max_min_served(max_b: f64, demands: &[f64]) -> (Vec<f64>, f64) {
+    let n = demands.len();
+    let mut out = vec![0.0; n];
     let max_b = common::finite(max_b);
     let clean = |d: f64| if d.is_nan() || d < 0.0 { 0.0 } else { d };
     let mut order: Vec<usize> = (0..n).collect();
@@ -56,11 +71,7 @@ pub fn max_min_fair(max_b: f64, demands: &[f64]) -> Vec<f64> {
         out[i] = r;
         left = (left - r).max(0.0);
     }
-    let extra = left / n as f64;
-    for r in &mut out {
-        *r += extra;
-    }
-    out
+    (out, left)
 }
 
 /// The `max_min` policy.
@@ -73,6 +84,7 @@ pub struct MaxMinPolicy {
     calibrator: Calibrator,
     active: usize,
     last: Vec<GroupTarget>,
+    cluster: BTreeMap<String, f64>,
 }
 
 impl MaxMinPolicy {
@@ -94,6 +106,7 @@ impl MaxMinPolicy {
             calibrator: Calibrator::default(),
             active: 0,
             last: Vec::new(),
+            cluster: BTreeMap::new(),
         };
         p.last = p.idle_targets();
         p
@@ -108,6 +121,7 @@ impl MaxMinPolicy {
                 target_bytes_per_sec: 0.0,
                 achieved_bytes_per_sec: 0.0,
                 stages: 0,
+                hungry: false,
             })
             .collect()
     }
@@ -134,11 +148,12 @@ impl ControlPolicy for MaxMinPolicy {
             .map(|g| self.demands.get(*g).copied().unwrap_or(0.0))
             .collect();
         let alloc = max_min_fair(self.max_b, &demands);
-        let rates: BTreeMap<String, f64> = names
+        let mut rates: BTreeMap<String, f64> = names
             .iter()
             .zip(&alloc)
             .map(|(g, r)| ((*g).clone(), *r))
             .collect();
+        common::overlay(&mut rates, &self.cluster);
         self.active = groups.len();
         let mut targets = self.idle_targets();
         targets.retain(|t| !groups.contains_key(&t.group));
@@ -149,6 +164,7 @@ impl ControlPolicy for MaxMinPolicy {
                 target_bytes_per_sec: rates[g],
                 achieved_bytes_per_sec: common::achieved(&self.settings, members),
                 stages: members.len(),
+                hungry: common::hungry(&self.settings, members),
             });
         }
         targets.sort_by(|a, b| a.group.cmp(&b.group));
@@ -192,6 +208,11 @@ impl ControlPolicy for MaxMinPolicy {
 
     fn uses_proc_io(&self) -> bool {
         self.settings.calibrate
+    }
+
+    fn set_node_allocation(&mut self, rates: &BTreeMap<String, f64>) -> Result<(), PolicyError> {
+        self.cluster = rates.clone();
+        Ok(())
     }
 }
 

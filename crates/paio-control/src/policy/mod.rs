@@ -82,6 +82,10 @@ pub struct GroupTarget {
     pub achieved_bytes_per_sec: f64,
     /// Registered stages in the group.
     pub stages: usize,
+    /// Whether some of its stages were held back this period or have no
+    /// statistics yet (so the group may want more than it achieved).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hungry: bool,
 }
 
 /// Error of a policy operation (configuration or `paio ctl set`).
@@ -142,6 +146,19 @@ pub trait ControlPolicy: Send {
     /// that have one (`criticality`).
     fn latency(&self) -> Option<LatencyStatus> {
         None
+    }
+
+    /// Cluster mode: the rates (bytes/s per group) the cluster's leader
+    /// allocated to this node. From the next period on they replace the
+    /// policy's own group rates; a group without one keeps the policy's.
+    /// Err for the kinds that cannot run in cluster mode (paiod's
+    /// configuration refuses `[cluster]` with them).
+    fn set_node_allocation(&mut self, rates: &BTreeMap<String, f64>) -> Result<(), PolicyError> {
+        let _ = rates;
+        Err(PolicyError::new(format!(
+            "policy {} does not take cluster allocations (use max_min or proportional)",
+            self.kind()
+        )))
     }
 }
 

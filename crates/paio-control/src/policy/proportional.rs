@@ -111,6 +111,7 @@ pub struct ProportionalPolicy {
     tracker: RateTracker,
     calibrator: Calibrator,
     last: Vec<GroupTarget>,
+    cluster: BTreeMap<String, f64>,
 }
 
 impl ProportionalPolicy {
@@ -133,6 +134,7 @@ impl ProportionalPolicy {
                 target_bytes_per_sec: 0.0,
                 achieved_bytes_per_sec: 0.0,
                 stages: 0,
+                hungry: false,
             })
             .collect();
         Self {
@@ -143,6 +145,7 @@ impl ProportionalPolicy {
             tracker: RateTracker::default(),
             calibrator: Calibrator::default(),
             last,
+            cluster: BTreeMap::new(),
         }
     }
 
@@ -202,8 +205,9 @@ impl ControlPolicy for ProportionalPolicy {
             })
             .collect();
         let alloc = proportional_share(self.max_b, &weights, &caps);
-        let rates: BTreeMap<String, f64> =
+        let mut rates: BTreeMap<String, f64> =
             names.iter().cloned().zip(alloc.iter().copied()).collect();
+        common::overlay(&mut rates, &self.cluster);
         let mut targets: Vec<GroupTarget> = self
             .weights
             .keys()
@@ -214,15 +218,17 @@ impl ControlPolicy for ProportionalPolicy {
                 target_bytes_per_sec: 0.0,
                 achieved_bytes_per_sec: 0.0,
                 stages: 0,
+                hungry: false,
             })
             .collect();
         for (k, g) in names.iter().enumerate() {
             targets.push(GroupTarget {
                 group: g.clone(),
                 demand_bytes_per_sec: nominal[k],
-                target_bytes_per_sec: alloc[k],
+                target_bytes_per_sec: rates[g],
                 achieved_bytes_per_sec: usage[k],
                 stages: groups[g].len(),
+                hungry: common::hungry(&self.settings, &groups[g]),
             });
         }
         targets.sort_by(|a, b| a.group.cmp(&b.group));
@@ -273,6 +279,11 @@ impl ControlPolicy for ProportionalPolicy {
 
     fn uses_proc_io(&self) -> bool {
         self.settings.calibrate
+    }
+
+    fn set_node_allocation(&mut self, rates: &BTreeMap<String, f64>) -> Result<(), PolicyError> {
+        self.cluster = rates.clone();
+        Ok(())
     }
 }
 

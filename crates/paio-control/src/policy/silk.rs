@@ -626,6 +626,7 @@ impl ControlPolicy for SilkPolicy {
                     target_bytes_per_sec: 0.0,
                     achieved_bytes_per_sec: 0.0,
                     stages: 0,
+                    hungry: false,
                 });
             g.demand_bytes_per_sec += self.kvs_b;
             g.target_bytes_per_sec += usage.fg + alloc.total();

@@ -135,6 +135,7 @@ impl StaticPolicy {
                     target_bytes_per_sec: target.unwrap_or(0.0),
                     achieved_bytes_per_sec: common::achieved(&self.settings, &members),
                     stages: members.len(),
+                    hungry: false,
                 }
             })
             .collect()

@@ -1,0 +1,717 @@
+//! One paiod's side of cluster mode: its etcd session, the report it
+//! publishes, the allocation it applies and, while it leads, the global
+//! allocation ([`super::leader`]).
+//!
+//! A session is: connect, grant the lease, seed the cluster's
+//! configuration, read and watch `alloc/<node>`, watch `leader`, campaign.
+//! Then every cluster period one transaction puts the node's report and
+//! reads `leader` and `summary` back; the lease is renewed every third of
+//! its time. Any etcd error ends the session: the node keeps its last
+//! allocation (its local policy goes on with it), says so in its status,
+//! and starts a new session after a back-off of up to one lease.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
+    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::keys::Keys;
+use super::leader::{self, Summary};
+use super::{
+    ClusterConfig, GlobalKind, JobRecord, JobUse, LeaderRecord, NodeAllocation, NodeReport,
+    PolicyRecord,
+};
+use crate::config::{PolicyConfig, PolicyKind};
+use crate::server::{lock, Shared};
+
+/// Why a session ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// An etcd call failed.
+    #[error("etcd: {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// etcd answered something paio did not expect.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// A `paio ctl set` for the cluster's configuration.
+#[derive(Debug)]
+pub struct SetCommand {
+    /// `*` (the policy) or a job.
+    pub group: String,
+    /// `demand`, `weight` or `max_bandwidth`.
+    pub key: String,
+    /// The value, already checked by the local policy (bytes/s or weight).
+    pub value: f64,
+    /// Ok once etcd has it, Err with the reason.
+    pub done: oneshot::Sender<Result<(), String>>,
+}
+
+/// What the node seeds the cluster's configuration with when it does not
+/// exist yet: its own `[policy]`.
+#[derive(Debug, Clone)]
+pub struct Seed {
+    /// `policy`.
+    pub policy: PolicyRecord,
+    /// `job/<job>` per configured group.
+    pub jobs: Vec<(String, JobRecord)>,
+}
+
+/// The node's view of the cluster, for `paio status` (kept in paiod's
+/// state, updated by the agent).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterView {
+    /// Whether the current session is up.
+    pub connected: bool,
+    /// When etcd became unreachable (none while connected).
+    pub unreachable_since: Option<Instant>,
+    /// The last session error.
+    pub last_error: Option<String>,
+    /// The leader and its epoch, as last read.
+    pub leader: Option<(String, i64)>,
+    /// Whether this node leads.
+    pub leading: bool,
+    /// The allocation applied, and when it arrived.
+    pub allocation: Option<(NodeAllocation, Instant)>,
+    /// The leader's last summary of the cluster.
+    pub summary: Option<Summary>,
+    /// Sessions started.
+    pub sessions: u64,
+}
+
+/// The node's view of the cluster as `paio status` reports it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ClusterStatus {
+    /// Whether the node's etcd session is up.
+    pub connected: bool,
+    /// Seconds since etcd became unreachable (none while connected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreachable_s: Option<f64>,
+    /// The last session error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// The leader's node, as last read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// The leader's epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<i64>,
+    /// Whether this node leads.
+    pub leading: bool,
+    /// Bytes/s per job allocated to this node (the last allocation, kept
+    /// while etcd is unreachable).
+    pub allocation: BTreeMap<String, f64>,
+    /// The epoch of the leader that wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_epoch: Option<i64>,
+    /// Seconds since it arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation_age_s: Option<f64>,
+    /// etcd sessions started.
+    pub sessions: u64,
+    /// The leader's last summary of the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+}
+
+impl ClusterView {
+    /// The view as of `now`.
+    pub fn status(&self, now: Instant) -> ClusterStatus {
+        ClusterStatus {
+            connected: self.connected,
+            unreachable_s: self
+                .unreachable_since
+                .map(|t| now.saturating_duration_since(t).as_secs_f64()),
+            last_error: self.last_error.clone(),
+            leader: self.leader.as_ref().map(|(n, _)| n.clone()),
+            epoch: self.leader.as_ref().map(|(_, e)| *e),
+            leading: self.leading,
+            allocation: self
+                .allocation
+                .as_ref()
+                .map(|(a, _)| a.jobs.clone())
+                .unwrap_or_default(),
+            allocation_epoch: self.allocation.as_ref().map(|(a, _)| a.epoch),
+            allocation_age_s: self
+                .allocation
+                .as_ref()
+                .map(|(_, t)| now.saturating_duration_since(*t).as_secs_f64()),
+            sessions: self.sessions,
+            summary: self.summary.clone(),
+        }
+    }
+}
+
+/// The agent: run it with [`Agent::run`] on paiod's runtime.
+pub struct Agent {
+    cfg: ClusterConfig,
+    keys: Keys,
+    state: Shared,
+    seed: Seed,
+    commands: mpsc::Receiver<SetCommand>,
+    seq: u64,
+    /// The endpoint in use (an index into `cfg.endpoints`).
+    endpoint: usize,
+}
+
+/// `paio ctl set`s queued for the agent at most.
+const MAX_QUEUED_SETS: usize = 16;
+
+impl Agent {
+    /// The agent of node `cfg.node` for paiod's `state`, which from now on
+    /// sends it the `paio ctl set`s that change the cluster's
+    /// configuration; `policy` (paiod's `[policy]`, kind max_min or
+    /// proportional) seeds that configuration when etcd has none.
+    pub fn install(cfg: ClusterConfig, state: Shared, policy: &PolicyConfig) -> Self {
+        let (tx, commands) = mpsc::channel(MAX_QUEUED_SETS);
+        lock(&state).set_cluster(tx);
+        let seed = Seed {
+            policy: PolicyRecord {
+                kind: if policy.kind == PolicyKind::Proportional {
+                    GlobalKind::Proportional
+                } else {
+                    GlobalKind::MaxMin
+                },
+                max_bandwidth: policy.max_bandwidth.unwrap_or(0.0),
+            },
+            jobs: policy
+                .groups
+                .iter()
+                .map(|g| {
+                    (
+                        g.name.clone(),
+                        JobRecord {
+                            demand: g.demand,
+                            weight: g.weight,
+                        },
+                    )
+                })
+                .collect(),
+        };
+        // Nodes start on different members, so losing one member moves
+        // only some of them.
+        let endpoint = cfg_start(&cfg);
+        Self {
+            keys: Keys::new(&cfg.name),
+            cfg,
+            state,
+            seed,
+            commands,
+            seq: 0,
+            endpoint,
+        }
+    }
+
+    /// Runs sessions forever, one after another.
+    pub async fn run(mut self) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let started = Instant::now();
+            let err = self.session().await;
+            {
+                let mut st = lock(&self.state);
+                let v = st.cluster_view_mut();
+                if v.connected || v.sessions <= 1 {
+                    tracing::warn!(
+                        "cluster {}: etcd unreachable ({err}); keeping the last allocation",
+                        self.cfg.name
+                    );
+                }
+                v.connected = false;
+                v.leading = false;
+                v.unreachable_since.get_or_insert_with(Instant::now);
+                v.last_error = Some(err.to_string());
+            }
+            if started.elapsed() > self.cfg.lease {
+                backoff = Duration::from_millis(100);
+            }
+            // Refuse what is asked meanwhile rather than let it wait.
+            while let Ok(c) = self.commands.try_recv() {
+                let _ = c.done.send(Err(format!("etcd is unreachable: {err}")));
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.cfg.lease);
+        }
+    }
+
+    async fn session(&mut self) -> ClusterError {
+        match self.session_inner().await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn session_inner(&mut self) -> Result<std::convert::Infallible, ClusterError> {
+        let lease = self.cfg.lease;
+        let mut client = self.connect_any().await?;
+        let granted = client.lease_grant(lease.as_secs() as i64, None).await?;
+        let lease_id = granted.id();
+        if granted.ttl() as u64 != lease.as_secs() {
+            tracing::info!(
+                "cluster {}: etcd granted a lease of {} s (asked {} s)",
+                self.cfg.name,
+                granted.ttl(),
+                lease.as_secs()
+            );
+        }
+        self.seed_config(&mut client).await?;
+        {
+            let mut st = lock(&self.state);
+            let v = st.cluster_view_mut();
+            v.sessions += 1;
+            tracing::info!(
+                "cluster {}: node {} connected to etcd at {} (lease {lease_id:x})",
+                self.cfg.name,
+                self.cfg.node,
+                self.cfg.endpoints[self.endpoint]
+            );
+            v.connected = true;
+            v.unreachable_since = None;
+        }
+        let mut lead = None;
+        let end = loop {
+            let Err(e) = self.streams(&mut client, lease_id, &mut lead).await;
+            // A broken stream (the member it ran over is gone, say) does
+            // not end the session while the lease lives: the streams are
+            // opened again on a member that answers.
+            match self.lease_lives(lease_id).await {
+                Some(c) => {
+                    client = c;
+                    tracing::info!(
+                        "cluster {}: {e}; the lease lives, so the session goes on with {}",
+                        self.cfg.name,
+                        self.cfg.endpoints[self.endpoint]
+                    );
+                }
+                None => break e,
+            }
+        };
+        // The leadership ends with the session (its lease is not renewed).
+        if let Some(h) = lead.take() {
+            h.abort();
+        }
+        Err(end)
+    }
+
+    /// A client of the first member, from the current one on, that
+    /// answers. One client per member: a client of several members sends
+    /// some requests to a member that is gone.
+    async fn connect_any(&mut self) -> Result<Client, ClusterError> {
+        let lease = self.cfg.lease;
+        let n = self.cfg.endpoints.len();
+        let mut last = None;
+        for k in 0..n {
+            let i = (self.endpoint + k) % n;
+            let opts = ConnectOptions::new()
+                .with_connect_timeout(lease)
+                .with_timeout(lease)
+                .with_keep_alive(lease / 2, lease);
+            let tried = async {
+                let mut c = Client::connect([&self.cfg.endpoints[i]], Some(opts)).await?;
+                c.status().await?;
+                Ok::<_, etcd_client::Error>(c)
+            };
+            match tried.await {
+                Ok(c) => {
+                    self.endpoint = i;
+                    return Ok(c);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.map_or_else(
+            || ClusterError::Protocol("no etcd endpoint".into()),
+            ClusterError::from,
+        ))
+    }
+
+    /// A client of a member that says lease `lease_id` still lives, trying
+    /// the members in turn for up to three leases; none when it expired or
+    /// no member answered. (Losing etcd's raft leader stalls requests for
+    /// an election, after which etcd extends every lease.)
+    async fn lease_lives(&mut self, lease_id: i64) -> Option<Client> {
+        let deadline = Instant::now() + self.cfg.lease * 3;
+        while Instant::now() < deadline {
+            self.endpoint = (self.endpoint + 1) % self.cfg.endpoints.len();
+            match self.connect_any().await {
+                Ok(mut c) => match c.lease_time_to_live(lease_id, None).await {
+                    // Whole seconds left, rounded down: 0 is alive, an
+                    // expired (revoked) lease says -1.
+                    Ok(t) if t.ttl() >= 0 => return Some(c),
+                    Ok(t) => {
+                        tracing::debug!("lease {lease_id:x} expired (ttl {})", t.ttl());
+                        return None;
+                    }
+                    Err(e) => tracing::debug!("lease {lease_id:x}: {e}"),
+                },
+                Err(e) => tracing::debug!("lease {lease_id:x}: no member answers: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// Opens the session's streams (lease renewals, this node's allocation,
+    /// the leader) and serves them until one fails.
+    async fn streams(
+        &mut self,
+        client: &mut Client,
+        lease_id: i64,
+        lead: &mut Lead,
+    ) -> Result<std::convert::Infallible, ClusterError> {
+        let (mut keeper, mut renewals) = client.lease_keep_alive(lease_id).await?;
+        let alloc_key = self.keys.alloc(&self.cfg.node);
+        let current = client.get(alloc_key.as_str(), None).await?;
+        let rev = current.header().map_or(0, |h| h.revision());
+        if let Some(kv) = current.kvs().first() {
+            self.apply(kv.value());
+        }
+        let from = WatchOptions::new().with_start_revision(rev + 1);
+        let mut allocs = client.watch(alloc_key.as_str(), Some(from.clone())).await?;
+        let mut leaders = client.watch(self.keys.leader(), Some(from)).await?;
+        self.serve(
+            client,
+            lease_id,
+            &mut keeper,
+            &mut renewals,
+            &mut allocs,
+            &mut leaders,
+            lead,
+        )
+        .await
+    }
+
+    /// The session's loop: returns only with the error that ends it.
+    #[allow(clippy::too_many_arguments)]
+    async fn serve(
+        &mut self,
+        client: &mut Client,
+        lease_id: i64,
+        keeper: &mut LeaseKeeper,
+        renewals: &mut LeaseKeepAliveStream,
+        allocs: &mut WatchStream,
+        leaders: &mut WatchStream,
+        lead: &mut Lead,
+    ) -> Result<std::convert::Infallible, ClusterError> {
+        let lease = self.cfg.lease;
+        let me = self.cfg.node.clone();
+        self.campaign(client, lease_id, lead).await?;
+        let mut publish = tokio::time::interval(self.cfg.period);
+        publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut renew = tokio::time::interval(lease / 3);
+        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = publish.tick() => self.publish(client, lease_id, lead).await?,
+                _ = renew.tick() => keeper.keep_alive().await?,
+                r = renewals.message() => match r? {
+                    Some(r) if r.ttl() > 0 => {}
+                    _ => return Err(ClusterError::Protocol(format!("lease {lease_id:x} expired"))),
+                },
+                m = allocs.message() => {
+                    let m = m?.ok_or_else(|| gone("allocation"))?;
+                    if m.canceled() {
+                        return Err(gone("allocation"));
+                    }
+                    for e in m.events() {
+                        if let (EventType::Put, Some(kv)) = (e.event_type(), e.kv()) {
+                            self.apply(kv.value());
+                        }
+                    }
+                }
+                m = leaders.message() => {
+                    let m = m?.ok_or_else(|| gone("leader"))?;
+                    if m.canceled() {
+                        return Err(gone("leader"));
+                    }
+                    if m.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                        self.campaign(client, lease_id, lead).await?;
+                    }
+                }
+                Some(c) = self.commands.recv() => {
+                    let r = self.set(client, &c).await;
+                    let failed = r.as_ref().err().map(|e| e.to_string());
+                    let _ = c.done.send(r.map_err(|e| e.to_string()));
+                    if let Some(e) = failed {
+                        return Err(ClusterError::Protocol(e));
+                    }
+                }
+                r = wait_lead(lead) => {
+                    *lead = None;
+                    lock(&self.state).cluster_view_mut().leading = false;
+                    match r {
+                        Ok(()) => tracing::warn!("cluster {}: node {me} is no longer the leader", self.cfg.name),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Creates `policy` and each `job/<job>` of the seed that does not
+    /// exist yet.
+    async fn seed_config(&self, client: &mut Client) -> Result<(), ClusterError> {
+        let mut puts = vec![(self.keys.policy(), json(&self.seed.policy))];
+        for (job, rec) in &self.seed.jobs {
+            puts.push((self.keys.job(job), json(rec)));
+        }
+        for (key, value) in puts {
+            client
+                .txn(
+                    Txn::new()
+                        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key.as_str(), value, None)]),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Becomes the leader if there is none: creates `leader` bound to the
+    /// lease; the epoch is the transaction's revision.
+    async fn campaign(
+        &self,
+        client: &mut Client,
+        lease_id: i64,
+        lead: &mut Lead,
+    ) -> Result<(), ClusterError> {
+        if lead.is_some() {
+            return Ok(());
+        }
+        let key = self.keys.leader();
+        let record = json(&LeaderRecord {
+            node: self.cfg.node.clone(),
+        });
+        let r = client
+            .txn(
+                Txn::new()
+                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.as_str(),
+                        record,
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    )])
+                    .or_else([TxnOp::get(key.as_str(), None)]),
+            )
+            .await?;
+        let epoch = if r.succeeded() {
+            r.header()
+                .map(|h| h.revision())
+                .ok_or_else(|| ClusterError::Protocol("a transaction without a header".into()))?
+        } else {
+            // The key exists: this node's own (bound to its lease) when its
+            // leader task ended on a broken stream; then it leads on.
+            let own = r.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(g) => g
+                    .kvs()
+                    .first()
+                    .filter(|kv| kv.lease() == lease_id)
+                    .map(|kv| kv.create_revision()),
+                _ => None,
+            });
+            match own {
+                Some(epoch) => epoch,
+                None => return Ok(()),
+            }
+        };
+        tracing::info!(
+            "cluster {}: node {} leads (epoch {epoch})",
+            self.cfg.name,
+            self.cfg.node
+        );
+        {
+            let mut st = lock(&self.state);
+            let v = st.cluster_view_mut();
+            v.leading = true;
+            v.leader = Some((self.cfg.node.clone(), epoch));
+        }
+        let leader = leader::Leader::new(
+            self.keys.clone(),
+            self.cfg.node.clone(),
+            epoch,
+            self.cfg.period,
+        );
+        *lead = Some(tokio::spawn(leader.run(client.clone())));
+        Ok(())
+    }
+
+    /// Puts the node's report and reads `leader` and `summary`, in one
+    /// transaction.
+    async fn publish(
+        &mut self,
+        client: &mut Client,
+        lease_id: i64,
+        lead: &mut Lead,
+    ) -> Result<(), ClusterError> {
+        self.seq += 1;
+        let report = NodeReport {
+            node: self.cfg.node.clone(),
+            seq: self.seq,
+            jobs: self.local_use(),
+        };
+        let r = client
+            .txn(Txn::new().and_then([
+                TxnOp::put(
+                    self.keys.node(&self.cfg.node),
+                    json(&report),
+                    Some(PutOptions::new().with_lease(lease_id)),
+                ),
+                TxnOp::get(self.keys.leader(), None),
+                TxnOp::get(self.keys.summary(), None),
+            ]))
+            .await?;
+        let mut leader = None;
+        let mut summary = None;
+        for (i, op) in r.op_responses().into_iter().enumerate() {
+            if let TxnOpResponse::Get(g) = op {
+                if let Some(kv) = g.kvs().first() {
+                    match i {
+                        1 => {
+                            leader = serde_json::from_slice::<LeaderRecord>(kv.value())
+                                .ok()
+                                .map(|l| (l.node, kv.create_revision()))
+                        }
+                        _ => summary = serde_json::from_slice::<Summary>(kv.value()).ok(),
+                    }
+                }
+            }
+        }
+        let no_leader = leader.is_none();
+        {
+            let mut st = lock(&self.state);
+            let v = st.cluster_view_mut();
+            v.leader = leader;
+            if summary.is_some() {
+                v.summary = summary;
+            }
+        }
+        if no_leader {
+            self.campaign(client, lease_id, lead).await?;
+        }
+        Ok(())
+    }
+
+    /// The node's jobs, from the local policy's last period.
+    fn local_use(&self) -> BTreeMap<String, JobUse> {
+        let st = lock(&self.state);
+        st.group_targets()
+            .into_iter()
+            .filter(|t| t.stages > 0)
+            .map(|t| {
+                (
+                    t.group,
+                    JobUse {
+                        stages: t.stages as u32,
+                        achieved: Some(t.achieved_bytes_per_sec),
+                        hungry: t.hungry,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Hands an allocation (a `alloc/<node>` value) to the local policy.
+    fn apply(&self, value: &[u8]) {
+        let alloc: NodeAllocation = match serde_json::from_slice(value) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("cluster {}: an unreadable allocation: {e}", self.cfg.name);
+                return;
+            }
+        };
+        let mut st = lock(&self.state);
+        st.apply_cluster_allocation(&alloc.jobs);
+        st.cluster_view_mut().allocation = Some((alloc, Instant::now()));
+    }
+
+    /// Writes a `paio ctl set` into the cluster's configuration
+    /// (read, change, write if unchanged meanwhile).
+    async fn set(&self, client: &mut Client, c: &SetCommand) -> Result<(), ClusterError> {
+        let key = if c.group == "*" {
+            self.keys.policy()
+        } else {
+            self.keys.job(&c.group)
+        };
+        for _ in 0..8 {
+            let got = client.get(key.as_str(), None).await?;
+            let (rev, value) = match got.kvs().first() {
+                Some(kv) => (kv.mod_revision(), kv.value().to_vec()),
+                None => (0, Vec::new()),
+            };
+            let new = if c.group == "*" {
+                let mut p: PolicyRecord =
+                    serde_json::from_slice(&value).unwrap_or_else(|_| self.seed.policy.clone());
+                p.max_bandwidth = c.value;
+                json(&p)
+            } else {
+                let mut j: JobRecord = serde_json::from_slice(&value).unwrap_or_default();
+                match c.key.as_str() {
+                    "demand" => j.demand = Some(c.value),
+                    "weight" => j.weight = Some(c.value),
+                    other => {
+                        return Err(ClusterError::Protocol(format!(
+                            "{other} is not a cluster setting (demand, weight, max_bandwidth)"
+                        )))
+                    }
+                }
+                json(&j)
+            };
+            let r = client
+                .txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, rev)])
+                        .and_then([TxnOp::put(key.as_str(), new, None)]),
+                )
+                .await?;
+            if r.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(ClusterError::Protocol(format!(
+            "{key} kept changing under 8 attempts to set it"
+        )))
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    // Records are plain structs of strings, numbers and maps.
+    serde_json::to_vec(v).expect("cluster records serialize")
+}
+
+fn gone(what: &str) -> ClusterError {
+    ClusterError::Protocol(format!("etcd ended the watch of the {what}"))
+}
+
+async fn wait_lead(lead: &mut Lead) -> Result<(), ClusterError> {
+    match lead {
+        Some(h) => match h.await {
+            Ok(r) => r,
+            Err(e) => Err(ClusterError::Protocol(format!(
+                "the leader task ended: {e}"
+            ))),
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// The member a node tries first: spread over the members by node name.
+fn cfg_start(cfg: &ClusterConfig) -> usize {
+    let h = cfg
+        .node
+        .bytes()
+        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
+    h % cfg.endpoints.len().max(1)
+}
+
+/// The leader task, while this node leads.
+type Lead = Option<tokio::task::JoinHandle<Result<(), ClusterError>>>;
+
+/// Range options for every key under `prefix`.
+pub(super) fn prefixed() -> Option<GetOptions> {
+    Some(GetOptions::new().with_prefix())
+}
