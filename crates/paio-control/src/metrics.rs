@@ -424,24 +424,25 @@ fn cluster(
     c: &crate::cluster::node::ClusterStatus,
 ) -> Result<(), std::fmt::Error> {
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
-    gauges(
+    gauge(
         enc,
         "paiod_cluster_connected",
         "1 while this node's etcd session is up (0: it keeps its last allocation)",
-        vec![(vec![], flag(c.connected))],
+        flag(c.connected),
     )?;
-    gauges(
+    gauge(
         enc,
         "paiod_cluster_leading",
         "1 while this node is the cluster's leader",
-        vec![(vec![], flag(c.leading))],
+        flag(c.leading),
     )?;
-    counters(
-        enc,
+    let n = ConstCounter::new(c.sessions);
+    n.encode(enc.encode_descriptor(
         "paiod_cluster_sessions",
         "etcd sessions this node started",
-        vec![(vec![], c.sessions)],
-    )?;
+        None,
+        n.metric_type(),
+    )?)?;
     let job = |j: &str| vec![("job".to_string(), j.to_string())];
     gauges(
         enc,
@@ -450,19 +451,19 @@ fn cluster(
         c.allocation.iter().map(|(j, r)| (job(j), *r)).collect(),
     )?;
     if let Some(age) = c.allocation_age_s {
-        gauges(
+        gauge(
             enc,
             "paiod_cluster_allocation_age_seconds",
             "Time since this node's allocation last changed",
-            vec![(vec![], age)],
+            age,
         )?;
     }
     if let Some(s) = &c.summary {
-        gauges(
+        gauge(
             enc,
             "paiod_cluster_nodes",
             "Live nodes in the leader's last summary",
-            vec![(vec![], s.nodes.len() as f64)],
+            s.nodes.len() as f64,
         )?;
         gauges(
             enc,
@@ -487,6 +488,17 @@ fn cluster(
         )?;
     }
     Ok(())
+}
+
+/// One gauge without labels.
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    v: f64,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(v);
+    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
 /// Whether an HTTP request head asks for OpenMetrics (`Accept:

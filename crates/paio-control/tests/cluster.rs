@@ -200,6 +200,7 @@ struct Node {
     child: Child,
     socket: PathBuf,
     log: PathBuf,
+    metrics: u16,
 }
 
 impl Node {
@@ -207,12 +208,14 @@ impl Node {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
         let cfg = d.join("paiod.toml");
+        let metrics = free_port();
         let eps: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
         std::fs::write(
             &cfg,
             format!(
                 r#"
 period = "100ms"
+metrics = "127.0.0.1:{}"
 [policy]
 kind = "max_min"
 group_by = "job"
@@ -231,6 +234,7 @@ node = "{name}"
 lease = "1s"
 period = "200ms"
 "#,
+                metrics,
                 eps.join(", ")
             ),
         )
@@ -253,6 +257,7 @@ period = "200ms"
             child,
             socket,
             log: log_path,
+            metrics,
         };
         wait_for("paiod to listen", Duration::from_secs(30), || {
             UnixStream::connect(&n.socket).is_ok()
@@ -381,6 +386,43 @@ fn job_totals(nodes: &[&Node]) -> BTreeMap<String, f64> {
     t
 }
 
+/// n's cluster series are exposed, and promtool accepts the exposition.
+fn check_metrics(n: &Node) {
+    let series = [
+        "paiod_cluster_connected 1.0",
+        "paiod_cluster_nodes 3.0",
+        "paiod_cluster_node_allocation_bytes_per_second{job=\"b\"}",
+        "paiod_cluster_job_allocation_bytes_per_second{job=\"a\"} 78643200",
+        "paiod_cluster_job_demand_bytes_per_second{job=\"b\"} 10485760",
+    ];
+    let mut text = String::new();
+    wait_for("the cluster's metrics", Duration::from_secs(30), || {
+        let reply = http_get(n.metrics, "/metrics").expect("paiod serves /metrics");
+        text = reply.split_once("\r\n\r\n").unwrap().1.to_string();
+        series.iter().all(|s| text.contains(s))
+    });
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package; `make setup` installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let o = promtool.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 fn near(x: f64, want: f64) -> bool {
     (x - want).abs() <= 0.01 * want
 }
@@ -446,6 +488,7 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
     );
     let leaders: Vec<bool> = all.iter().map(|n| n.cluster().leading).collect();
     assert_eq!(leaders.iter().filter(|&&l| l).count(), 1, "{leaders:?}");
+    check_metrics(n1);
 
     // `paio ctl set` on any node changes the cluster's configuration: b's
     // guarantee of 50 leaves 50 for a, then 0 left over (a 50, b 50).
@@ -595,4 +638,44 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
     for l in loads {
         l.finish();
     }
+}
+
+#[test]
+fn a_deposed_leaders_writes_are_rejected() {
+    use paio_control::cluster::keys::Keys;
+    use paio_control::cluster::leader::Leader;
+    use paio_control::cluster::NodeAllocation;
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let node = Node::start(dir.path(), "n0", &etcd.endpoints());
+    let load = Load::start("a", &node);
+    wait_for("n0 to lead and allocate", Duration::from_secs(30), || {
+        let c = node.cluster();
+        c.leading && c.allocation.contains_key("a")
+    });
+    let epoch = node.cluster().epoch.unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = etcd_client::Client::connect(etcd.endpoints(), None)
+            .await
+            .unwrap();
+        // A leader of an older epoch (one that lost its lease and came
+        // back): its first write is refused and it stops.
+        let stale = Leader::new(
+            Keys::new("t"),
+            "ghost".into(),
+            epoch - 1,
+            Duration::from_millis(200),
+        );
+        let ended = tokio::time::timeout(Duration::from_secs(10), stale.run(client.clone())).await;
+        assert!(matches!(ended, Ok(Ok(()))), "{ended:?}");
+        let mut client = client;
+        let got = client.get(Keys::new("t").alloc("n0"), None).await.unwrap();
+        let alloc: NodeAllocation = serde_json::from_slice(got.kvs()[0].value()).unwrap();
+        assert_eq!((alloc.leader.as_str(), alloc.epoch), ("n0", epoch));
+    });
+    load.finish();
 }

@@ -2,11 +2,13 @@
 //! publishes, the allocation it applies and, while it leads, the global
 //! allocation ([`super::leader`]).
 //!
-//! A session is: connect, grant the lease, seed the cluster's
-//! configuration, read and watch `alloc/<node>`, watch `leader`, campaign.
-//! Then every cluster period one transaction puts the node's report and
-//! reads `leader` and `summary` back; the lease is renewed every third of
-//! its time. Any etcd error ends the session: the node keeps its last
+//! A session is: connect to a member that answers, grant the lease, seed
+//! the cluster's configuration, read and watch `alloc/<node>`, watch
+//! `leader`, campaign. Then every cluster period one transaction puts the
+//! node's report and reads `leader` back (and `summary`, when it changed);
+//! the lease is renewed every third of its time. A broken stream opens the
+//! streams again on another member while the lease lives; when the lease
+//! is gone or no member answers, the session ends: the node keeps its last
 //! allocation (its local policy goes on with it), says so in its status,
 //! and starts a new session after a back-off of up to one lease.
 
@@ -157,6 +159,8 @@ pub struct Agent {
     seq: u64,
     /// The endpoint in use (an index into `cfg.endpoints`).
     endpoint: usize,
+    /// The mod revision of the summary last read.
+    summary_rev: i64,
 }
 
 /// `paio ctl set`s queued for the agent at most.
@@ -204,6 +208,7 @@ impl Agent {
             commands,
             seq: 0,
             endpoint,
+            summary_rev: 0,
         }
     }
 
@@ -554,16 +559,25 @@ impl Agent {
             seq: self.seq,
             jobs: self.local_use(),
         };
+        let put = TxnOp::put(
+            self.keys.node(&self.cfg.node),
+            json(&report),
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        let leader_key = TxnOp::get(self.keys.leader(), None);
+        // The summary is read only when it changed since the last read.
+        let summary_key = self.keys.summary();
         let r = client
-            .txn(Txn::new().and_then([
-                TxnOp::put(
-                    self.keys.node(&self.cfg.node),
-                    json(&report),
-                    Some(PutOptions::new().with_lease(lease_id)),
-                ),
-                TxnOp::get(self.keys.leader(), None),
-                TxnOp::get(self.keys.summary(), None),
-            ]))
+            .txn(
+                Txn::new()
+                    .when([Compare::mod_revision(
+                        summary_key.as_str(),
+                        CompareOp::Equal,
+                        self.summary_rev,
+                    )])
+                    .and_then([put.clone(), leader_key.clone()])
+                    .or_else([put, leader_key, TxnOp::get(summary_key.as_str(), None)]),
+            )
             .await?;
         let mut leader = None;
         let mut summary = None;
@@ -576,7 +590,10 @@ impl Agent {
                                 .ok()
                                 .map(|l| (l.node, kv.create_revision()))
                         }
-                        _ => summary = serde_json::from_slice::<Summary>(kv.value()).ok(),
+                        _ => {
+                            self.summary_rev = kv.mod_revision();
+                            summary = serde_json::from_slice::<Summary>(kv.value()).ok();
+                        }
                     }
                 }
             }
