@@ -6,7 +6,7 @@ PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 DESTDIR ?=
 
-.PHONY: all setup build release-bins install uninstall test-install deb test-deb test-monitoring test-operations-doc demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance soak fuzz header clean
+.PHONY: all setup build release-bins install uninstall test-install deb test-deb test-monitoring test-operations-doc demo demo-stage test test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance rocksdb-plugin taillat-driver lint bench experiment-bandwidth experiment-taillat experiment-criticality experiment-inheritance experiment-cluster soak fuzz header clean
 
 all: build
 
@@ -95,7 +95,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python: release-bins
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance
+	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance bench/cluster
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).
@@ -174,6 +174,14 @@ experiment-criticality: release-bins
 INHERITANCE_ROUNDS ?= 3
 experiment-inheritance: release-bins rocksdb-plugin
 	python3 bench/inheritance/run.py --rounds $(INHERITANCE_ROUNDS)
+
+## Cluster mode at scale (issue 15, about 12 minutes): the global control
+## cycle and the failover time at 10, 100 and 1,000 simulated nodes of 100
+## stages each against a real etcd (bench/cluster/run.py; docs/cluster.md).
+CLUSTER_ROUNDS ?= 3
+experiment-cluster: release-bins
+	$(CARGO) build --release -q -p paio-bench --bin paio-cluster-sim
+	python3 bench/cluster/run.py --rounds $(CLUSTER_ROUNDS)
 
 ## paiod's soak test (issue 14, one hour, not in `make test`): mixed load
 ## under paio with paiod killed and restarted every minute and an abusive

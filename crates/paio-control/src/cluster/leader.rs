@@ -7,7 +7,8 @@
 //! reports costs one allocation. A node's `alloc/<node>` is written only
 //! when one of its jobs' rates moved by more than the stages' dead band
 //! ([`crate::policy::common::DEADBAND`]) or its jobs changed, and always
-//! once per epoch. The [`Summary`] for `paio status --cluster` is written
+//! once per epoch; more than [`MAX_TXN_OPS`] writes go in several fenced
+//! transactions sent together. The [`Summary`] for `paio status --cluster` is written
 //! at most once per cluster period.
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use super::alloc::{allocate, GlobalKind, JobDemand, NodeUse};
 use super::keys::Keys;
 use super::node::{prefixed, ClusterError};
 use super::{JobRecord, NodeAllocation, NodeReport, PolicyRecord};
+use crate::peer::Escaped;
 use crate::policy::common::DEADBAND;
 
 /// Shortest time between two allocation writes.
@@ -170,12 +172,17 @@ impl Leader {
                 EventType::Delete => {
                     self.reports.remove(node);
                 }
-                EventType::Put => match serde_json::from_slice::<NodeReport>(kv.value()) {
+                EventType::Put => match NodeReport::decode(node, kv.value()) {
                     Ok(r) => {
                         self.reports
                             .insert(node.to_string(), (r, kv.mod_revision()));
                     }
-                    Err(e) => tracing::warn!("node {node}'s report is unreadable: {e}"),
+                    Err(e) => {
+                        // Its last good report (if any) is dropped too: the
+                        // node's use is unknown.
+                        self.reports.remove(node);
+                        tracing::warn!("node {}'s report is ignored: {e}", Escaped(node));
+                    }
                 },
             }
         } else if let Some(job) = Keys::name_in(key, &self.keys.jobs()) {
@@ -187,7 +194,9 @@ impl Leader {
                     Ok(r) => {
                         self.jobs.insert(job.to_string(), r);
                     }
-                    Err(e) => tracing::warn!("job {job}'s configuration is unreadable: {e}"),
+                    Err(e) => {
+                        tracing::warn!("job {}'s configuration is unreadable: {e}", Escaped(job))
+                    }
                 },
             }
         } else if key == self.keys.policy().as_bytes() {
@@ -292,14 +301,26 @@ impl Leader {
             ops.push(TxnOp::put(self.keys.summary(), to_json(&summary), None));
         }
         let fence = Compare::create_revision(self.keys.leader(), CompareOp::Equal, self.epoch);
-        for chunk in ops.chunks(MAX_TXN_OPS) {
-            let r = client
-                .txn(Txn::new().when([fence.clone()]).and_then(chunk.to_vec()))
-                .await?;
-            if !r.succeeded() {
-                tracing::warn!("epoch {} is over: another node leads", self.epoch);
-                return Ok(false);
-            }
+        // The transactions go out together (etcd commits them in one
+        // batch), and each is fenced on its own.
+        let sent: Vec<_> = ops
+            .chunks(MAX_TXN_OPS)
+            .map(|chunk| {
+                let mut c = client.clone();
+                let txn = Txn::new().when([fence.clone()]).and_then(chunk.to_vec());
+                tokio::spawn(async move { c.txn(txn).await })
+            })
+            .collect();
+        let mut deposed = false;
+        for h in sent {
+            let r = h
+                .await
+                .map_err(|e| ClusterError::Protocol(format!("an allocation write ended: {e}")))??;
+            deposed |= !r.succeeded();
+        }
+        if deposed {
+            tracing::warn!("epoch {} is over: another node leads", self.epoch);
+            return Ok(false);
         }
         if summary_due {
             self.summary_at = Some(Instant::now());

@@ -46,6 +46,8 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(2);
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(1);
 /// Longest cluster, node or job name.
 pub const MAX_NAME: usize = 64;
+/// Most jobs one node may report; the leader ignores a report with more.
+pub const MAX_JOBS_PER_NODE: usize = 1024;
 
 /// `[cluster]` of paiod's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +139,34 @@ pub struct NodeReport {
     pub jobs: BTreeMap<String, JobUse>,
 }
 
+impl NodeReport {
+    /// Decodes and checks a report read from `node/<node>`: it must name
+    /// `node`, have at most [`MAX_JOBS_PER_NODE`] jobs with names
+    /// [`check_name`] accepts, and finite, non-negative rates.
+    pub fn decode(node: &str, value: &[u8]) -> Result<NodeReport, String> {
+        let r: NodeReport = serde_json::from_slice(value).map_err(|e| e.to_string())?;
+        if r.node != node {
+            return Err(format!("names node {:?} under the key of {node:?}", r.node));
+        }
+        if r.jobs.len() > MAX_JOBS_PER_NODE {
+            return Err(format!(
+                "has {} jobs, more than {MAX_JOBS_PER_NODE}",
+                r.jobs.len()
+            ));
+        }
+        for (job, u) in &r.jobs {
+            check_name(job).map_err(|e| format!("job {e}"))?;
+            if u.achieved.is_some_and(|a| !(a.is_finite() && a >= 0.0)) {
+                return Err(format!(
+                    "job {job}: achieved {:?} is not a rate",
+                    u.achieved
+                ));
+            }
+        }
+        Ok(r)
+    }
+}
+
 /// A node's part of the global allocation, under `alloc/<node>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -192,6 +222,33 @@ mod tests {
         assert!(check_name(&"x".repeat(65)).unwrap_err().contains("has 65"));
         assert!(check_name("a/b").unwrap_err().contains("'/'"));
         assert!(check_name("é").is_err());
+    }
+
+    #[test]
+    fn reports_are_checked() {
+        let ok = br#"{"node":"n1","seq":3,"jobs":{"a":{"stages":2,"achieved":5.0,"hungry":true}}}"#;
+        assert_eq!(NodeReport::decode("n1", ok).unwrap().jobs["a"].stages, 2);
+        assert!(NodeReport::decode("n2", ok)
+            .unwrap_err()
+            .contains("under the key"));
+        let bad_job =
+            br#"{"node":"n1","seq":3,"jobs":{"a/b":{"stages":2,"achieved":5.0,"hungry":true}}}"#;
+        assert!(NodeReport::decode("n1", bad_job)
+            .unwrap_err()
+            .contains("job"));
+        let negative =
+            br#"{"node":"n1","seq":3,"jobs":{"a":{"stages":2,"achieved":-5.0,"hungry":true}}}"#;
+        assert!(NodeReport::decode("n1", negative)
+            .unwrap_err()
+            .contains("not a rate"));
+        let jobs: Vec<String> = (0..=MAX_JOBS_PER_NODE)
+            .map(|i| format!(r#""j{i}":{{"stages":1,"achieved":null,"hungry":false}}"#))
+            .collect();
+        let many = format!(r#"{{"node":"n1","seq":1,"jobs":{{{}}}}}"#, jobs.join(","));
+        assert!(NodeReport::decode("n1", many.as_bytes())
+            .unwrap_err()
+            .contains("more than"));
+        assert!(NodeReport::decode("n1", b"{").is_err());
     }
 
     #[test]

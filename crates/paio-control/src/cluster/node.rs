@@ -161,7 +161,12 @@ pub struct Agent {
     endpoint: usize,
     /// The mod revision of the summary last read.
     summary_rev: i64,
+    /// Job names already said to be refused (at most [`MAX_REFUSED`]).
+    refused: std::collections::HashSet<String>,
 }
+
+/// Refused job names remembered, so each is said once.
+const MAX_REFUSED: usize = 1024;
 
 /// `paio ctl set`s queued for the agent at most.
 const MAX_QUEUED_SETS: usize = 16;
@@ -209,6 +214,7 @@ impl Agent {
             seq: 0,
             endpoint,
             summary_rev: 0,
+            refused: Default::default(),
         }
     }
 
@@ -278,7 +284,7 @@ impl Agent {
             v.connected = true;
             v.unreachable_since = None;
         }
-        let mut lead = None;
+        let mut lead = Lead::default();
         let end = loop {
             let Err(e) = self.streams(&mut client, lease_id, &mut lead).await;
             // A broken stream (the member it ran over is gone, say) does
@@ -296,10 +302,8 @@ impl Agent {
                 None => break e,
             }
         };
-        // The leadership ends with the session (its lease is not renewed).
-        if let Some(h) = lead.take() {
-            h.abort();
-        }
+        // The leadership ends with the session (its lease is not renewed):
+        // `lead` is dropped here.
         Err(end)
     }
 
@@ -439,15 +443,19 @@ impl Agent {
                     }
                 }
                 Some(c) = self.commands.recv() => {
-                    let r = self.set(client, &c).await;
-                    let failed = r.as_ref().err().map(|e| e.to_string());
-                    let _ = c.done.send(r.map_err(|e| e.to_string()));
-                    if let Some(e) = failed {
-                        return Err(ClusterError::Protocol(e));
+                    match self.set(client, &c).await {
+                        Ok(answer) => {
+                            let _ = c.done.send(answer);
+                        }
+                        // An etcd error: said, and the streams start again.
+                        Err(e) => {
+                            let _ = c.done.send(Err(e.to_string()));
+                            return Err(e);
+                        }
                     }
                 }
                 r = wait_lead(lead) => {
-                    *lead = None;
+                    lead.0 = None;
                     lock(&self.state).cluster_view_mut().leading = false;
                     match r {
                         Ok(()) => tracing::warn!("cluster {}: node {me} is no longer the leader", self.cfg.name),
@@ -485,7 +493,7 @@ impl Agent {
         lease_id: i64,
         lead: &mut Lead,
     ) -> Result<(), ClusterError> {
-        if lead.is_some() {
+        if lead.0.is_some() {
             return Ok(());
         }
         let key = self.keys.leader();
@@ -541,7 +549,7 @@ impl Agent {
             epoch,
             self.cfg.period,
         );
-        *lead = Some(tokio::spawn(leader.run(client.clone())));
+        lead.0 = Some(tokio::spawn(leader.run(client.clone())));
         Ok(())
     }
 
@@ -613,23 +621,41 @@ impl Agent {
         Ok(())
     }
 
-    /// The node's jobs, from the local policy's last period.
-    fn local_use(&self) -> BTreeMap<String, JobUse> {
-        let st = lock(&self.state);
-        st.group_targets()
-            .into_iter()
-            .filter(|t| t.stages > 0)
-            .map(|t| {
-                (
-                    t.group,
-                    JobUse {
-                        stages: t.stages as u32,
-                        achieved: Some(t.achieved_bytes_per_sec),
-                        hungry: t.hungry,
-                    },
-                )
-            })
-            .collect()
+    /// The node's jobs, from the local policy's last period. A job whose
+    /// name cannot be a cluster job (see [`super::check_name`]) is left
+    /// out, and said once.
+    fn local_use(&mut self) -> BTreeMap<String, JobUse> {
+        let targets = lock(&self.state).group_targets();
+        let mut jobs = BTreeMap::new();
+        for t in targets.into_iter().filter(|t| t.stages > 0) {
+            if let Err(e) = super::check_name(&t.group) {
+                if self.refused.len() < MAX_REFUSED && self.refused.insert(t.group.clone()) {
+                    tracing::warn!(
+                        "cluster {}: job {e}: its stages are controlled on this node only",
+                        self.cfg.name
+                    );
+                }
+                continue;
+            }
+            if jobs.len() == super::MAX_JOBS_PER_NODE {
+                tracing::warn!(
+                    "cluster {}: more than {} jobs on this node; the others are controlled \
+                     on this node only",
+                    self.cfg.name,
+                    super::MAX_JOBS_PER_NODE
+                );
+                break;
+            }
+            jobs.insert(
+                t.group,
+                JobUse {
+                    stages: t.stages as u32,
+                    achieved: Some(t.achieved_bytes_per_sec),
+                    hungry: t.hungry,
+                },
+            );
+        }
+        jobs
     }
 
     /// Hands an allocation (a `alloc/<node>` value) to the local policy.
@@ -648,7 +674,17 @@ impl Agent {
 
     /// Writes a `paio ctl set` into the cluster's configuration
     /// (read, change, write if unchanged meanwhile).
-    async fn set(&self, client: &mut Client, c: &SetCommand) -> Result<(), ClusterError> {
+    /// Err: etcd failed; Ok(Err): the change is refused, with the reason.
+    async fn set(
+        &self,
+        client: &mut Client,
+        c: &SetCommand,
+    ) -> Result<Result<(), String>, ClusterError> {
+        if c.group != "*" {
+            if let Err(e) = super::check_name(&c.group) {
+                return Ok(Err(format!("job {e}")));
+            }
+        }
         let key = if c.group == "*" {
             self.keys.policy()
         } else {
@@ -671,7 +707,7 @@ impl Agent {
                     "demand" => j.demand = Some(c.value),
                     "weight" => j.weight = Some(c.value),
                     other => {
-                        return Err(ClusterError::Protocol(format!(
+                        return Ok(Err(format!(
                             "{other} is not a cluster setting (demand, weight, max_bandwidth)"
                         )))
                     }
@@ -686,10 +722,10 @@ impl Agent {
                 )
                 .await?;
             if r.succeeded() {
-                return Ok(());
+                return Ok(Ok(()));
             }
         }
-        Err(ClusterError::Protocol(format!(
+        Ok(Err(format!(
             "{key} kept changing under 8 attempts to set it"
         )))
     }
@@ -705,7 +741,7 @@ fn gone(what: &str) -> ClusterError {
 }
 
 async fn wait_lead(lead: &mut Lead) -> Result<(), ClusterError> {
-    match lead {
+    match &mut lead.0 {
         Some(h) => match h.await {
             Ok(r) => r,
             Err(e) => Err(ClusterError::Protocol(format!(
@@ -725,8 +761,18 @@ fn cfg_start(cfg: &ClusterConfig) -> usize {
     h % cfg.endpoints.len().max(1)
 }
 
-/// The leader task, while this node leads.
-type Lead = Option<tokio::task::JoinHandle<Result<(), ClusterError>>>;
+/// The leader task, while this node leads; dropping it stops the task
+/// (so a session that ends, or an agent that is dropped, leads no more).
+#[derive(Default)]
+struct Lead(Option<tokio::task::JoinHandle<Result<(), ClusterError>>>);
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            h.abort();
+        }
+    }
+}
 
 /// Range options for every key under `prefix`.
 pub(super) fn prefixed() -> Option<GetOptions> {

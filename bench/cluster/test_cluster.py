@@ -1,0 +1,41 @@
+"""Tests of bench/cluster/run.py's pure parts: the summary and the figure."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
+
+
+def row(nodes, p99, failover, rnd=1):
+    return {"nodes": nodes, "stages": nodes * 100, "incomplete": 0, "cycle_p99_ms": p99,
+            "failover_s": failover, "etcd_writes_per_s": nodes * 1.0,
+            "cpu_ms_per_node_per_s": 0.5, "etcd_cpu_share": 0.4, "round": rnd}
+
+
+def test_summary_pools_cycles_and_judges_the_goal():
+    rows = [row(10, 9.0, 1.9), row(1000, 90.0, 1.8), row(1000, 99.0, 2.1, 2)]
+    cycles = [(10, 5.0), (10, 9.0)] + [(1000, float(c)) for c in range(1, 101)]
+    table = run.summarize(rows, cycles)
+    lines = table.splitlines()
+    assert lines[2].startswith("| 10 × 100 | 2 (0) | 5.0 / 9.0 / 9.0 | 9.0–9.0 | 1.90 (1.90) |")
+    assert lines[2].endswith("|  |")
+    # 100 cycles 1..100: p50 = 50, p99 = 99, max = 100; one failover of 2.1 s.
+    assert lines[3].startswith("| 1000 × 100 | 100 (0) | 50.0 / 99.0 / 100.0 | 90.0–99.0 "
+                               "| 1.95 (1.80, 2.10) |")
+    assert lines[3].endswith("p99 ≤ 100 ms and failover ≤ 2 s: NOT met |")
+
+
+def test_summary_meets_the_goal_when_both_hold():
+    rows = [row(1000, 80.0, 1.5)]
+    table = run.summarize(rows, [(1000, 40.0), (1000, 80.0)])
+    assert table.splitlines()[2].endswith(": met |")
+
+
+def test_figure_has_one_line_per_percentile_over_nodes():
+    f = run.figure([(10, 1.0), (10, 3.0), (100, 5.0), (100, 7.0)])
+    s = f["panels"][0]["series"]
+    assert [x["label"] for x in s] == ["p50", "p99", "max"]
+    assert s[0]["points"] == [[10, 1.0], [100, 5.0]]
+    assert s[2]["points"] == [[10, 3.0], [100, 7.0]]
+    assert f["panels"][0]["x_log"] is True
