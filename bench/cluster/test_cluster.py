@@ -35,7 +35,13 @@ def test_summary_meets_the_goal_when_both_hold():
 def test_figure_has_one_line_per_percentile_over_nodes():
     f = run.figure([(10, 1.0), (10, 3.0), (100, 5.0), (100, 7.0)])
     s = f["panels"][0]["series"]
-    assert [x["label"] for x in s] == ["p50", "p99", "max"]
+    assert [x["label"] for x in s] == ["p50", "p90", "p99"]
     assert s[0]["points"] == [[10, 1.0], [100, 5.0]]
     assert s[2]["points"] == [[10, 3.0], [100, 7.0]]
     assert f["panels"][0]["x_log"] is True
+
+
+def test_cycles_read_back_as_written(tmp_path):
+    p = tmp_path / "cycles.csv"
+    p.write_text("nodes,cycle_ms\n10,1.5\n1000,99.0\n")
+    assert run.read_cycles(p) == [(10, 1.5), (1000, 99.0)]

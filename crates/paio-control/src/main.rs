@@ -96,12 +96,14 @@ fn main() -> anyhow::Result<()> {
                 tokio::spawn(ignore_sighup());
             }
         }
+        let mut leaver = None;
         if let Some(c) = &config.cluster {
             let agent = paio_control::cluster::node::Agent::install(
                 c.clone(),
                 state.clone(),
                 &config.policy,
             );
+            leaver = Some(agent.leaver());
             tracing::info!(
                 "cluster {}: node {} with etcd at {}",
                 c.name,
@@ -143,6 +145,11 @@ fn main() -> anyhow::Result<()> {
             tracing::info!("shutting down");
         };
         server::serve(listener, state, &config, shutdown).await;
+        // Cluster mode: give the lease back, so the others need not wait
+        // for it to expire.
+        if let Some(l) = leaver {
+            l.leave(std::time::Duration::from_secs(1)).await;
+        }
         // Let the goodbyes go out before the socket disappears.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         // A socket systemd passed stays: it is systemd's, and keeps taking

@@ -635,6 +635,21 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
                 })
         },
     );
+    // A node stopped (SIGTERM) gives its lease back on the way out.
+    let last = rest[0];
+    let pid = last.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    wait_for("the node to stop", Duration::from_secs(10), || {
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+    });
+    let log = std::fs::read_to_string(&last.log).unwrap();
+    assert!(log.contains("left (lease revoked)"), "{log}");
     for l in loads {
         l.finish();
     }

@@ -163,6 +163,25 @@ pub struct Agent {
     summary_rev: i64,
     /// Job names already said to be refused (at most [`MAX_REFUSED`]).
     refused: std::collections::HashSet<String>,
+    /// Requests to leave the cluster (paiod stopping).
+    leaves: mpsc::Receiver<oneshot::Sender<()>>,
+    leave_tx: mpsc::Sender<oneshot::Sender<()>>,
+}
+
+/// Makes a node leave the cluster when paiod stops: see [`Agent::leaver`].
+#[derive(Clone)]
+pub struct Leaver(mpsc::Sender<oneshot::Sender<()>>);
+
+impl Leaver {
+    /// Revokes the node's lease, so that its report (and its leadership,
+    /// if it leads) goes at once instead of when the lease expires; waits
+    /// at most `timeout` for etcd. Afterwards the agent does nothing more.
+    pub async fn leave(&self, timeout: Duration) {
+        let (tx, rx) = oneshot::channel();
+        if self.0.send(tx).await.is_ok() {
+            let _ = tokio::time::timeout(timeout, rx).await;
+        }
+    }
 }
 
 /// Refused job names remembered, so each is said once.
@@ -205,6 +224,7 @@ impl Agent {
         // Nodes start on different members, so losing one member moves
         // only some of them.
         let endpoint = cfg_start(&cfg);
+        let (leave_tx, leaves) = mpsc::channel(1);
         Self {
             keys: Keys::new(&cfg.name),
             cfg,
@@ -215,7 +235,14 @@ impl Agent {
             endpoint,
             summary_rev: 0,
             refused: Default::default(),
+            leaves,
+            leave_tx,
         }
+    }
+
+    /// The way to make this node leave the cluster when paiod stops.
+    pub fn leaver(&self) -> Leaver {
+        Leaver(self.leave_tx.clone())
     }
 
     /// Runs sessions forever, one after another.
@@ -245,7 +272,14 @@ impl Agent {
             while let Ok(c) = self.commands.try_recv() {
                 let _ = c.done.send(Err(format!("etcd is unreachable: {err}")));
             }
-            tokio::time::sleep(backoff).await;
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                Some(done) = self.leaves.recv() => {
+                    // Not connected: there is no lease to give back.
+                    let _ = done.send(());
+                    return;
+                }
+            }
             backoff = (backoff * 2).min(self.cfg.lease);
         }
     }
@@ -453,6 +487,16 @@ impl Agent {
                             return Err(e);
                         }
                     }
+                }
+                Some(done) = self.leaves.recv() => {
+                    if let Err(e) = client.lease_revoke(lease_id).await {
+                        tracing::warn!("cluster {}: leaving: {e}", self.cfg.name);
+                    } else {
+                        tracing::info!("cluster {}: node {me} left (lease revoked)", self.cfg.name);
+                    }
+                    let _ = done.send(());
+                    // paiod is stopping: nothing more to do.
+                    std::future::pending::<()>().await;
                 }
                 r = wait_lead(lead) => {
                     lead.0 = None;
