@@ -4,6 +4,8 @@
 //! never timing assertions; how long a failover took is printed, and
 //! measured in `make experiment-cluster`.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -21,15 +23,6 @@ use paio_control::cluster::node::ClusterStatus;
 use paio_control::ctl::{self, CtlCommand, StatusReport};
 
 const MIB: f64 = 1048576.0;
-
-/// A TCP port of the loopback that was free a moment ago.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -53,8 +46,8 @@ impl Etcd {
         std::fs::create_dir_all(dir).unwrap();
         let mut e = Etcd {
             dir: dir.to_path_buf(),
-            client: (0..n).map(|_| free_port()).collect(),
-            peer: (0..n).map(|_| free_port()).collect(),
+            client: (0..n).map(|_| support::free_port()).collect(),
+            peer: (0..n).map(|_| support::free_port()).collect(),
             members: (0..n).map(|_| None).collect(),
         };
         for i in 0..n {
@@ -208,7 +201,7 @@ impl Node {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
         let cfg = d.join("paiod.toml");
-        let metrics = free_port();
+        let metrics = support::free_port();
         let eps: Vec<String> = endpoints.iter().map(|e| format!("{e:?}")).collect();
         std::fs::write(
             &cfg,
@@ -401,26 +394,7 @@ fn check_metrics(n: &Node) {
         text = reply.split_once("\r\n\r\n").unwrap().1.to_string();
         series.iter().all(|s| text.contains(s))
     });
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package; `make setup` installs it)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = promtool.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    support::promtool_check(&text);
 }
 
 fn near(x: f64, want: f64) -> bool {

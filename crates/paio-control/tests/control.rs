@@ -3,6 +3,8 @@
 //! restart under load. Waits are bounded polls for events, never timing
 //! assertions.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -82,15 +84,6 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// A TCP port of the loopback that was free a moment ago.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn static_config(rate: &str) -> String {
@@ -362,7 +355,7 @@ fn the_python_stage_from_the_protocol_doc_registers_and_is_controlled() {
 #[test]
 fn metrics_are_served_in_the_openmetrics_format() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = support::free_port();
     let paiod = Paiod::start(
         dir.path(),
         &format!(
@@ -481,26 +474,7 @@ fn metrics_are_served_in_the_openmetrics_format() {
         "{text}"
     );
     assert!(!text.contains("# EOF"), "{text}");
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian's prometheus package; `make setup` installs it)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let o = promtool.wait_with_output().unwrap();
-    assert!(
-        o.status.success(),
-        "promtool check metrics: {}{}\n{text}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    support::promtool_check(text);
     twin_client.stop();
     client.stop();
 }
@@ -579,7 +553,7 @@ fn yield_config(stage: &Stage) -> (u32, u32, Option<u64>) {
 #[test]
 fn the_criticality_policy_cuts_background_while_critical_requests_miss_their_target() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = support::free_port();
     let paiod = Paiod::start(
         dir.path(),
         &format!(
