@@ -245,7 +245,8 @@ impl Agent {
         Leaver(self.leave_tx.clone())
     }
 
-    /// Runs sessions forever, one after another.
+    /// Runs sessions one after another until paiod stops; returns early
+    /// only when asked to leave (see [`Leaver`]) while not connected.
     pub async fn run(mut self) {
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -818,7 +819,8 @@ impl Drop for Lead {
     }
 }
 
-/// Range options for every key under `prefix`.
+/// Range options that make a get cover every key starting with the key
+/// it is given.
 pub(super) fn prefixed() -> Option<GetOptions> {
     Some(GetOptions::new().with_prefix())
 }
