@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use paio::control::{ControlClient, ControlOptions};
+use paio::control::ControlClient;
 use paio::{Context, ObjectConfig, RequestType, Stage};
 use paio_control::cluster::node::ClusterStatus;
 use paio_control::ctl::{self, CtlCommand, StatusReport};
@@ -301,26 +301,8 @@ struct Load {
 
 impl Load {
     fn start(job: &str, node: &Node) -> Load {
-        let stage = Arc::new(
-            Stage::from_policy_str(
-                &format!(
-                    r#"
-                    [stage]
-                    name = "cluster-test"
-                    labels = {{ job = "{job}" }}
-                    [[channel]]
-                    name = "read"
-                    match = {{ request_type = "read" }}
-                    "#
-                ),
-                "<test>",
-            )
-            .unwrap(),
-        );
-        let mut o = ControlOptions::new(&node.socket);
-        o.backoff_min = Duration::from_millis(10);
-        o.backoff_max = Duration::from_millis(100);
-        let client = ControlClient::start(Arc::clone(&stage), o).unwrap();
+        let stage = support::stage("cluster-test", job);
+        let client = support::client(&stage, &node.socket);
         let stop = Arc::new(AtomicBool::new(false));
         let calls = Arc::new(AtomicU64::new(0));
         let (s, st, c) = (stage.clone(), stop.clone(), calls.clone());

@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use paio::control::{ControlClient, ControlOptions};
 use paio::protocol::{self, Message};
 use paio::{Context, ObjectConfig, RequestType, Stage};
 use paio_control::ctl::{self, CtlCommand, StatusReport};
+use support::client;
 
 struct Paiod {
     child: Child,
@@ -102,29 +102,7 @@ rate = "{rate}"
 }
 
 fn stage(job: &str) -> Arc<Stage> {
-    Arc::new(
-        Stage::from_policy_str(
-            &format!(
-                r#"
-                [stage]
-                name = "control-test"
-                labels = {{ job = "{job}" }}
-                [[channel]]
-                name = "read"
-                match = {{ request_type = "read" }}
-                "#
-            ),
-            "<test>",
-        )
-        .unwrap(),
-    )
-}
-
-fn client(stage: &Arc<Stage>, socket: &Path) -> ControlClient {
-    let mut o = ControlOptions::new(socket);
-    o.backoff_min = Duration::from_millis(10);
-    o.backoff_max = Duration::from_millis(100);
-    ControlClient::start(Arc::clone(stage), o).unwrap()
+    support::stage("control-test", job)
 }
 
 /// The configured rate of the `paiod` object in channel `read`.

@@ -1,7 +1,43 @@
 //! Helpers shared by paiod's integration tests.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use paio::control::{ControlClient, ControlOptions};
+use paio::Stage;
+
+/// A stage called `name` with label `job` and one channel, `read`, for
+/// read requests.
+pub fn stage(name: &str, job: &str) -> Arc<Stage> {
+    Arc::new(
+        Stage::from_policy_str(
+            &format!(
+                r#"
+                [stage]
+                name = "{name}"
+                labels = {{ job = "{job}" }}
+                [[channel]]
+                name = "read"
+                match = {{ request_type = "read" }}
+                "#
+            ),
+            "<test>",
+        )
+        .unwrap(),
+    )
+}
+
+/// `stage`'s control client for paiod at `socket`, reconnecting within
+/// 10–100 ms.
+pub fn client(stage: &Arc<Stage>, socket: &Path) -> ControlClient {
+    let mut o = ControlOptions::new(socket);
+    o.backoff_min = Duration::from_millis(10);
+    o.backoff_max = Duration::from_millis(100);
+    ControlClient::start(Arc::clone(stage), o).unwrap()
+}
 
 /// A TCP port of the loopback that was free a moment ago.
 pub fn free_port() -> u16 {
