@@ -92,8 +92,6 @@ fn args() -> Result<Args, String> {
 /// What every simulated node reports and expects, shared with the driver.
 #[derive(Default)]
 struct World {
-    /// The demand's generation (bumped at each change).
-    generation: u64,
     /// Per node: job → (stages, achieved, hungry) of the current generation.
     use_: Vec<BTreeMap<String, (u32, f64, bool)>>,
     /// Per node: the allocation expected for the current generation.
@@ -257,7 +255,6 @@ fn main() {
 async fn run(a: Args) {
     let names: Vec<String> = (0..a.nodes).map(|i| format!("sim{i:05}")).collect();
     let world = Arc::new(Mutex::new(World {
-        generation: 0,
         use_: (0..a.nodes).map(|i| demand(&a, 0, i)).collect(),
         expected: Vec::new(),
         published: vec![None; a.nodes],
@@ -349,7 +346,6 @@ async fn run(a: Args) {
         g += 1;
         {
             let mut w = world.lock().unwrap();
-            w.generation = g;
             w.use_ = (0..a.nodes).map(|i| demand(&a, g, i)).collect();
             w.expected = expected(&a, &w.use_, &names);
             w.published = vec![None; a.nodes];

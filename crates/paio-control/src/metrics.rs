@@ -232,8 +232,7 @@ impl prometheus_client::collector::Collector for Snapshot {
         if let Some(l) = &r.latency {
             let mut single = |name: &str, help: &str, v: Option<f64>| {
                 let Some(v) = v else { return Ok(()) };
-                let g = ConstGauge::new(v);
-                g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+                unlabeled(&mut enc, name, help, v)
             };
             single(
                 "paio_critical_latency_target_seconds",
@@ -264,13 +263,12 @@ impl prometheus_client::collector::Collector for Snapshot {
 
         if let Some(c) = &r.connections {
             let one = |k: &str, v: &str, x: u64| (vec![(k.to_string(), v.to_string())], x as f64);
-            let g = ConstGauge::new(c.descriptor_limit as f64);
-            g.encode(enc.encode_descriptor(
+            unlabeled(
+                &mut enc,
                 "paiod_descriptor_limit",
                 "Descriptors paiod may open (its soft limit, raised to the hard one at start)",
-                None,
-                g.metric_type(),
-            )?)?;
+                c.descriptor_limit as f64,
+            )?;
             gauges(
                 &mut enc,
                 "paiod_connections",
@@ -358,13 +356,12 @@ impl prometheus_client::collector::Collector for Snapshot {
                 vec![(vec![], l.overruns)],
             )?;
             if let Some(share) = l.cpu_share {
-                let g = ConstGauge::new(share);
-                g.encode(enc.encode_descriptor(
+                unlabeled(
+                    &mut enc,
                     "paiod_cpu_share",
                     "paiod's CPU time over the last ticks, as a fraction of one core",
-                    None,
-                    g.metric_type(),
-                )?)?;
+                    share,
+                )?;
             }
             if let Some(secs) = l.cpu_seconds {
                 let c = ConstCounter::new(secs);
@@ -424,13 +421,13 @@ fn cluster(
     c: &crate::cluster::node::ClusterStatus,
 ) -> Result<(), std::fmt::Error> {
     let flag = |b: bool| if b { 1.0 } else { 0.0 };
-    gauge(
+    unlabeled(
         enc,
         "paiod_cluster_connected",
         "1 while this node's etcd session is up (0: it keeps its last allocation)",
         flag(c.connected),
     )?;
-    gauge(
+    unlabeled(
         enc,
         "paiod_cluster_leading",
         "1 while this node is the cluster's leader",
@@ -451,7 +448,7 @@ fn cluster(
         c.allocation.iter().map(|(j, r)| (job(j), *r)).collect(),
     )?;
     if let Some(age) = c.allocation_age_s {
-        gauge(
+        unlabeled(
             enc,
             "paiod_cluster_allocation_age_seconds",
             "Time since this node's allocation last changed",
@@ -459,7 +456,7 @@ fn cluster(
         )?;
     }
     if let Some(s) = &c.summary {
-        gauge(
+        unlabeled(
             enc,
             "paiod_cluster_nodes",
             "Live nodes in the leader's last summary",
@@ -491,7 +488,7 @@ fn cluster(
 }
 
 /// One gauge without labels.
-fn gauge(
+fn unlabeled(
     enc: &mut DescriptorEncoder,
     name: &str,
     help: &str,

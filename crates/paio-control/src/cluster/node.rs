@@ -251,7 +251,7 @@ impl Agent {
         let mut backoff = Duration::from_millis(100);
         loop {
             let started = Instant::now();
-            let err = self.session().await;
+            let Err(err) = self.session().await;
             {
                 let mut st = lock(&self.state);
                 let v = st.cluster_view_mut();
@@ -285,14 +285,8 @@ impl Agent {
         }
     }
 
-    async fn session(&mut self) -> ClusterError {
-        match self.session_inner().await {
-            Ok(never) => match never {},
-            Err(e) => e,
-        }
-    }
-
-    async fn session_inner(&mut self) -> Result<std::convert::Infallible, ClusterError> {
+    /// One etcd session; it ends only with an error.
+    async fn session(&mut self) -> Result<std::convert::Infallible, ClusterError> {
         let lease = self.cfg.lease;
         let mut client = self.connect_any().await?;
         let granted = client.lease_grant(lease.as_secs() as i64, None).await?;
