@@ -31,6 +31,7 @@ use paio_control::cluster::keys::Keys;
 use paio_control::cluster::{ClusterConfig, LeaderRecord};
 use paio_control::config::{GroupConfig, PolicyConfig, PolicyKind};
 use paio_control::conns::Limits;
+use paio_control::policy::common::DEADBAND;
 use paio_control::policy::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
 use paio_control::server::State;
 
@@ -143,11 +144,12 @@ impl ControlPolicy for SimPolicy {
     fn set_node_allocation(&mut self, rates: &BTreeMap<String, f64>) -> Result<(), PolicyError> {
         let mut w = self.world.lock().unwrap();
         let want = &w.expected[self.node];
+        // The leader leaves a node's allocation as it is while the new one
+        // is within the dead band of what it sent.
         let matches = want.len() == rates.len()
-            && want
-                .iter()
-                .zip(rates)
-                .all(|((j0, r0), (j1, r1))| j0 == j1 && (r1 - r0).abs() <= 0.005 * r0.abs() + 1.0);
+            && want.iter().zip(rates).all(|((j0, r0), (j1, r1))| {
+                j0 == j1 && (r1 - r0).abs() <= DEADBAND * r1.abs() + 1.0
+            });
         if matches && w.published[self.node].is_some() {
             w.applied[self.node].get_or_insert_with(Instant::now);
         }

@@ -460,7 +460,7 @@ fn cluster(
             enc,
             "paiod_cluster_nodes",
             "Live nodes in the leader's last summary",
-            s.nodes.len() as f64,
+            f64::from(s.nodes),
         )?;
         gauges(
             enc,

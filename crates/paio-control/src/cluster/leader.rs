@@ -2,14 +2,18 @@
 //! configuration, allocate ([`super::alloc::allocate`]), and write each
 //! node's part in transactions fenced by the leader's epoch.
 //!
-//! Writes are coalesced: after one, the next waits at least
-//! [`MIN_WRITE_GAP`] (events keep being read meanwhile), so a burst of
-//! reports costs one allocation. A node's `alloc/<node>` is written only
-//! when one of its jobs' rates moved by more than the stages' dead band
-//! ([`crate::policy::common::DEADBAND`]) or its jobs changed, and always
-//! once per epoch; more than [`MAX_TXN_OPS`] writes go in several fenced
-//! transactions sent together. The [`Summary`] for `paio status --cluster` is written
-//! at most once per cluster period.
+//! Only a change of an input counts: a node's report that repeats its last
+//! one (achieved figures within the dead band) changes nothing. Changes
+//! are coalesced: the leader writes [`QUIET`] after the last one, or
+//! [`MAX_DELAY`] after the first one not yet written while they keep
+//! coming, and never sooner than [`MIN_WRITE_GAP`] after the previous
+//! write. A node's `alloc/<node>` is written only when one of its jobs'
+//! rates moved by more than the stages' dead band
+//! ([`crate::policy::common::DEADBAND`]) from what the node was last sent,
+//! or its jobs changed, and always once per epoch; more than
+//! [`MAX_TXN_OPS`] writes go in several fenced transactions sent together.
+//! The [`Summary`] for `paio status --cluster` is written at most once per
+//! cluster period.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -20,11 +24,21 @@ use serde::{Deserialize, Serialize};
 use super::alloc::{allocate, GlobalKind, JobDemand, NodeUse};
 use super::keys::Keys;
 use super::node::{prefixed, ClusterError};
-use super::{JobRecord, NodeAllocation, NodeReport, PolicyRecord};
+use super::{JobRecord, JobUse, NodeAllocation, NodeReport, PolicyRecord};
 use crate::peer::Escaped;
 use crate::policy::common::DEADBAND;
 
-/// Shortest time between two allocation writes.
+/// The leader writes once the allocation's inputs have not changed for
+/// this long: a burst of reports (nodes that see the same change) costs one
+/// write. Longer saves writes and adds as much to every reaction.
+pub const QUIET: Duration = Duration::from_millis(10);
+/// ... or at the latest this long after the first change not yet written,
+/// when inputs keep changing (1,000 nodes whose reports all change arrive
+/// over a whole cluster period). Shorter reacts sooner to a change among
+/// many and writes every node's allocation more often meanwhile (each
+/// write of 1,000 nodes costs etcd about 30 ms here, see docs/cluster.md).
+pub const MAX_DELAY: Duration = Duration::from_millis(100);
+/// Shortest time from the end of one write to the start of the next.
 pub const MIN_WRITE_GAP: Duration = Duration::from_millis(10);
 /// Operations per transaction (etcd's default `--max-txn-ops`); more nodes
 /// than this are written in several transactions, each fenced.
@@ -40,8 +54,11 @@ pub struct Summary {
     pub leader: String,
     /// The policy in force.
     pub policy: Option<PolicyRecord>,
-    /// The live nodes (those with a report).
-    pub nodes: Vec<String>,
+    /// How many nodes are live (have a report). Names are not listed: every
+    /// node reads the summary each time it changes, so its size must not
+    /// grow with the cluster (list them with `etcdctl get --prefix
+    /// --keys-only /paio/<cluster>/node/`).
+    pub nodes: u32,
     /// Every active job.
     pub jobs: Vec<JobSummary>,
 }
@@ -117,39 +134,49 @@ impl Leader {
             .watch(self.keys.jobs(), Some(from.clone().with_prefix()))
             .await?;
         let mut policy = client.watch(self.keys.policy(), Some(from)).await?;
-        let mut dirty = true;
+        // The first and the last change not yet written (at the start:
+        // everything).
+        let mut pending: Option<(Instant, Instant)> = Some((Instant::now(), Instant::now()));
         let mut last_write: Option<Instant> = None;
         loop {
-            let gap = last_write.map_or(Duration::ZERO, |t| {
-                MIN_WRITE_GAP.saturating_sub(t.elapsed())
+            let wait = pending.map(|(first, last)| {
+                let due = (last + QUIET).min(first + MAX_DELAY);
+                let due = last_write.map_or(due, |t| due.max(t + MIN_WRITE_GAP));
+                due.saturating_duration_since(Instant::now())
             });
             let summary_due = self
                 .summary_at
                 .map_or(Duration::ZERO, |t| self.period.saturating_sub(t.elapsed()));
+            let mut changed = false;
             tokio::select! {
-                m = nodes.message() => self.events(m?)?,
-                m = jobs.message() => self.events(m?)?,
-                m = policy.message() => self.events(m?)?,
-                _ = tokio::time::sleep(gap), if dirty => {
+                m = nodes.message() => changed = self.events(m?)?,
+                m = jobs.message() => changed = self.events(m?)?,
+                m = policy.message() => changed = self.events(m?)?,
+                _ = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
                     if !self.write(&mut client).await? {
                         return Ok(());
                     }
-                    dirty = false;
+                    pending = None;
                     last_write = Some(Instant::now());
-                    continue;
                 }
-                _ = tokio::time::sleep(summary_due), if !dirty => {
+                _ = tokio::time::sleep(summary_due), if wait.is_none() => {
                     // Nothing changed: the summary still goes out once a
-                    // period, so achieved figures stay current.
-                    dirty = true;
-                    continue;
+                    // period (a node's report can only have changed within
+                    // the dead band, see `absorb`).
+                    let now = Instant::now();
+                    pending = Some((now, now.checked_sub(QUIET).unwrap_or(now)));
                 }
             }
-            dirty = true;
+            if changed {
+                let now = Instant::now();
+                pending = Some((pending.map_or(now, |(f, _)| f), now));
+            }
         }
     }
 
-    fn events(&mut self, m: Option<etcd_client::WatchResponse>) -> Result<(), ClusterError> {
+    /// Absorbs a watch message; true when it changed an input of the
+    /// allocation.
+    fn events(&mut self, m: Option<etcd_client::WatchResponse>) -> Result<bool, ClusterError> {
         let m = m.ok_or_else(|| ClusterError::Protocol("etcd ended a leader's watch".into()))?;
         if m.canceled() {
             return Err(ClusterError::Protocol(format!(
@@ -157,50 +184,56 @@ impl Leader {
                 m.cancel_reason()
             )));
         }
+        let mut changed = false;
         for e in m.events() {
             if let Some(kv) = e.kv() {
-                self.absorb(e.event_type(), kv);
+                changed |= self.absorb(e.event_type(), kv);
             }
         }
-        Ok(())
+        Ok(changed)
     }
 
-    fn absorb(&mut self, kind: EventType, kv: &KeyValue) {
+    /// Takes one key's new value; true when it changed an input of the
+    /// allocation. A node's report that repeats its last one (every node
+    /// publishes each period) changes nothing.
+    fn absorb(&mut self, kind: EventType, kv: &KeyValue) -> bool {
         let key = kv.key();
         if let Some(node) = Keys::name_in(key, &self.keys.nodes()) {
             match kind {
-                EventType::Delete => {
-                    self.reports.remove(node);
-                }
+                EventType::Delete => self.reports.remove(node).is_some(),
                 EventType::Put => match NodeReport::decode(node, kv.value()) {
-                    Ok(r) => {
-                        self.reports
-                            .insert(node.to_string(), (r, kv.mod_revision()));
-                    }
+                    Ok(r) => match self.reports.get_mut(node) {
+                        Some((old, rev)) if same_use(&old.jobs, &r.jobs) => {
+                            *rev = kv.mod_revision();
+                            false
+                        }
+                        _ => {
+                            self.reports
+                                .insert(node.to_string(), (r, kv.mod_revision()));
+                            true
+                        }
+                    },
                     Err(e) => {
                         // Its last good report (if any) is dropped too: the
                         // node's use is unknown.
-                        self.reports.remove(node);
                         tracing::warn!("node {}'s report is ignored: {e}", Escaped(node));
+                        self.reports.remove(node).is_some()
                     }
                 },
             }
         } else if let Some(job) = Keys::name_in(key, &self.keys.jobs()) {
             match kind {
-                EventType::Delete => {
-                    self.jobs.remove(job);
-                }
+                EventType::Delete => self.jobs.remove(job).is_some(),
                 EventType::Put => match serde_json::from_slice::<JobRecord>(kv.value()) {
-                    Ok(r) => {
-                        self.jobs.insert(job.to_string(), r);
-                    }
+                    Ok(r) => self.jobs.insert(job.to_string(), r.clone()) != Some(r),
                     Err(e) => {
-                        tracing::warn!("job {}'s configuration is unreadable: {e}", Escaped(job))
+                        tracing::warn!("job {}'s configuration is unreadable: {e}", Escaped(job));
+                        false
                     }
                 },
             }
         } else if key == self.keys.policy().as_bytes() {
-            self.policy = match kind {
+            let policy = match kind {
                 EventType::Delete => None,
                 EventType::Put => match serde_json::from_slice(kv.value()) {
                     Ok(p) => Some(p),
@@ -210,6 +243,9 @@ impl Leader {
                     }
                 },
             };
+            std::mem::replace(&mut self.policy, policy) != self.policy
+        } else {
+            false
         }
     }
 
@@ -273,23 +309,23 @@ impl Leader {
             .map(|(_, rev)| *rev)
             .max()
             .unwrap_or(0);
-        let mut ops = Vec::new();
-        for (node, jobs) in &per_node {
-            if self.written.get(node).is_some_and(|old| same(old, jobs)) {
-                continue;
-            }
-            let alloc = NodeAllocation {
-                epoch: self.epoch,
-                leader: self.me.clone(),
-                based_on,
-                jobs: jobs.clone(),
-            };
-            ops.push(TxnOp::put(self.keys.alloc(node), to_json(&alloc), None));
-        }
+        let changed = outdated(&self.written, per_node);
+        let mut ops: Vec<TxnOp> = changed
+            .iter()
+            .map(|(node, jobs)| {
+                let alloc = NodeAllocation {
+                    epoch: self.epoch,
+                    leader: self.me.clone(),
+                    based_on,
+                    jobs: jobs.clone(),
+                };
+                TxnOp::put(self.keys.alloc(node), to_json(&alloc), None)
+            })
+            .collect();
         let gone: Vec<String> = self
             .written
             .keys()
-            .filter(|n| !per_node.contains_key(*n))
+            .filter(|n| !self.reports.contains_key(*n))
             .cloned()
             .collect();
         for node in &gone {
@@ -328,7 +364,7 @@ impl Leader {
         for node in gone {
             self.written.remove(&node);
         }
-        self.written = per_node;
+        self.written.extend(changed);
         Ok(true)
     }
 
@@ -351,10 +387,39 @@ impl Leader {
             epoch: self.epoch,
             leader: self.me.clone(),
             policy: self.policy.clone(),
-            nodes: self.reports.keys().cloned().collect(),
+            nodes: self.reports.len() as u32,
             jobs,
         }
     }
+}
+
+/// The nodes whose `computed` allocation is not within the dead band of
+/// the one `written` to them (or that have none yet). Only what goes out
+/// joins `written`: an allocation that moves within the dead band time
+/// after time is still compared with what the node has, so it cannot
+/// drift away unwritten.
+fn outdated(written: &PerNode, computed: PerNode) -> Vec<(String, BTreeMap<String, f64>)> {
+    computed
+        .into_iter()
+        .filter(|(node, jobs)| !written.get(node).is_some_and(|old| same(old, jobs)))
+        .collect()
+}
+
+/// Whether a node's report repeats its last one: the same jobs with the
+/// same stages and hungry flags, each achieved figure within the dead
+/// band of the one kept (so a slow drift is taken once it adds up).
+fn same_use(old: &BTreeMap<String, JobUse>, new: &BTreeMap<String, JobUse>) -> bool {
+    old.len() == new.len()
+        && old.iter().zip(new).all(|((j0, u0), (j1, u1))| {
+            j0 == j1
+                && u0.stages == u1.stages
+                && u0.hungry == u1.hungry
+                && match (u0.achieved, u1.achieved) {
+                    (Some(a0), Some(a1)) => (a1 - a0).abs() <= DEADBAND * a0.abs(),
+                    (None, None) => true,
+                    _ => false,
+                }
+        })
 }
 
 /// Whether two allocations of one node are within the dead band.
@@ -384,5 +449,43 @@ mod tests {
         assert!(!same(&a, &c));
         assert!(!same(&a, &d));
         assert!(!same(&a, &BTreeMap::new()));
+    }
+
+    #[test]
+    fn an_allocation_that_creeps_within_the_dead_band_is_written_once_it_adds_up() {
+        let mut written = PerNode::new();
+        let mut sent = Vec::new();
+        for rate in [1000.0, 1004.0, 1008.0, 1012.0] {
+            let computed =
+                PerNode::from([("n".to_string(), BTreeMap::from([("j".to_string(), rate)]))]);
+            let changed = outdated(&written, computed);
+            sent.extend(changed.iter().map(|(_, jobs)| jobs["j"]));
+            written.extend(changed);
+        }
+        // 1004 is within 0.5 % of 1000 (what the node has), 1008 is not;
+        // 1012 is within 0.5 % of 1008.
+        assert_eq!(sent, [1000.0, 1008.0]);
+    }
+
+    #[test]
+    fn a_report_within_the_dead_band_repeats_the_last_one() {
+        let u = |stages, achieved, hungry| {
+            BTreeMap::from([(
+                "j".to_string(),
+                JobUse {
+                    stages,
+                    achieved,
+                    hungry,
+                },
+            )])
+        };
+        let old = u(4, Some(1000.0), false);
+        assert!(same_use(&old, &u(4, Some(1004.0), false)));
+        assert!(!same_use(&old, &u(4, Some(1010.0), false)));
+        assert!(!same_use(&old, &u(5, Some(1000.0), false)));
+        assert!(!same_use(&old, &u(4, Some(1000.0), true)));
+        assert!(!same_use(&old, &u(4, None, false)));
+        assert!(same_use(&u(4, None, true), &u(4, None, true)));
+        assert!(!same_use(&old, &BTreeMap::new()));
     }
 }

@@ -3,9 +3,10 @@
 //! allocation ([`super::leader`]).
 //!
 //! A session is: connect to a member that answers, grant the lease, seed
-//! the cluster's configuration, read and watch `alloc/<node>`, watch
-//! `leader`, campaign. Then every cluster period one transaction puts the
-//! node's report and reads `leader` back (and `summary`, when it changed);
+//! the cluster's configuration, read `alloc/<node>`, `leader` and `summary`
+//! at one revision and watch them from there, campaign (and again whenever
+//! `leader` is deleted). Every cluster period the node puts its report (a
+//! plain put bound to the lease, the only write a node makes per period);
 //! the lease is renewed every third of its time. A broken stream opens the
 //! streams again on another member while the lease lives; when the lease
 //! is gone or no member answers, the session ends: the node keeps its last
@@ -16,8 +17,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, LeaseKeepAliveStream,
-    LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions, WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
+    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    WatchStream,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -159,8 +161,6 @@ pub struct Agent {
     seq: u64,
     /// The endpoint in use (an index into `cfg.endpoints`).
     endpoint: usize,
-    /// The mod revision of the summary last read.
-    summary_rev: i64,
     /// Job names already said to be refused (at most [`MAX_REFUSED`]).
     refused: std::collections::HashSet<String>,
     /// Requests to leave the cluster (paiod stopping).
@@ -233,7 +233,6 @@ impl Agent {
             commands,
             seq: 0,
             endpoint,
-            summary_rev: 0,
             refused: Default::default(),
             leaves,
             leave_tx,
@@ -404,36 +403,61 @@ impl Agent {
     ) -> Result<std::convert::Infallible, ClusterError> {
         let (mut keeper, mut renewals) = client.lease_keep_alive(lease_id).await?;
         let alloc_key = self.keys.alloc(&self.cfg.node);
-        let current = client.get(alloc_key.as_str(), None).await?;
+        let (leader_key, summary_key) = (self.keys.leader(), self.keys.summary());
+        // The three keys as of one revision, then their changes from there.
+        let current = client
+            .txn(Txn::new().and_then([
+                TxnOp::get(alloc_key.as_str(), None),
+                TxnOp::get(leader_key.as_str(), None),
+                TxnOp::get(summary_key.as_str(), None),
+            ]))
+            .await?;
         let rev = current.header().map_or(0, |h| h.revision());
-        if let Some(kv) = current.kvs().first() {
+        let mut got = current.op_responses().into_iter().map(|op| match op {
+            TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+            _ => None,
+        });
+        let (alloc, leader, summary) = (
+            got.next().flatten(),
+            got.next().flatten(),
+            got.next().flatten(),
+        );
+        if let Some(kv) = alloc {
             self.apply(kv.value());
+        }
+        self.leader_changed(leader.as_ref());
+        if let Some(kv) = summary {
+            self.summary_changed(kv.value());
         }
         let from = WatchOptions::new().with_start_revision(rev + 1);
         let mut allocs = client.watch(alloc_key.as_str(), Some(from.clone())).await?;
-        let mut leaders = client.watch(self.keys.leader(), Some(from)).await?;
+        let mut leaders = client
+            .watch(leader_key.as_str(), Some(from.clone()))
+            .await?;
+        let mut summaries = client.watch(summary_key.as_str(), Some(from)).await?;
         self.serve(
             client,
             lease_id,
             &mut keeper,
             &mut renewals,
-            &mut allocs,
-            &mut leaders,
+            Watches {
+                allocs: &mut allocs,
+                leaders: &mut leaders,
+                summaries: &mut summaries,
+            },
             lead,
         )
         .await
     }
 
     /// The session's loop: returns only with the error that ends it.
-    #[allow(clippy::too_many_arguments)]
     async fn serve(
         &mut self,
         client: &mut Client,
         lease_id: i64,
         keeper: &mut LeaseKeeper,
         renewals: &mut LeaseKeepAliveStream,
-        allocs: &mut WatchStream,
-        leaders: &mut WatchStream,
+        w: Watches<'_>,
         lead: &mut Lead,
     ) -> Result<std::convert::Infallible, ClusterError> {
         let lease = self.cfg.lease;
@@ -445,29 +469,32 @@ impl Agent {
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = publish.tick() => self.publish(client, lease_id, lead).await?,
+                _ = publish.tick() => self.publish(client, lease_id).await?,
                 _ = renew.tick() => keeper.keep_alive().await?,
                 r = renewals.message() => match r? {
                     Some(r) if r.ttl() > 0 => {}
                     _ => return Err(ClusterError::Protocol(format!("lease {lease_id:x} expired"))),
                 },
-                m = allocs.message() => {
-                    let m = m?.ok_or_else(|| gone("allocation"))?;
-                    if m.canceled() {
-                        return Err(gone("allocation"));
-                    }
-                    for e in m.events() {
-                        if let (EventType::Put, Some(kv)) = (e.event_type(), e.kv()) {
-                            self.apply(kv.value());
-                        }
+                m = w.allocs.message() => {
+                    for kv in puts(m, "allocation")? {
+                        self.apply(kv.value());
                     }
                 }
-                m = leaders.message() => {
+                m = w.summaries.message() => {
+                    for kv in puts(m, "summary")? {
+                        self.summary_changed(kv.value());
+                    }
+                }
+                m = w.leaders.message() => {
                     let m = m?.ok_or_else(|| gone("leader"))?;
                     if m.canceled() {
                         return Err(gone("leader"));
                     }
-                    if m.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    for e in m.events() {
+                        let put = e.event_type() == EventType::Put;
+                        self.leader_changed(e.kv().filter(|_| put));
+                    }
+                    if lock(&self.state).cluster_view_mut().leader.is_none() {
                         self.campaign(client, lease_id, lead).await?;
                     }
                 }
@@ -592,72 +619,41 @@ impl Agent {
         Ok(())
     }
 
-    /// Puts the node's report and reads `leader` and `summary`, in one
-    /// transaction.
-    async fn publish(
-        &mut self,
-        client: &mut Client,
-        lease_id: i64,
-        lead: &mut Lead,
-    ) -> Result<(), ClusterError> {
+    /// Puts the node's report, bound to its lease (a plain put: the leader
+    /// and the summary come through the session's watches).
+    async fn publish(&mut self, client: &mut Client, lease_id: i64) -> Result<(), ClusterError> {
         self.seq += 1;
         let report = NodeReport {
             node: self.cfg.node.clone(),
             seq: self.seq,
             jobs: self.local_use(),
         };
-        let put = TxnOp::put(
-            self.keys.node(&self.cfg.node),
-            json(&report),
-            Some(PutOptions::new().with_lease(lease_id)),
-        );
-        let leader_key = TxnOp::get(self.keys.leader(), None);
-        // The summary is read only when it changed since the last read.
-        let summary_key = self.keys.summary();
-        let r = client
-            .txn(
-                Txn::new()
-                    .when([Compare::mod_revision(
-                        summary_key.as_str(),
-                        CompareOp::Equal,
-                        self.summary_rev,
-                    )])
-                    .and_then([put.clone(), leader_key.clone()])
-                    .or_else([put, leader_key, TxnOp::get(summary_key.as_str(), None)]),
+        client
+            .put(
+                self.keys.node(&self.cfg.node),
+                json(&report),
+                Some(PutOptions::new().with_lease(lease_id)),
             )
             .await?;
-        let mut leader = None;
-        let mut summary = None;
-        for (i, op) in r.op_responses().into_iter().enumerate() {
-            if let TxnOpResponse::Get(g) = op {
-                if let Some(kv) = g.kvs().first() {
-                    match i {
-                        1 => {
-                            leader = serde_json::from_slice::<LeaderRecord>(kv.value())
-                                .ok()
-                                .map(|l| (l.node, kv.create_revision()))
-                        }
-                        _ => {
-                            self.summary_rev = kv.mod_revision();
-                            summary = serde_json::from_slice::<Summary>(kv.value()).ok();
-                        }
-                    }
-                }
-            }
-        }
-        let no_leader = leader.is_none();
-        {
-            let mut st = lock(&self.state);
-            let v = st.cluster_view_mut();
-            v.leader = leader;
-            if summary.is_some() {
-                v.summary = summary;
-            }
-        }
-        if no_leader {
-            self.campaign(client, lease_id, lead).await?;
-        }
         Ok(())
+    }
+
+    /// Takes the `leader` key as read or put (none: deleted or absent).
+    fn leader_changed(&self, kv: Option<&KeyValue>) {
+        let leader = kv.and_then(|kv| {
+            serde_json::from_slice::<LeaderRecord>(kv.value())
+                .ok()
+                .map(|l| (l.node, kv.create_revision()))
+        });
+        lock(&self.state).cluster_view_mut().leader = leader;
+    }
+
+    /// Takes a new `summary` (an unreadable one is said, and the last kept).
+    fn summary_changed(&self, value: &[u8]) {
+        match serde_json::from_slice::<Summary>(value) {
+            Ok(s) => lock(&self.state).cluster_view_mut().summary = Some(s),
+            Err(e) => tracing::warn!("cluster {}: an unreadable summary: {e}", self.cfg.name),
+        }
     }
 
     /// The node's jobs, from the local policy's last period. A job whose
@@ -773,6 +769,29 @@ impl Agent {
 fn json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     // Records are plain structs of strings, numbers and maps.
     serde_json::to_vec(v).expect("cluster records serialize")
+}
+
+/// The session's watches besides the lease's.
+struct Watches<'a> {
+    allocs: &'a mut WatchStream,
+    leaders: &'a mut WatchStream,
+    summaries: &'a mut WatchStream,
+}
+
+/// The values put in a watch message of `what`; Err when the watch ended.
+fn puts(
+    m: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
+    what: &str,
+) -> Result<Vec<KeyValue>, ClusterError> {
+    let m = m?.ok_or_else(|| gone(what))?;
+    if m.canceled() {
+        return Err(gone(what));
+    }
+    Ok(m.events()
+        .iter()
+        .filter(|e| e.event_type() == EventType::Put)
+        .filter_map(|e| e.kv().cloned())
+        .collect())
 }
 
 fn gone(what: &str) -> ClusterError {
