@@ -1,6 +1,7 @@
 //! Cluster mode end to end: a real 3-member etcd cluster on loopback ports,
-//! three real paiod "nodes" (each with its own socket), and stages in this
-//! process whose requests never stop. Waits are bounded polls for events,
+//! three real paiod "nodes" (each with its own socket), and as the jobs'
+//! stages either stages in this process whose requests never stop or real
+//! programs (dd) under `paio run`. Waits are bounded polls for events,
 //! never timing assertions; how long a failover took is printed, and
 //! measured in `make experiment-cluster`.
 
@@ -10,10 +11,11 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -190,6 +192,7 @@ impl Relay {
 }
 
 struct Node {
+    name: String,
     child: Child,
     socket: PathBuf,
     log: PathBuf,
@@ -247,6 +250,7 @@ period = "200ms"
             .spawn()
             .unwrap();
         let n = Node {
+            name: name.to_string(),
             child,
             socket,
             log: log_path,
@@ -578,7 +582,6 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
         })
     });
     eprintln!("failover took {:?}", killed.elapsed());
-    let gone = format!("n{leader}");
     wait_for(
         "the shares over the nodes left",
         Duration::from_secs(30),
@@ -587,7 +590,7 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
                 && rest.iter().all(|n| {
                     n.cluster()
                         .summary
-                        .is_some_and(|s| !s.nodes.contains(&gone))
+                        .is_some_and(|s| s.nodes as usize == rest.len())
                 })
         },
     );
@@ -649,4 +652,470 @@ fn a_deposed_leaders_writes_are_rejected() {
         assert_eq!((alloc.leader.as_str(), alloc.epoch), ("n0", epoch));
     });
     load.finish();
+}
+
+/// `paio` and `libpaio_preload.so`, built with `cargo build` into paiod's
+/// target directory and profile (so they land next to paiod), once per
+/// test binary: `cargo test -p paio-control` builds neither. Fails if
+/// they do not build.
+fn paio_and_preload() -> &'static (PathBuf, PathBuf) {
+    static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        // <target>/<profile>/paiod
+        let profile = Path::new(env!("CARGO_BIN_EXE_paiod")).parent().unwrap();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "-q", "-p", "paio-cli", "--bin", "paio"])
+            .args(["-p", "paio-preload", "--lib"])
+            .env("CARGO_TARGET_DIR", profile.parent().unwrap())
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile.file_name() == Some("release".as_ref()) {
+            build.arg("--release");
+        }
+        let built = build.status().expect("run cargo build").success();
+        assert!(built, "cargo build of paio and libpaio_preload.so failed");
+        let out = (profile.join("paio"), profile.join("libpaio_preload.so"));
+        for f in [&out.0, &out.1] {
+            assert!(f.is_file(), "{} missing after the build", f.display());
+        }
+        out
+    })
+}
+
+/// The jobs' shared back end: a sparse file of 1 TiB, on /dev/shm when
+/// it can (tmpfs: reading a hole copies the zero page and allocates
+/// nothing), else in the temporary directory. Reading it costs page-cache
+/// copies only, so paio is what bounds a reader. Removed on drop.
+struct BackEnd {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+}
+
+impl BackEnd {
+    fn create() -> BackEnd {
+        let dir = tempfile::Builder::new()
+            .prefix("paio-cluster-test-")
+            .tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let file = dir.path().join("back-end");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        BackEnd { _dir: dir, file }
+    }
+
+    /// Truncates the file: every reader's next read finds its end, so dd
+    /// reports what it copied and exits normally (and the interposer
+    /// writes its final statistics on the way out).
+    fn end(&self) {
+        std::fs::File::options()
+            .write(true)
+            .open(&self.file)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+}
+
+/// A reader of `job` on a node: `paio run --control SOCKET --label
+/// job=JOB -- dd if=BACK-END of=/dev/null bs=64k`, an unmodified program
+/// under the real interposer, whose stage registers with the node's paiod.
+/// paio (and with it dd) runs in a process group of its own, killed on
+/// drop unless the reader finished: no dd outlives the test.
+struct Reader {
+    name: String,
+    /// The node and the job.
+    node: String,
+    job: String,
+    paio: Child,
+    /// Where dd's statistics files go (`NAME.%p.json`).
+    dir: PathBuf,
+    /// paio's and dd's stderr.
+    stderr: PathBuf,
+    /// paio has been reaped (its process group may be gone).
+    reaped: bool,
+}
+
+impl Reader {
+    fn start(name: &str, job: &str, node: &Node, back_end: &BackEnd, dir: &Path) -> Reader {
+        let (paio, lib) = paio_and_preload();
+        let stderr = dir.join(format!("{name}.stderr"));
+        let mut c = Command::new(paio);
+        // Only what this test sets reaches the interposer.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("PAIO_") {
+                c.env_remove(k);
+            }
+        }
+        c.env_remove("LD_PRELOAD")
+            .env("PAIO_LIB", lib)
+            .env("LC_ALL", "C")
+            .args(["run", "--name", name, "--label", &format!("job={job}")])
+            // Until paiod's rule replaces it, the stage's own limit keeps
+            // dd from spinning on the 2 cores.
+            .args(["--limit", "read=16MiB/s", "--control"])
+            .arg(&node.socket)
+            .arg("--stats")
+            .arg(dir.join(format!("{name}.%p.json")))
+            .args(["--", "dd"])
+            .arg(format!("if={}", back_end.file.display()))
+            .args(["of=/dev/null", "bs=64k"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .process_group(0);
+        Reader {
+            name: name.to_string(),
+            node: node.name.clone(),
+            job: job.to_string(),
+            paio: c.spawn().unwrap(),
+            dir: dir.to_path_buf(),
+            stderr,
+            reaped: false,
+        }
+    }
+
+    /// The bytes dd has read so far, as the kernel counts them (`rchar` of
+    /// /proc/PID/io).
+    fn read_so_far(&self) -> u64 {
+        let paio = self.paio.id();
+        let children =
+            std::fs::read_to_string(format!("/proc/{paio}/task/{paio}/children")).unwrap();
+        let dd = children
+            .split_whitespace()
+            .next()
+            .unwrap_or_else(|| panic!("reader {}: dd is not running", self.name));
+        let io = std::fs::read_to_string(format!("/proc/{dd}/io")).unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no rchar in /proc/{dd}/io: {io}"))
+    }
+
+    /// Waits (at most 30 s) for `paio run` to return after dd found the end
+    /// of the back end, and checks that the stage counted each of dd's
+    /// requests exactly once: its `read` channel has the bytes dd says it
+    /// copied, in one request per record dd read plus the read that found
+    /// the end; its `write` channel the same bytes in one request per
+    /// record written; and paiod's DRL passed some of them (the reader was
+    /// governed by paiod). Returns the bytes.
+    fn finish(mut self) -> u64 {
+        let mut status = None;
+        wait_for(
+            &format!("reader {} to end", self.name),
+            Duration::from_secs(30),
+            || {
+                status = self.paio.try_wait().unwrap();
+                status.is_some()
+            },
+        );
+        self.reaped = true;
+        let err = std::fs::read_to_string(&self.stderr).unwrap();
+        assert!(status.unwrap().success(), "{}: {err}", self.name);
+        // "N+M records in", "N+M records out", "B bytes (...) copied, ..."
+        let records = |what: &str| -> u64 {
+            let line = err
+                .lines()
+                .find(|l| l.ends_with(what))
+                .unwrap_or_else(|| panic!("{}: no \"{what}\" from dd: {err}", self.name));
+            let (full, partial) = line
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .split_once('+')
+                .unwrap();
+            full.parse::<u64>().unwrap() + partial.parse::<u64>().unwrap()
+        };
+        let (records_in, records_out) = (records(" records in"), records(" records out"));
+        let copied: u64 = err
+            .lines()
+            .find(|l| l.contains(" copied"))
+            .and_then(|l| l.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{}: no byte count from dd: {err}", self.name));
+        let files: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let f = p.file_name().unwrap().to_string_lossy();
+                f.starts_with(&format!("{}.", self.name)) && f.ends_with(".json")
+            })
+            .collect();
+        assert_eq!(files.len(), 1, "{}: statistics files {files:?}", self.name);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+        let channel = |name: &str| {
+            v["stats"]["channels"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap_or_else(|| panic!("{}: no channel {name} in {v}", self.name))
+                .clone()
+        };
+        let (read, write) = (channel("read"), channel("write"));
+        let counted = |c: &serde_json::Value| (c["ops"].as_u64(), c["bytes"].as_u64());
+        assert_eq!(
+            counted(&read),
+            (Some(records_in + 1), Some(copied)),
+            "{}: the stage lost or duplicated reads (dd: {records_in} records in, \
+             {copied} bytes)",
+            self.name
+        );
+        assert_eq!(
+            counted(&write),
+            (Some(records_out), Some(copied)),
+            "{}: the stage lost or duplicated writes (dd: {records_out} records out, \
+             {copied} bytes)",
+            self.name
+        );
+        let paiod = read["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["name"] == "paiod")
+            .unwrap_or_else(|| panic!("{}: no paiod object in {read}", self.name));
+        assert!(
+            paiod["bytes"].as_u64().is_some_and(|b| b > 0),
+            "{}: paiod's DRL passed nothing: {read}",
+            self.name
+        );
+        copied
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = rustix::process::kill_process_group(
+                rustix::process::Pid::from_child(&self.paio),
+                rustix::process::Signal::KILL,
+            );
+            let _ = self.paio.wait();
+        }
+        if std::thread::panicking() {
+            let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+            eprintln!("--- reader {}:\n{err}", self.name);
+        }
+    }
+}
+
+/// Each node's part of each job, MiB/s, with the readers of
+/// `paio_run_readers_share_one_back_end_across_nodes`: every reader is
+/// held back, so each node of a job wants all it can get and the job's
+/// total ([`shares_hold`]) is split evenly over its nodes.
+const PARTS: [(&str, &str, f64); 4] = [
+    ("n0", "a", 37.5),
+    ("n1", "a", 37.5),
+    ("n1", "b", 12.5),
+    ("n2", "b", 12.5),
+];
+
+/// Every node's allocation is its [`PARTS`], and nothing else.
+fn split_holds(nodes: &[&Node]) -> bool {
+    nodes.iter().all(|n| {
+        let got = n.cluster().allocation;
+        let want: Vec<_> = PARTS
+            .iter()
+            .filter(|(node, _, _)| *node == n.name)
+            .collect();
+        got.len() == want.len()
+            && want
+                .iter()
+                .all(|(_, job, r)| got.get(*job).is_some_and(|&x| near(x, r * MIB)))
+    })
+}
+
+/// Whether every node enforces its part on its own readers: per job, the
+/// rates paiod set on the job's stages there (their `paiod` DRLs in
+/// channel `read`) add up to the node's allocation.
+fn rates_follow_allocation(nodes: &[&Node]) -> bool {
+    nodes.iter().all(|n| {
+        let s = n.status();
+        let alloc = s.cluster.expect("paiod runs in cluster mode").allocation;
+        !alloc.is_empty()
+            && alloc.iter().all(|(job, &r)| {
+                let set: f64 = s
+                    .stages
+                    .iter()
+                    .filter(|st| st.labels.get("job") == Some(job))
+                    .flat_map(|st| &st.channels)
+                    .filter(|c| c.name == "read")
+                    .flat_map(|c| &c.objects)
+                    .filter(|o| o.name == "paiod")
+                    .filter_map(|o| match &o.config {
+                        Some(ObjectConfig::Drl(d)) => Some(d.rate.per_second as f64),
+                        _ => None,
+                    })
+                    .sum();
+                near(set, r)
+            })
+    })
+}
+
+/// paiod's control periods so far, node by node.
+fn ticks(nodes: &[&Node]) -> Vec<u64> {
+    nodes
+        .iter()
+        .map(|n| n.status().control_loop.map_or(0, |l| l.ticks))
+        .collect()
+}
+
+/// What a node's readers of a job achieved over one window, bytes/s.
+#[derive(Debug, Default, Clone, Copy)]
+struct Achieved {
+    /// The node's allocation for the job (the mean over the window's
+    /// status reports).
+    allocated: f64,
+    /// paiod's figure for the job's group, its stages' bytes over its
+    /// last period (the mean over the window's status reports).
+    reported: f64,
+    /// What the kernel counted the readers reading over the window. A
+    /// reader that stalls shows here at once, while paiod reports a
+    /// silent stage's last figures until it drops it (`collect_timeout`,
+    /// 2 s, later).
+    read: f64,
+}
+
+/// One window: `samples` status reports of every node, one control
+/// period (100 ms) apart, and the readers' reads from the first to the
+/// last; by (node, job).
+fn achieved(
+    nodes: &[&Node],
+    readers: &[Reader],
+    samples: u32,
+) -> BTreeMap<(String, String), Achieved> {
+    let mut w: BTreeMap<(String, String), Achieved> = BTreeMap::new();
+    let start = Instant::now();
+    let before: Vec<u64> = readers.iter().map(Reader::read_so_far).collect();
+    for i in 0..samples {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for n in nodes {
+            let s = n.status();
+            for (job, rate) in s.cluster.expect("paiod runs in cluster mode").allocation {
+                let got = s
+                    .groups
+                    .iter()
+                    .find(|g| g.group == job)
+                    .map_or(0.0, |g| g.achieved_bytes_per_sec);
+                let e = w.entry((n.name.clone(), job)).or_default();
+                e.allocated += rate / f64::from(samples);
+                e.reported += got / f64::from(samples);
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    for (r, b) in readers.iter().zip(before) {
+        w.entry((r.node.clone(), r.job.clone())).or_default().read +=
+            (r.read_so_far() - b) as f64 / secs;
+    }
+    w
+}
+
+/// The jobs' processes are real programs: dd under `paio run`, job a on
+/// n0 and n1, job b on n1 and n2, all reading one back end. The global
+/// shares hold across the nodes, a job's total is the sum of its nodes'
+/// parts, what the readers achieve on each node follows its part, and
+/// when the back end ends every reader's stage counted exactly the
+/// requests dd made.
+#[test]
+fn paio_run_readers_share_one_back_end_across_nodes() {
+    let started = Instant::now();
+    paio_and_preload();
+    let built = started.elapsed();
+    let dir = tempfile::tempdir().unwrap();
+    let back_end = BackEnd::create();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let endpoints = etcd.endpoints();
+    let nodes = [
+        Node::start(dir.path(), "n0", &endpoints),
+        Node::start(dir.path(), "n1", &endpoints),
+        Node::start(dir.path(), "n2", &endpoints),
+    ];
+    let all = [&nodes[0], &nodes[1], &nodes[2]];
+    let stats = dir.path().join("readers");
+    std::fs::create_dir(&stats).unwrap();
+    let readers = [
+        ("a0", "a", 0),
+        ("a1", "a", 1),
+        ("b1", "b", 1),
+        ("b2", "b", 2),
+    ]
+    .map(|(name, job, n)| Reader::start(name, job, &nodes[n], &back_end, &stats));
+    wait_for("the global shares", Duration::from_secs(60), || {
+        shares_hold(&all)
+    });
+    wait_for(
+        "each job's split over its nodes",
+        Duration::from_secs(30),
+        || split_holds(&all),
+    );
+    wait_for(
+        "every node to enforce its part on its readers",
+        Duration::from_secs(30),
+        || rates_follow_allocation(&all),
+    );
+    // paiod reports the figures of its last period: from two periods on,
+    // none began before the rates above were sent.
+    let sent = ticks(&all);
+    wait_for("two more control periods", Duration::from_secs(10), || {
+        ticks(&all).iter().zip(&sent).all(|(t, s)| *t >= s + 2)
+    });
+    // What the readers achieve, as paiod reports it and as the kernel
+    // counts dd's reads, over windows of 2 s: never more than 20 % above a
+    // job's allocation (a loaded machine can only make them slower), and
+    // on every node at least half of its part (a reader that stalls fails
+    // this, also when the leader moves its part to the job's other node).
+    let mut windows = 0;
+    wait_for(
+        "every node's readers to achieve half its part",
+        Duration::from_secs(30),
+        || {
+            windows += 1;
+            let w = achieved(&all, &readers, 20);
+            let mib = |x: f64| (x / MIB * 10.0).round() / 10.0;
+            eprintln!("window {windows} (MiB/s, allocated, reported, read):");
+            for ((node, job), a) in &w {
+                eprintln!(
+                    "  {node} {job}: {} {} {}",
+                    mib(a.allocated),
+                    mib(a.reported),
+                    mib(a.read)
+                );
+            }
+            for job in ["a", "b"] {
+                let mut t = Achieved::default();
+                for a in w.iter().filter(|((_, j), _)| j == job).map(|(_, a)| a) {
+                    t.allocated += a.allocated;
+                    t.reported += a.reported;
+                    t.read += a.read;
+                }
+                assert!(
+                    t.reported <= 1.2 * t.allocated && t.read <= 1.2 * t.allocated,
+                    "job {job} went over its allocation of {} MiB/s: paiod reports {}, \
+                     its readers read {}",
+                    mib(t.allocated),
+                    mib(t.reported),
+                    mib(t.read)
+                );
+            }
+            PARTS.iter().all(|(node, job, part)| {
+                w.get(&(node.to_string(), job.to_string()))
+                    .is_some_and(|a| a.reported.min(a.read) >= 0.5 * part * MIB)
+            })
+        },
+    );
+    back_end.end();
+    for r in readers {
+        let name = r.name.clone();
+        eprintln!("reader {name}: {} bytes, each counted once", r.finish());
+    }
+    eprintln!(
+        "took {:?} (building paio and the interposer {built:?})",
+        started.elapsed()
+    );
 }
