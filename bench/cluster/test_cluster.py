@@ -23,13 +23,21 @@ def test_summary_pools_cycles_and_judges_the_goal():
     # 100 cycles 1..100: p50 = 50, p99 = 99, max = 100; one failover of 2.1 s.
     assert lines[3].startswith("| 1000 × 100 | 100 (0) | 50.0 / 99.0 / 100.0 | 90.0–99.0 "
                                "| 1.95 (1.80, 2.10) |")
-    assert lines[3].endswith("p99 ≤ 100 ms and failover ≤ 2 s: NOT met |")
+    assert lines[3].endswith("p99 ≤ 100 ms: met |")
+    assert len(lines) == 4
 
 
-def test_summary_meets_the_goal_when_both_hold():
-    rows = [row(1000, 80.0, 1.5)]
-    table = run.summarize(rows, [(1000, 40.0), (1000, 80.0)])
-    assert table.splitlines()[2].endswith(": met |")
+def test_summary_judges_the_cycle_and_the_short_lease_failover():
+    rows = [row(1000, 120.0, 1.5)] + [dict(row(1000, 50.0, f, k), lease_s=1)
+                                      for k, f in enumerate([1.2, 2.2, 1.4])]
+    lines = run.summarize(rows, [(1000, 40.0), (1000, 120.0)]).splitlines()
+    # The 1 s lease runs are not in the first table.
+    assert lines[2].startswith("| 1000 × 100 | 2 (0) | 40.0 / 120.0 / 120.0 | 120.0–120.0 "
+                               "| 1.50 (1.50) |")
+    assert lines[2].endswith("p99 ≤ 100 ms: NOT met |")
+    assert lines[6] == "| 1000 | 1 s | 600 ms | 1.40 (1.20, 2.20, 1.40) | failover ≤ 2 s: NOT met |"
+    ok = [dict(row(1000, 50.0, 1.3), lease_s=1)]
+    assert run.summarize(ok, []).splitlines()[-1].endswith("failover ≤ 2 s: met |")
 
 
 def test_figure_has_one_line_per_percentile_over_nodes():
