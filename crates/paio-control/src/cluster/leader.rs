@@ -35,8 +35,9 @@ pub const QUIET: Duration = Duration::from_millis(10);
 /// ... or at the latest this long after the first change not yet written,
 /// when inputs keep changing (1,000 nodes whose reports all change arrive
 /// over a whole cluster period). Shorter reacts sooner to a change among
-/// many and writes every node's allocation more often meanwhile (each
-/// write of 1,000 nodes costs etcd about 30 ms here, see docs/cluster.md).
+/// many, and rewrites every node's allocation more often meanwhile: each
+/// such write costs etcd an update and a watch event per node, and a
+/// report that queues behind it in etcd delays the next cycle.
 pub const MAX_DELAY: Duration = Duration::from_millis(100);
 /// Shortest time from the end of one write to the start of the next.
 pub const MIN_WRITE_GAP: Duration = Duration::from_millis(10);
@@ -55,7 +56,7 @@ pub struct Summary {
     /// The policy in force.
     pub policy: Option<PolicyRecord>,
     /// How many nodes are live (have a report). Names are not listed: every
-    /// node reads the summary each time it changes, so its size must not
+    /// node receives the summary each time it changes, so its size must not
     /// grow with the cluster (list them with `etcdctl get --prefix
     /// --keys-only /paio/<cluster>/node/`).
     pub nodes: u32,
