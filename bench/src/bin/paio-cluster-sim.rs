@@ -13,7 +13,10 @@
 //! allocation changes. The expected allocation is computed with the
 //! leader's own function (`cluster::alloc::allocate`) from the same inputs.
 //! A change's *cycle* is the time from the last node publishing the new
-//! demand to the last node having applied the matching allocation.
+//! demand to the last node having applied the matching allocation; its
+//! *reaction*, the time from the change itself (nodes report it at their
+//! next period, or at once when it changes a job's shape, as here) to the
+//! last node having applied it.
 //!
 //! At the end the leading agent is stopped (its lease is no longer
 //! renewed) and the time until another node leads is the failover time.
@@ -342,6 +345,7 @@ async fn run(a: Args) {
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let mut cycles = Vec::new();
+    let mut reactions = Vec::new();
     let mut incomplete = 0;
     let mut g = 0;
     while t0.elapsed().as_secs_f64() < a.seconds {
@@ -353,6 +357,7 @@ async fn run(a: Args) {
             w.published = vec![None; a.nodes];
             w.applied = vec![None; a.nodes];
         }
+        let changed = Instant::now();
         tokio::time::sleep(Duration::from_secs_f64(a.change)).await;
         let w = world.lock().unwrap();
         let last_pub = w.published.iter().flatten().max().copied();
@@ -360,7 +365,8 @@ async fn run(a: Args) {
         let all = w.applied.iter().all(|t| t.is_some()) && w.published.iter().all(|t| t.is_some());
         match (all, last_pub, last_app) {
             (true, Some(p), Some(ap)) => {
-                cycles.push(ap.saturating_duration_since(p).as_secs_f64() * 1e3)
+                cycles.push(ap.saturating_duration_since(p).as_secs_f64() * 1e3);
+                reactions.push(ap.saturating_duration_since(changed).as_secs_f64() * 1e3);
             }
             _ => incomplete += 1,
         }
@@ -393,6 +399,14 @@ async fn run(a: Args) {
             .map(|c| format!("{c:.1}"))
             .collect::<Vec<_>>()
             .join(",")
+    );
+    println!(
+        "reaction_p50_ms={:.1}",
+        percentile(&mut reactions.clone(), 50.0)
+    );
+    println!(
+        "reaction_p99_ms={:.1}",
+        percentile(&mut reactions.clone(), 99.0)
     );
     println!("etcd_writes_per_s={:.1}", (rev1 - rev0) as f64 / elapsed);
     println!("sim_cpu_share={:.3}", cpu / elapsed);

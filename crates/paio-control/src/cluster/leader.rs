@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::alloc::{allocate, GlobalKind, JobDemand, NodeUse};
 use super::keys::Keys;
 use super::node::{prefixed, ClusterError};
-use super::{JobRecord, JobUse, NodeAllocation, NodeReport, PolicyRecord};
+use super::{use_change, JobRecord, NodeAllocation, NodeReport, PolicyRecord, UseChange};
 use crate::peer::Escaped;
 use crate::policy::common::DEADBAND;
 
@@ -204,7 +204,7 @@ impl Leader {
                 EventType::Delete => self.reports.remove(node).is_some(),
                 EventType::Put => match NodeReport::decode(node, kv.value()) {
                     Ok(r) => match self.reports.get_mut(node) {
-                        Some((old, rev)) if same_use(&old.jobs, &r.jobs) => {
+                        Some((old, rev)) if use_change(&old.jobs, &r.jobs) == UseChange::None => {
                             *rev = kv.mod_revision();
                             false
                         }
@@ -406,23 +406,6 @@ fn outdated(written: &PerNode, computed: PerNode) -> Vec<(String, BTreeMap<Strin
         .collect()
 }
 
-/// Whether a node's report repeats its last one: the same jobs with the
-/// same stages and hungry flags, each achieved figure within the dead
-/// band of the one kept (so a slow drift is taken once it adds up).
-fn same_use(old: &BTreeMap<String, JobUse>, new: &BTreeMap<String, JobUse>) -> bool {
-    old.len() == new.len()
-        && old.iter().zip(new).all(|((j0, u0), (j1, u1))| {
-            j0 == j1
-                && u0.stages == u1.stages
-                && u0.hungry == u1.hungry
-                && match (u0.achieved, u1.achieved) {
-                    (Some(a0), Some(a1)) => (a1 - a0).abs() <= DEADBAND * a0.abs(),
-                    (None, None) => true,
-                    _ => false,
-                }
-        })
-}
-
 /// Whether two allocations of one node are within the dead band.
 fn same(old: &BTreeMap<String, f64>, new: &BTreeMap<String, f64>) -> bool {
     old.len() == new.len()
@@ -466,27 +449,5 @@ mod tests {
         // 1004 is within 0.5 % of 1000 (what the node has), 1008 is not;
         // 1012 is within 0.5 % of 1008.
         assert_eq!(sent, [1000.0, 1008.0]);
-    }
-
-    #[test]
-    fn a_report_within_the_dead_band_repeats_the_last_one() {
-        let u = |stages, achieved, hungry| {
-            BTreeMap::from([(
-                "j".to_string(),
-                JobUse {
-                    stages,
-                    achieved,
-                    hungry,
-                },
-            )])
-        };
-        let old = u(4, Some(1000.0), false);
-        assert!(same_use(&old, &u(4, Some(1004.0), false)));
-        assert!(!same_use(&old, &u(4, Some(1010.0), false)));
-        assert!(!same_use(&old, &u(5, Some(1000.0), false)));
-        assert!(!same_use(&old, &u(4, Some(1000.0), true)));
-        assert!(!same_use(&old, &u(4, None, false)));
-        assert!(same_use(&u(4, None, true), &u(4, None, true)));
-        assert!(!same_use(&old, &BTreeMap::new()));
     }
 }

@@ -127,6 +127,45 @@ pub struct JobUse {
     pub hungry: bool,
 }
 
+/// How a node's use of its jobs (a report's `jobs`) differs from an
+/// earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UseChange {
+    /// The same jobs, stages and hungry flags, every achieved figure within
+    /// the dead band ([`crate::policy::common::DEADBAND`]) of the earlier
+    /// one: nothing for the leader to recompute.
+    None,
+    /// Only achieved figures moved, by more than the dead band.
+    Usage,
+    /// A job appeared or left, its stages changed, it became held back or
+    /// stopped being so, or its first statistics arrived: the global
+    /// allocation may change much, so the node reports it at once.
+    Shape,
+}
+
+/// How `new` differs from `old` (see [`UseChange`]).
+pub fn use_change(old: &BTreeMap<String, JobUse>, new: &BTreeMap<String, JobUse>) -> UseChange {
+    let mut change = UseChange::None;
+    if old.len() != new.len() {
+        return UseChange::Shape;
+    }
+    for ((j0, u0), (j1, u1)) in old.iter().zip(new) {
+        if j0 != j1 || u0.stages != u1.stages || u0.hungry != u1.hungry {
+            return UseChange::Shape;
+        }
+        match (u0.achieved, u1.achieved) {
+            (Some(a0), Some(a1)) => {
+                if (a1 - a0).abs() > crate::policy::common::DEADBAND * a0.abs() {
+                    change = UseChange::Usage;
+                }
+            }
+            (None, None) => {}
+            _ => return UseChange::Shape,
+        }
+    }
+    change
+}
+
 /// What a node publishes every cluster period, under `node/<node>`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -214,6 +253,52 @@ pub struct JobRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_is_compared_by_shape_then_by_usage() {
+        let u = |stages, achieved, hungry| {
+            BTreeMap::from([(
+                "j".to_string(),
+                JobUse {
+                    stages,
+                    achieved,
+                    hungry,
+                },
+            )])
+        };
+        let old = u(4, Some(1000.0), false);
+        assert_eq!(
+            use_change(&old, &u(4, Some(1004.0), false)),
+            UseChange::None
+        );
+        assert_eq!(
+            use_change(&old, &u(4, Some(1010.0), false)),
+            UseChange::Usage
+        );
+        assert_eq!(
+            use_change(&old, &u(5, Some(1000.0), false)),
+            UseChange::Shape
+        );
+        assert_eq!(
+            use_change(&old, &u(4, Some(1000.0), true)),
+            UseChange::Shape
+        );
+        assert_eq!(use_change(&old, &u(4, None, false)), UseChange::Shape);
+        assert_eq!(
+            use_change(&u(4, None, true), &u(4, None, true)),
+            UseChange::None
+        );
+        assert_eq!(use_change(&old, &BTreeMap::new()), UseChange::Shape);
+        let other = BTreeMap::from([(
+            "k".to_string(),
+            JobUse {
+                stages: 4,
+                achieved: Some(1000.0),
+                hungry: false,
+            },
+        )]);
+        assert_eq!(use_change(&old, &other), UseChange::Shape);
+    }
 
     #[test]
     fn names_are_one_key_segment() {

@@ -6,8 +6,11 @@
 //! the cluster's configuration, read `alloc/<node>`, `leader` and `summary`
 //! at one revision and watch them from there, campaign (and again whenever
 //! `leader` is deleted). Every cluster period the node puts its report (a
-//! plain put bound to the lease, the only write a node makes per period);
-//! the lease is renewed every third of its time. A broken stream opens the
+//! plain put bound to the lease, a node's only write), and between periods
+//! too when its use changes shape (a job starts or stops, or becomes held
+//! back: [`UseChange::Shape`], looked for [`CHECKS_PER_PERIOD`] times a
+//! period, at most one early report per period / [`EARLY_GAP`]); the lease
+//! is renewed every third of its time. A broken stream opens the
 //! streams again on another member while the lease lives; when the lease
 //! is gone or no member answers, the session ends: the node keeps its last
 //! allocation (its local policy goes on with it), says so in its status,
@@ -26,8 +29,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::keys::Keys;
 use super::leader::{self, Summary};
 use super::{
-    ClusterConfig, GlobalKind, JobRecord, JobUse, LeaderRecord, NodeAllocation, NodeReport,
-    PolicyRecord,
+    use_change, ClusterConfig, GlobalKind, JobRecord, JobUse, LeaderRecord, NodeAllocation,
+    NodeReport, PolicyRecord, UseChange,
 };
 use crate::config::{PolicyConfig, PolicyKind};
 use crate::server::{lock, Shared};
@@ -159,6 +162,8 @@ pub struct Agent {
     seed: Seed,
     commands: mpsc::Receiver<SetCommand>,
     seq: u64,
+    /// The jobs of the last report put.
+    reported: BTreeMap<String, JobUse>,
     /// The endpoint in use (an index into `cfg.endpoints`).
     endpoint: usize,
     /// Job names already said to be refused (at most [`MAX_REFUSED`]).
@@ -183,6 +188,16 @@ impl Leaver {
         }
     }
 }
+
+/// How often a period the node looks for a change of shape in its use
+/// ([`UseChange::Shape`]: a job started or stopped, or became held back),
+/// to report it before the period ends. More often reports such a change
+/// sooner, at the cost of reading the local policy's targets more often.
+pub const CHECKS_PER_PERIOD: u32 = 10;
+/// An early report comes at least a period / `EARLY_GAP` after the last
+/// report: a node whose jobs flap writes at most `EARLY_GAP` + 1 reports a
+/// period instead of one, which bounds etcd's load.
+pub const EARLY_GAP: u32 = 4;
 
 /// Refused job names remembered, so each is said once.
 const MAX_REFUSED: usize = 1024;
@@ -232,6 +247,7 @@ impl Agent {
             seed,
             commands,
             seq: 0,
+            reported: BTreeMap::new(),
             endpoint,
             refused: Default::default(),
             leaves,
@@ -465,11 +481,28 @@ impl Agent {
         self.campaign(client, lease_id, lead).await?;
         let mut publish = tokio::time::interval(self.cfg.period);
         publish.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut check = tokio::time::interval(self.cfg.period / CHECKS_PER_PERIOD);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut published = Instant::now();
         let mut renew = tokio::time::interval(lease / 3);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = publish.tick() => self.publish(client, lease_id).await?,
+                _ = publish.tick() => {
+                    let jobs = self.local_use();
+                    self.publish(client, lease_id, jobs).await?;
+                    published = Instant::now();
+                }
+                // A change of shape goes out at once (at most one early
+                // report per EARLY_GAP of a period), not a period later.
+                _ = check.tick(), if published.elapsed() >= self.cfg.period / EARLY_GAP => {
+                    let jobs = self.local_use();
+                    if use_change(&self.reported, &jobs) == UseChange::Shape {
+                        self.publish(client, lease_id, jobs).await?;
+                        published = Instant::now();
+                        publish.reset();
+                    }
+                }
                 _ = renew.tick() => keeper.keep_alive().await?,
                 r = renewals.message() => match r? {
                     Some(r) if r.ttl() > 0 => {}
@@ -619,14 +652,19 @@ impl Agent {
         Ok(())
     }
 
-    /// Puts the node's report, bound to its lease (a plain put: the leader
-    /// and the summary come through the session's watches).
-    async fn publish(&mut self, client: &mut Client, lease_id: i64) -> Result<(), ClusterError> {
+    /// Puts the node's report of `jobs`, bound to its lease (a plain put:
+    /// the leader and the summary come through the session's watches).
+    async fn publish(
+        &mut self,
+        client: &mut Client,
+        lease_id: i64,
+        jobs: BTreeMap<String, JobUse>,
+    ) -> Result<(), ClusterError> {
         self.seq += 1;
         let report = NodeReport {
             node: self.cfg.node.clone(),
             seq: self.seq,
-            jobs: self.local_use(),
+            jobs,
         };
         client
             .put(
@@ -635,6 +673,7 @@ impl Agent {
                 Some(PutOptions::new().with_lease(lease_id)),
             )
             .await?;
+        self.reported = report.jobs;
         Ok(())
     }
 
