@@ -495,12 +495,16 @@ impl Agent {
                 }
                 // A change of shape goes out at once (at most one early
                 // report per EARLY_GAP of a period), not a period later.
-                _ = check.tick(), if published.elapsed() >= self.cfg.period / EARLY_GAP => {
-                    let jobs = self.local_use();
-                    if use_change(&self.reported, &jobs) == UseChange::Shape {
-                        self.publish(client, lease_id, jobs).await?;
-                        published = Instant::now();
-                        publish.reset();
+                // (The gap is checked here: a select's condition is read
+                // only when the select starts, and it may wait long.)
+                _ = check.tick() => {
+                    if published.elapsed() >= self.cfg.period / EARLY_GAP {
+                        let jobs = self.local_use();
+                        if use_change(&self.reported, &jobs) == UseChange::Shape {
+                            self.publish(client, lease_id, jobs).await?;
+                            published = Instant::now();
+                            publish.reset();
+                        }
                     }
                 }
                 _ = renew.tick() => keeper.keep_alive().await?,
