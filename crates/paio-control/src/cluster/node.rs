@@ -168,6 +168,9 @@ pub struct Agent {
     endpoint: usize,
     /// Job names already said to be refused (at most [`MAX_REFUSED`]).
     refused: std::collections::HashSet<String>,
+    /// Whether the last look at the local jobs found more than
+    /// [`super::MAX_JOBS_PER_NODE`] (and said so).
+    over_said: bool,
     /// Requests to leave the cluster (paiod stopping).
     leaves: mpsc::Receiver<oneshot::Sender<()>>,
     leave_tx: mpsc::Sender<oneshot::Sender<()>>,
@@ -250,6 +253,7 @@ impl Agent {
             reported: BTreeMap::new(),
             endpoint,
             refused: Default::default(),
+            over_said: false,
             leaves,
             leave_tx,
         }
@@ -704,6 +708,7 @@ impl Agent {
     /// out, and said once.
     fn local_use(&mut self) -> BTreeMap<String, JobUse> {
         let targets = lock(&self.state).group_targets();
+        let mut over = false;
         let mut jobs = BTreeMap::new();
         for t in targets.into_iter().filter(|t| t.stages > 0) {
             if let Err(e) = super::check_name(&t.group) {
@@ -716,12 +721,15 @@ impl Agent {
                 continue;
             }
             if jobs.len() == super::MAX_JOBS_PER_NODE {
-                tracing::warn!(
-                    "cluster {}: more than {} jobs on this node; the others are controlled \
-                     on this node only",
-                    self.cfg.name,
-                    super::MAX_JOBS_PER_NODE
-                );
+                over = true;
+                if !self.over_said {
+                    tracing::warn!(
+                        "cluster {}: more than {} jobs on this node; the others are \
+                         controlled on this node only",
+                        self.cfg.name,
+                        super::MAX_JOBS_PER_NODE
+                    );
+                }
                 break;
             }
             jobs.insert(
@@ -733,6 +741,9 @@ impl Agent {
                 },
             );
         }
+        // Said once each time the node goes over (the checks run ten times
+        // a period).
+        self.over_said = over;
         jobs
     }
 
