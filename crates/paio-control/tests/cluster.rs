@@ -452,31 +452,13 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
 
     // `paio ctl set` on any node changes the cluster's configuration: b's
     // guarantee of 50 leaves 50 for a, then 0 left over (a 50, b 50).
-    ctl::request(
-        &n2.socket,
-        CtlCommand::Set {
-            group: "b".into(),
-            key: "demand".into(),
-            value: "50MiB/s".into(),
-        },
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    support::ctl_set(&n2.socket, "b", "demand", "50MiB/s").unwrap();
     wait_for("the new shares", Duration::from_secs(30), || {
         let t = job_totals(&all);
         t.get("a").is_some_and(|&a| near(a, 50.0 * MIB))
             && t.get("b").is_some_and(|&b| near(b, 50.0 * MIB))
     });
-    ctl::request(
-        &n0.socket,
-        CtlCommand::Set {
-            group: "b".into(),
-            key: "demand".into(),
-            value: "10MiB/s".into(),
-        },
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    support::ctl_set(&n0.socket, "b", "demand", "10MiB/s").unwrap();
     wait_for("the shares again", Duration::from_secs(30), || {
         shares_hold(&all)
     });

@@ -200,33 +200,16 @@ demand = "30MiB/s"
     let b = stage("b");
     let cb = client(&b, &paiod.socket);
     // A group added at run time.
-    ctl::request(
-        &paiod.socket,
-        CtlCommand::Set {
-            group: "b".into(),
-            key: "demand".into(),
-            value: "50MiB/s".into(),
-        },
-        Duration::from_secs(10),
-    )
-    .unwrap();
+    support::ctl_set(&paiod.socket, "b", "demand", "50MiB/s").unwrap();
     wait_for("both allocations", || {
         let (ra, rb) = (paiod_rate(&a), paiod_rate(&b));
         matches!((ra, rb), (Some(x), Some(y)) if x >= 30 * MIB && y >= 50 * MIB && x + y <= 100 * MIB + MIB)
     });
     assert_eq!(paiod.status().stages.len(), 2);
     // Bad ctl input is refused with a reason.
-    let e = ctl::request(
-        &paiod.socket,
-        CtlCommand::Set {
-            group: "a".into(),
-            key: "demand".into(),
-            value: "fast".into(),
-        },
-        Duration::from_secs(10),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = support::ctl_set(&paiod.socket, "a", "demand", "fast")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("fast"), "{e}");
     // b leaves: paiod forgets it and a gets everything again.
     cb.stop();
@@ -970,17 +953,9 @@ fn a_stage_cannot_forge_a_log_line() {
 fn oversized_names_are_refused_with_the_cap() {
     let dir = tempfile::tempdir().unwrap();
     let paiod = Paiod::start(dir.path(), &static_config("10MiB/s"));
-    let e = ctl::request(
-        &paiod.socket,
-        CtlCommand::Set {
-            group: "g".repeat(900_000),
-            key: "rate".into(),
-            value: "1MiB/s".into(),
-        },
-        Duration::from_secs(10),
-    )
-    .unwrap_err()
-    .to_string();
+    let e = support::ctl_set(&paiod.socket, &"g".repeat(900_000), "rate", "1MiB/s")
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("group") && e.contains("128") && e.contains("900000"),
         "{e}"

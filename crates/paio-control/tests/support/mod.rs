@@ -72,3 +72,22 @@ pub fn promtool_check(text: &str) {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// `paio ctl set GROUP KEY=VALUE` sent to paiod at `socket`: its reply,
+/// or the error (a refusal carries paiod's reason), within 10 s.
+pub fn ctl_set(
+    socket: &Path,
+    group: &str,
+    key: &str,
+    value: &str,
+) -> Result<paio_control::ctl::CtlReply, paio_control::ctl::CtlError> {
+    paio_control::ctl::request(
+        socket,
+        paio_control::ctl::CtlCommand::Set {
+            group: group.into(),
+            key: key.into(),
+            value: value.into(),
+        },
+        Duration::from_secs(10),
+    )
+}
