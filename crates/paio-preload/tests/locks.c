@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -73,8 +74,9 @@ static void *holder(void *arg) {
 }
 
 /* `locks split`: the holder writes 64 KiB in one pwrite that the policy
- * splits into slow 4 KiB pieces; once the critical thread blocks on the
- * mutex, the rest of the call goes as one critical request. */
+ * splits into slow 4 KiB pieces; once the first piece is in the file, the
+ * critical thread blocks on the mutex and the rest of the call goes as one
+ * critical request. */
 static int writing = 0;
 
 static void *split_holder(void *arg) {
@@ -93,6 +95,13 @@ static int split_mode(void) {
     pthread_t bg;
     pthread_create(&bg, NULL, split_holder, NULL);
     while (!__atomic_load_n(&writing, __ATOMIC_ACQUIRE)) sched_yield();
+    /* Block on the mutex only once the first piece is in the file: before
+     * that, the loan would reach the call before it was split at all. */
+    struct stat st;
+    do {
+        sched_yield();
+        if (fstat(fd, &st) != 0) return 8;
+    } while (st.st_size < 4096);
     pthread_mutex_lock(&m);
     pthread_mutex_unlock(&m);
     pthread_join(bg, NULL);
