@@ -13,6 +13,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -197,6 +198,57 @@ def percentiles_of(samples, points):
     return out
 
 
+RATIO_NOTE = ("Ratios are taken within each round, between runs minutes apart, then shown "
+              "as median (extremes) over the rounds.")
+
+
+def spread(t, digits=0, scale=1.0, unit=""):
+    """A (median, min, max) as "median<unit> (min..max)", each times `scale`
+    with `digits` decimals; "-" for None."""
+    if t is None:
+        return "-"
+    m, lo, hi = (scale * x for x in t)
+    return f"{m:.{digits}f}{unit} ({lo:.{digits}f}..{hi:.{digits}f})"
+
+
+def stop(proc, timeout=10.0):
+    """Ends `proc` with SIGTERM, and SIGKILL after `timeout` seconds; waits.
+    SIGTERM first because `paio run` forwards it to its command: a SIGKILL
+    would end `paio run` alone and leave the command running on, into the
+    next measurement."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+
+
+def round_ratios(rows, num, den, field, group=()):
+    """Per round, `num`'s `field` over `den`'s, both rows of that round (and
+    of equal values of each `group` key), as (median, min, max) over the
+    rounds, or None when no round has both with a nonzero denominator. A
+    ratio is taken within one round, where both setups met the same machine
+    state, never between medians of different rounds."""
+    def key(r):
+        return (str(r["round"]),) + tuple(str(r[g]) for g in group)
+    dens = {key(r): r for r in rows if r.get("setup") == den}
+    ratios = []
+    for r in rows:
+        if r.get("setup") != num:
+            continue
+        d = dens.get(key(r))
+        if d is None or r.get(field) is None or d.get(field) is None:
+            continue
+        a, b = float(r[field]), float(d[field])
+        if b:
+            ratios.append(a / b)
+    if not ratios:
+        return None
+    return (statistics.median(ratios), min(ratios), max(ratios))
+
+
 def rotation(setups, round_index):
     """The setups' order in round `round_index`: rotated by one each round."""
     k = round_index % len(setups)
@@ -212,6 +264,18 @@ def write_runs(out, header, rows, fields, table):
         w.writerows(rows)
     (out / "runs.json").write_text(json.dumps(rows, indent=1))
     (out / "summary.md").write_text("\n".join(header) + "\n\n" + table)
+
+
+def report_only(out, table):
+    """Writes OUT/summary.md again from OUT/header.txt and OUT/runs.json with
+    `table(rows)` (a driver's summary after its method changed, without
+    running anything), prints it and returns 0."""
+    rows = json.loads((out / "runs.json").read_text())
+    header = (out / "header.txt").read_text().splitlines()
+    text = table(rows)
+    (out / "summary.md").write_text("\n".join(header) + "\n\n" + text)
+    print(text)
+    return 0
 
 
 def write_header(out, header):

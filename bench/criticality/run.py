@@ -96,7 +96,8 @@ def percentiles_of(samples, points=PERCENTILES):
 def summarize(rows):
     """Per (workload, setup): median and extremes of p50/p99/p99.9, critical
     ops/s and background MiB/s (with and without critical work), plus ratios
-    against vanilla's medians."""
+    against vanilla, each taken within a round, as median and extremes over
+    the rounds."""
     groups = {}
     for r in rows:
         groups.setdefault((r["workload"], r["setup"]), []).append(r)
@@ -107,15 +108,11 @@ def summarize(rows):
         for f in fields:
             vals = [float(r[f]) for r in rs]
             e[f] = (statistics.median(vals), min(vals), max(vals))
+        same = [r for r in rows if r["workload"] == w]
+        e["p999_vs_vanilla"] = expt.round_ratios(same, "vanilla", s, "p999_us")
+        e["bg_vs_vanilla"] = expt.round_ratios(same, s, "vanilla", "bg_mib")
+        e["bg_alone_vs_vanilla"] = expt.round_ratios(same, s, "vanilla", "bg_alone_mib")
         out.append(e)
-    base = {e["workload"]: e for e in out if e["setup"] == "vanilla"}
-    for e in out:
-        b = base.get(e["workload"])
-        if b:
-            e["p999_vs_vanilla"] = b["p999_us"][0] / e["p999_us"][0] if e["p999_us"][0] else 0.0
-            e["bg_vs_vanilla"] = e["bg_mib"][0] / b["bg_mib"][0] if b["bg_mib"][0] else 0.0
-            e["bg_alone_vs_vanilla"] = (e["bg_alone_mib"][0] / b["bg_alone_mib"][0]
-                                        if b["bg_alone_mib"][0] else 0.0)
     return out
 
 
@@ -133,10 +130,10 @@ def markdown(summary):
         lines.append(
             f"| {e['workload']} | {e['setup']} | {e['rounds']} | {cell(e['p50_us'])} "
             f"| {cell(e['p99_us'])} | {cell(e['p999_us'])} "
-            f"| {e.get('p999_vs_vanilla', 0):.1f}x | {cell(e['crit_ops'])} "
-            f"| {cell(e['bg_mib'])} | {100 * e.get('bg_vs_vanilla', 0):.0f} % "
-            f"| {cell(e['bg_alone_mib'])} | {100 * e.get('bg_alone_vs_vanilla', 0):.0f} % |")
-    return "\n".join(lines) + "\n"
+            f"| {expt.spread(e['p999_vs_vanilla'], 1, unit='x')} | {cell(e['crit_ops'])} "
+            f"| {cell(e['bg_mib'])} | {expt.spread(e['bg_vs_vanilla'], 0, 100, ' %')} "
+            f"| {cell(e['bg_alone_mib'])} | {expt.spread(e['bg_alone_vs_vanilla'], 0, 100, ' %')} |")
+    return "\n".join(lines) + "\n\n" + expt.RATIO_NOTE + "\n"
 
 
 def paiod_config(target, percentile):
@@ -184,9 +181,7 @@ class Run:
 
     def restore(self):
         for c in self.children:
-            if c.poll() is None:
-                c.kill()
-                c.wait()
+            expt.stop(c)
         self.children = []
         if self.sched_orig:
             try:
@@ -290,8 +285,7 @@ class Run:
     def finish_background(self, fio, j, dd):
         if fio.wait() != 0:
             raise DriverError(f"background fio failed (exit {fio.returncode})")
-        dd.kill()
-        dd.wait()
+        expt.stop(dd)
         return fio_bandwidth_mib(json.loads(j.read_text()))
 
     def critical(self, setup, workload, seconds, tag):
@@ -465,6 +459,8 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="smoke check: 1 round, vanilla, paio and paio-target, fio only, 2 s")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write OUT/summary.md again from OUT/runs.json; run nothing")
     a = ap.parse_args(argv)
     if a.quick:
         a.rounds, a.setups, a.workloads = 1, "vanilla,paio,paio-target", "fio"
@@ -483,6 +479,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        return expt.report_only(Path(args.out), lambda rows: markdown(summarize(rows)))
     expt.require(["fio", "ionice"] + (["db_bench"] if "rocksdb" in args.workloads else []),
                  args.bin_dir, ["paio"] + (["paiod"] if "paio-target" in args.setups else []))
     data = Path(args.data_dir)

@@ -2,6 +2,10 @@
 
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -78,11 +82,14 @@ def test_summary_medians_extremes_and_ratios_against_vanilla():
     s = {e["setup"]: e for e in run.summarize(rows)}
     assert s["vanilla"]["p999_us"] == (6000, 3000, 9000)
     assert s["paio"]["p999_us"] == (1000, 500, 2000)
-    assert s["paio"]["p999_vs_vanilla"] == 6.0
-    assert s["paio"]["bg_vs_vanilla"] == 0.9
-    assert s["paio"]["bg_alone_vs_vanilla"] == 1.0
+    # Within each round: 3000/1000, 6000/500, 9000/2000; 900/1000,
+    # 700/1200, 950/800; 1000/1000, 1000/1100, 1050/900.
+    assert s["paio"]["p999_vs_vanilla"] == pytest.approx((4.5, 3.0, 12.0))
+    assert s["paio"]["bg_vs_vanilla"] == pytest.approx((0.9, 700 / 1200, 950 / 800))
+    assert s["paio"]["bg_alone_vs_vanilla"] == pytest.approx((1.0, 1000 / 1100, 1050 / 900))
     table = run.markdown(run.summarize(rows))
-    assert "| fio | paio | 3 | 1 (1..1) | 2 (2..2) | 1000 (500..2000) | 6.0x |" in table
+    assert "| fio | paio | 3 | 1 (1..1) | 2 (2..2) | 1000 (500..2000) | 4.5x (3.0..12.0) |" in table
+    assert "| 90 % (58..119) |" in table
 
 
 def test_paiod_config_is_a_criticality_policy_with_the_target():
@@ -177,3 +184,28 @@ def test_plot_draws_pngs_through_paio_plot(tmp_path):
     # Without fio logs, no background plot.
     (tmp_path / "raw" / "r0-vanilla-fio_bw.1.log").unlink()
     assert run.plot(tmp_path, CDF_ROWS) == [tmp_path / "latency-cdf.png"]
+
+
+def test_stop_lets_a_wrapper_end_its_command(tmp_path):
+    # Like `paio run`, the wrapper passes SIGTERM on; SIGKILL would have
+    # left its command running.
+    pid_file = tmp_path / "child.pid"
+    wrapper = subprocess.Popen(
+        ["sh", "-c", f'sleep 60 & c=$!; echo $c > {pid_file}; '
+         'trap "kill $c; wait $c; exit 143" TERM; wait $c'])
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        time.sleep(0.01)
+    child = int(pid_file.read_text())
+    run.expt.stop(wrapper)
+    assert wrapper.returncode == 143
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def test_stop_kills_what_ignores_sigterm():
+    p = subprocess.Popen(["sh", "-c", 'trap "" TERM; sleep 60 & wait $!; sleep 60'])
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    run.expt.stop(p, timeout=0.3)
+    assert p.returncode == -signal.SIGKILL
+    assert time.monotonic() - t0 < 5

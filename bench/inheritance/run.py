@@ -143,9 +143,10 @@ def stalls_policy(rate):
 
 
 def summarize(rows):
-    """Per (case, setup): median and extremes of each metric, and the ratio
-    of the paio setup's median p99.9 (and, for stalls, stall time) to this
-    setup's."""
+    """Per (case, setup): median and extremes of each metric, and, each
+    taken within a round and then as median and extremes over the rounds,
+    the paio setup's p99.9 (and, for stalls, stall time) over this setup's
+    and this setup's background throughput over vanilla's."""
     groups = {}
     for r in rows:
         groups.setdefault((r["case"], r["setup"]), []).append(r)
@@ -156,16 +157,11 @@ def summarize(rows):
         for f in fields:
             vals = [float(r[f]) for r in rs if r.get(f) is not None]
             e[f] = (statistics.median(vals), min(vals), max(vals)) if vals else None
+        in_case = [r for r in rows if r["case"] == c]
+        e["p999_paio_over"] = expt.round_ratios(in_case, "paio", s, "p999")
+        e["stall_paio_over"] = expt.round_ratios(in_case, "paio", s, "stall_s")
+        e["bg_of_vanilla"] = expt.round_ratios(in_case, s, "vanilla", "bg_mib")
         out.append(e)
-    for e in out:
-        base = next((b for b in out if b["case"] == e["case"] and b["setup"] == "paio"), None)
-        van = next((b for b in out if b["case"] == e["case"] and b["setup"] == "vanilla"), None)
-        if base and e["p999"] and e["p999"][0]:
-            e["p999_paio_over"] = base["p999"][0] / e["p999"][0]
-        if base and e["stall_s"] and base["stall_s"] and e["stall_s"][0]:
-            e["stall_paio_over"] = base["stall_s"][0] / e["stall_s"][0]
-        if van and e["bg_mib"] and van["bg_mib"] and van["bg_mib"][0]:
-            e["bg_of_vanilla"] = e["bg_mib"][0] / van["bg_mib"][0]
     return out
 
 
@@ -182,18 +178,14 @@ def markdown(summary):
         "| critical ops/s | background MiB/s | bg % of vanilla | stall s | paio stall / setup's |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    def ratio(key, scale=1.0, unit="x"):
-        v = e.get(key)
-        return "-" if v is None else f"{scale * v:.{0 if unit == ' %' else 1}f}{unit}"
-
     for e in summary:
         lines.append(
             f"| {e['case']} | {e['setup']} | {e['rounds']} | {cell(e['p99'])} "
-            f"| {cell(e['p999'])} | {ratio('p999_paio_over')} "
+            f"| {cell(e['p999'])} | {expt.spread(e['p999_paio_over'], 1, unit='x')} "
             f"| {cell(e['crit_ops'])} | {cell(e['bg_mib'], 1)} "
-            f"| {ratio('bg_of_vanilla', 100, ' %')} | {cell(e['stall_s'], 2)} "
-            f"| {ratio('stall_paio_over')} |")
-    return "\n".join(lines) + "\n"
+            f"| {expt.spread(e['bg_of_vanilla'], 0, 100, ' %')} | {cell(e['stall_s'], 2)} "
+            f"| {expt.spread(e['stall_paio_over'], 1, unit='x')} |")
+    return "\n".join(lines) + "\n\n" + expt.RATIO_NOTE + "\n"
 
 
 # ---------------------------------------------------------------- running
@@ -216,9 +208,7 @@ class Run:
 
     def restore(self):
         for c in self.children:
-            if c.poll() is None:
-                c.kill()
-                c.wait()
+            expt.stop(c)
         self.children = []
 
     def prepare(self):
@@ -314,6 +304,14 @@ class Run:
         if not ended_early:
             bg.send_signal(signal.SIGINT)
         err = bg.communicate()[1]
+        # What the writer moved counts once it is on the device: a file
+        # removed with dirty pages is never written, so a writer that only
+        # filled the page cache would otherwise look fastest.
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         took = time.monotonic() - t0
         written = dd_bytes(err)
         target.unlink(missing_ok=True)
@@ -432,6 +430,8 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="smoke check: 1 round, every case and setup, 2 s runs")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="write OUT/summary.md again from OUT/runs.json; run nothing")
     a = ap.parse_args(argv)
     if a.quick:
         a.rounds, a.seconds, a.lead = 1, 2, 1
@@ -449,6 +449,8 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.report_only:
+        return expt.report_only(Path(args.out), lambda rows: markdown(summarize(rows)))
     expt.require(["fio", "cc"] + (["db_bench"] if "stalls" in args.cases else []),
                  args.bin_dir, ["paio"])
     if "stalls" in args.cases:

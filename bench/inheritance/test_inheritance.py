@@ -75,10 +75,26 @@ def test_summary_ratios_against_paio_and_vanilla():
                          "stall_s": None})
     s = {e["setup"]: e for e in run.summarize(rows)}
     assert s["paio-inherit"]["p999"] == (50, 40, 60)
-    assert s["paio-inherit"]["p999_paio_over"] == pytest.approx(200 / 50)
-    assert s["paio"]["bg_of_vanilla"] == pytest.approx(0.9)
+    # Within each round: 200/50, 220/40, 180/60.
+    assert s["paio-inherit"]["p999_paio_over"] == pytest.approx((4.0, 3.0, 5.5))
+    assert s["paio"]["bg_of_vanilla"] == pytest.approx((0.9, 0.9, 0.9))
+    assert s["paio"]["stall_paio_over"] is None
     table = run.markdown(run.summarize(rows))
     assert "| locks | paio-inherit | 3 |" in table
+    assert "| 4.0x (3.0..5.5) |" in table and "| 90 % (90..90) |" in table
+
+
+def test_background_share_is_paired_within_each_round():
+    # The medians (1000 against 1000) would say 100 %; each round says less.
+    rows = []
+    for rnd, (van, inh) in enumerate([(1000, 800), (1400, 1000), (600, 500)]):
+        for setup, bg in (("vanilla", van), ("paio-inherit", inh)):
+            rows.append({"round": rnd, "case": "dirty", "setup": setup, "p99": 1,
+                         "p999": 2, "crit_ops": 1, "bg_mib": bg, "stall_s": None})
+    s = {e["setup"]: e for e in run.summarize(rows)}
+    assert s["paio-inherit"]["bg_mib"] == (800, 500, 1000)
+    m, lo, hi = s["paio-inherit"]["bg_of_vanilla"]
+    assert (m, lo, hi) == pytest.approx((0.8, 1000 / 1400, 500 / 600))
 
 
 def test_stage_bytes_and_a_stage_that_limited_nothing(tmp_path):
