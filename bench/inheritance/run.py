@@ -26,6 +26,8 @@ Setups, interleaved and rotated per round:
                    bound; stalls, PAIO_ROCKSDB_STALL_INHERIT=0
   paio-inherit     the same with inheritance: lock inheritance, the dirty
                    bound (--dirty-per-file), stall inheritance
+  paio-overlap     (dirty only) paio-inherit with `dirty_overlap = true`:
+                   the writer waits only for its previous write-back
 
 Background programs (fio, dd) run under `paio run --policy BG` in the paio
 setups (--bg-policy, default bench/inheritance/background.toml), critical ones under
@@ -51,9 +53,11 @@ REPO = expt.REPO
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
 ALL_CASES = ("locks", "dirty", "stalls")
+# The dirty case's setups with a bound: their background policy in raw/.
+DIRTY_POLICY = {"paio-inherit": "bg-dirty.toml", "paio-overlap": "bg-overlap.toml"}
 SETUPS = {
     "locks": ("vanilla", "paio", "paio-inherit"),
-    "dirty": ("vanilla", "paio", "paio-inherit"),
+    "dirty": ("vanilla", "paio", "paio-inherit", "paio-overlap"),
     "stalls": ("vanilla", "rocksdb-limiter", "paio", "paio-inherit"),
 }
 PERCENTILES = (50, 90, 99, 99.9)
@@ -227,8 +231,9 @@ class Run:
             (self.raw / f"loglock-{setup}.toml").write_text(
                 loglock_policy(setup == "paio-inherit"))
         bg = Path(a.bg_policy).read_text()
-        (self.raw / "bg-dirty.toml").write_text(
-            bg + f"\n[criticality]\ndirty_per_file = \"{a.dirty_per_file}\"\n")
+        bound = f"\n[criticality]\ndirty_per_file = \"{a.dirty_per_file}\"\n"
+        (self.raw / "bg-dirty.toml").write_text(bg + bound)
+        (self.raw / "bg-overlap.toml").write_text(bg + bound + "dirty_overlap = true\n")
         (self.raw / "stalls.toml").write_text(stalls_policy(a.stall_rate))
         if "stalls" in a.cases:
             subprocess.run(["bash", str(REPO / "integrations/rocksdb/db_bench/listener-options.sh"),
@@ -283,8 +288,8 @@ class Run:
             raise DriverError(f"{self.data} has {free // MIB} MiB free; the dirty case's writer "
                               f"needs {a.dd_mib + 1024} (lower --dd-mib)")
         dd = ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={a.dd_mib}"]
-        if setup == "paio-inherit":
-            dd = [self.paio, "run", "--policy", str(self.raw / "bg-dirty.toml"), "--"] + dd
+        if setup in DIRTY_POLICY:
+            dd = [self.paio, "run", "--policy", str(self.raw / DIRTY_POLICY[setup]), "--"] + dd
         else:
             dd = self.background(setup, dd)
         bg = subprocess.Popen(dd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -14,6 +14,12 @@
 //! `fsync`'s way. (Starting the write-back without waiting for it was
 //! tried first: the writer ran ahead of the device, and critical commits
 //! next to it lost at p99 what they gained at p99.9.)
+//!
+//! With `overlap` the flags are `WAIT_BEFORE | WRITE`: the writer waits for
+//! the write-back it started last time, then starts this one and goes on.
+//! The device always has one half-bound of the writer's data to write while
+//! the next half fills, so the writer keeps its throughput; a critical
+//! `fsync` may meet up to a whole bound (half dirty, half being written).
 //! The write-back is a request of the stage (a `sync_file_range` of size
 //! 0, non-critical): a priority object holds it, and so the writer, while
 //! critical I/O is active, here or in another process.
@@ -23,7 +29,7 @@
 //! seen). The pending count is per descriptor: two descriptors of one file
 //! count apart, and the process bound covers both.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use paio::criticality::DirtyLimits;
 
@@ -41,6 +47,13 @@ static FILE_TRIGGER: AtomicU64 = AtomicU64::new(0);
 /// Pending bytes of the process that start a write-back (0: no bound).
 static PROCESS_TRIGGER: AtomicU64 = AtomicU64::new(0);
 static PROCESS_PENDING: AtomicU64 = AtomicU64::new(0);
+/// The `sync_file_range` flags of a write-back ([`DirtyLimits::overlap`]).
+static FLAGS: AtomicU32 = AtomicU32::new(WAIT_ALL);
+
+const WAIT_ALL: u32 = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+    | libc::SYNC_FILE_RANGE_WRITE
+    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+const WAIT_PREVIOUS: u32 = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE;
 /// Write-backs started.
 static WRITEBACKS: AtomicU64 = AtomicU64::new(0);
 
@@ -54,6 +67,12 @@ pub(crate) fn configure(limits: DirtyLimits) {
         limits.per_process.map_or(0, |b| (b / 2).max(1)),
         Ordering::Relaxed,
     );
+    let flags = if limits.overlap {
+        WAIT_PREVIOUS
+    } else {
+        WAIT_ALL
+    };
+    FLAGS.store(flags, Ordering::Relaxed);
     ON.store(limits.is_on(), Ordering::Release);
 }
 
@@ -109,7 +128,8 @@ fn classify(fd: libc::c_int, word: &AtomicU64) -> u64 {
 }
 
 /// Writes `fd`'s file back: waits for its write-back in progress, starts
-/// the next, and takes its pending bytes off the counts.
+/// the next, waits for it unless the bound overlaps, and takes its pending
+/// bytes off the counts.
 #[cold]
 pub(crate) fn write_back(fd: libc::c_int) {
     let Some(word) = fdtable::dirty(fd) else {
@@ -130,9 +150,7 @@ pub(crate) fn write_back(fd: libc::c_int) {
             fd,
             0 as libc::off64_t,
             0 as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            FLAGS.load(Ordering::Relaxed),
         );
     }
 }

@@ -478,25 +478,51 @@ fn the_dirty_bound_writes_back_non_critical_writers_early() {
     assert_eq!(dirty_writebacks(&dir, &[], &[]), 32);
     assert_eq!(dirty_writebacks(&dir, &[], &[("PAIO_CRITICAL", "1")]), 0);
     assert_eq!(dirty_writebacks(&dir, &["oflag=direct"], &[]), 0);
-    // What the kernel saw: the same number of sync_file_range calls.
+    // What the kernel saw: the same number of sync_file_range calls, each
+    // waiting for its own write-back, or with `dirty_overlap` only for the
+    // one before it.
+    let waits = |policy: &str| -> Vec<String> {
+        let calls = traced_writebacks(&dir, policy);
+        assert_eq!(calls.len(), 32, "{calls:?}");
+        calls
+    };
+    let own = "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE|SYNC_FILE_RANGE_WAIT_AFTER)";
+    assert!(
+        waits("dirty_per_file = \"4MiB\"")
+            .iter()
+            .all(|c| c.ends_with(own)),
+        "each write-back waited for"
+    );
+    let previous = "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE)";
+    assert!(
+        waits("dirty_per_file = \"4MiB\"\ndirty_overlap = true")
+            .iter()
+            .all(|c| c.ends_with(previous)),
+        "each write-back waits for the one before it only"
+    );
+}
+
+/// The `sync_file_range` calls (strace's lines, up to the flags) of dd
+/// writing 64 MiB under `[criticality]` with `section`.
+fn traced_writebacks(dir: &Path, section: &str) -> Vec<String> {
     require("strace");
-    let policy = dir.join("dirty.toml");
+    let policy = dir.join("traced.toml");
+    std::fs::write(&policy, format!("[criticality]\n{section}\n")).unwrap();
     let out = Command::new("strace")
-        .args(["-f", "-c", "-e", "trace=sync_file_range", "-o", "trace.txt"])
+        .args(["-f", "-e", "trace=sync_file_range", "-o", "trace.txt"])
         .args(DD_64MIB)
-        .current_dir(&dir)
+        .current_dir(dir)
         .env("LD_PRELOAD", lib())
         .env("PAIO_POLICY", &policy)
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let trace = std::fs::read_to_string(dir.join("trace.txt")).unwrap();
-    let calls = trace
+    trace
         .lines()
-        .find(|l| l.trim_end().ends_with("sync_file_range"))
-        .and_then(|l| l.split_whitespace().nth(3))
-        .unwrap_or_else(|| panic!("no sync_file_range in {trace}"));
-    assert_eq!(calls, "32", "{trace}");
+        .filter(|l| l.contains("sync_file_range("))
+        .map(|l| l.rsplit_once(" = ").map_or(l, |(call, _)| call).to_string())
+        .collect()
 }
 
 /// A split call whose thread is lent criticality between pieces issues the

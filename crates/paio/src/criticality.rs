@@ -320,7 +320,9 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 /// until that write-back is done: its dirty data stays below the bound and
 /// it writes at the device's pace. Smaller bounds keep less in a critical
 /// fsync's way and cost more, smaller write-backs, each one a wait of the
-/// writer. Critical writers are never bounded.
+/// writer. With `overlap`, the writer waits only for its previous write-back
+/// while the kernel writes the newest one. Critical writers are never
+/// bounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DirtyLimits {
     /// Most dirty bytes a non-critical writer keeps in one file (`None`:
@@ -329,6 +331,12 @@ pub struct DirtyLimits {
     /// Most dirty bytes a non-critical process keeps over its files
     /// (`None`: no bound per process).
     pub per_process: Option<u64>,
+    /// `[criticality] dirty_overlap`: at each write-back the writer waits
+    /// for the one before it, not for the one it starts, so the device
+    /// always has the writer's data to write and the writer keeps its
+    /// throughput. Up to a whole bound (half written, half being written)
+    /// is then in a critical fsync's way, against half of it without.
+    pub overlap: bool,
 }
 
 impl DirtyLimits {

@@ -115,7 +115,7 @@ struct StageSection {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a [criticality] table with processes and threads (lists of names), inherit (true or false), helper_window (a duration), dirty_per_file and dirty_per_process (sizes)"
+    expecting = "a [criticality] table with processes and threads (lists of names), inherit (true or false), helper_window (a duration), dirty_per_file and dirty_per_process (sizes), dirty_overlap (true or false)"
 )]
 struct CriticalitySection {
     #[serde(default)]
@@ -126,6 +126,7 @@ struct CriticalitySection {
     inherit: bool,
     dirty_per_file: Option<Spanned<Size>>,
     dirty_per_process: Option<Spanned<Size>>,
+    dirty_overlap: Option<Spanned<bool>>,
     helper_window: Option<HumanDuration>,
 }
 
@@ -386,10 +387,21 @@ impl Policy {
                     v => Ok(v.map(|v| v.into_inner().0)),
                 }
                 };
-                let dirty = DirtyLimits {
+                let mut dirty = DirtyLimits {
                     per_file: bound("dirty_per_file", c.dirty_per_file)?,
                     per_process: bound("dirty_per_process", c.dirty_per_process)?,
+                    overlap: false,
                 };
+                if let Some(o) = c.dirty_overlap {
+                    if *o.get_ref() && !dirty.is_on() {
+                        return Err(error(
+                            Some(o.span()),
+                            "criticality.dirty_overlap".into(),
+                            "applies to the dirty-data bound, and none is set: add dirty_per_file or dirty_per_process, or remove dirty_overlap".into(),
+                        ));
+                    }
+                    dirty.overlap = o.into_inner();
+                }
                 let window = c.helper_window.map_or(DEFAULT_HELPER_WINDOW, |w| w.0);
                 (names, c.inherit, dirty, window)
             }
@@ -1320,9 +1332,23 @@ name = "fg"
             p.dirty,
             DirtyLimits {
                 per_file: Some(8 << 20),
-                per_process: Some(64 << 20)
+                per_process: Some(64 << 20),
+                overlap: false,
             }
         );
+        let p = Policy::parse(
+            "[criticality]\ndirty_per_file = \"8MiB\"\ndirty_overlap = true\n",
+            "<t>",
+        )
+        .unwrap();
+        assert!(p.dirty.overlap);
+        let e = Policy::parse("[criticality]\ndirty_overlap = true\n", "<t>").unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "criticality.dirty_overlap"),
+            "{e}"
+        );
+        assert!(e.message.contains("add dirty_per_file"), "{e}");
         let e = Policy::parse("[criticality]\ndirty_per_file = \"4KiB\"\n", "<t>").unwrap_err();
         assert_eq!(
             (e.line, e.field.as_str()),
