@@ -481,25 +481,24 @@ fn the_dirty_bound_writes_back_non_critical_writers_early() {
     // What the kernel saw: the same number of sync_file_range calls, each
     // waiting for its own write-back, or with `dirty_overlap` only for the
     // one before it.
-    let waits = |policy: &str| -> Vec<String> {
-        let calls = traced_writebacks(&dir, policy);
+    let cases = [
+        (
+            "dirty_per_file = \"4MiB\"",
+            "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE|SYNC_FILE_RANGE_WAIT_AFTER)",
+        ),
+        (
+            "dirty_per_file = \"4MiB\"\ndirty_overlap = true",
+            "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE)",
+        ),
+    ];
+    for (section, flags) in cases {
+        let calls = traced_writebacks(&dir, section);
         assert_eq!(calls.len(), 32, "{calls:?}");
-        calls
-    };
-    let own = "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE|SYNC_FILE_RANGE_WAIT_AFTER)";
-    assert!(
-        waits("dirty_per_file = \"4MiB\"")
-            .iter()
-            .all(|c| c.ends_with(own)),
-        "each write-back waited for"
-    );
-    let previous = "SYNC_FILE_RANGE_WAIT_BEFORE|SYNC_FILE_RANGE_WRITE)";
-    assert!(
-        waits("dirty_per_file = \"4MiB\"\ndirty_overlap = true")
-            .iter()
-            .all(|c| c.ends_with(previous)),
-        "each write-back waits for the one before it only"
-    );
+        assert!(
+            calls.iter().all(|c| c.ends_with(flags)),
+            "{section}: {calls:?}"
+        );
+    }
 }
 
 /// The `sync_file_range` calls (strace's lines, up to the flags) of dd
