@@ -20,6 +20,7 @@
 //! The device always has one half-bound of the writer's data to write while
 //! the next half fills, so the writer keeps its throughput; a critical
 //! `fsync` may meet up to a whole bound (half dirty, half being written).
+//!
 //! The write-back is a request of the stage (a `sync_file_range` of size
 //! 0, non-critical): a priority object holds it, and so the writer, while
 //! critical I/O is active, here or in another process.
