@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -210,9 +212,25 @@ struct JobCounter : public EventListener {
   }
 };
 
+// The directories TempDir handed out, removed when the test program exits
+// (all of them: a failing test's files are gone too, its messages say why).
+std::vector<std::string>& TempDirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+void RemoveTempDirs() {
+  for (const std::string& d : TempDirs()) {
+    std::error_code ec;
+    std::filesystem::remove_all(d, ec);
+  }
+}
+
 std::string TempDir(const char* name) {
   std::string d = "/tmp/paio-rocksdb-test-" + std::to_string(getpid()) + "-" + name;
   DestroyDB(d, Options());
+  if (TempDirs().empty()) std::atexit(RemoveTempDirs);
+  TempDirs().push_back(d);
   return d;
 }
 
