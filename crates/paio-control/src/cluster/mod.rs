@@ -267,23 +267,16 @@ mod tests {
             )])
         };
         let old = u(4, Some(1000.0), false);
-        assert_eq!(
-            use_change(&old, &u(4, Some(1004.0), false)),
-            UseChange::None
-        );
-        assert_eq!(
-            use_change(&old, &u(4, Some(1010.0), false)),
-            UseChange::Usage
-        );
-        assert_eq!(
-            use_change(&old, &u(5, Some(1000.0), false)),
-            UseChange::Shape
-        );
-        assert_eq!(
-            use_change(&old, &u(4, Some(1000.0), true)),
-            UseChange::Shape
-        );
-        assert_eq!(use_change(&old, &u(4, None, false)), UseChange::Shape);
+        let cases = [
+            (u(4, Some(1004.0), false), UseChange::None),
+            (u(4, Some(1010.0), false), UseChange::Usage),
+            (u(5, Some(1000.0), false), UseChange::Shape),
+            (u(4, Some(1000.0), true), UseChange::Shape),
+            (u(4, None, false), UseChange::Shape),
+        ];
+        for (new, want) in cases {
+            assert_eq!(use_change(&old, &new), want, "{new:?}");
+        }
         assert_eq!(
             use_change(&u(4, None, true), &u(4, None, true)),
             UseChange::None
