@@ -14,8 +14,10 @@ allocation (computed with the leader's own allocation function), and its
 reaction the time from the change itself to that point (each node sees
 it within a tenth of a period and reports it at once). At the
 end the leader is stopped and the time until another node leads is the
-failover time. Also measured: etcd's write rate (revisions per second),
-the simulator's CPU per node and etcd's CPU.
+failover time. Also measured: etcd's own latency under that load (a
+probe in the simulator puts one small key every 100 ms over a connection
+and a thread of its own), etcd's write rate (revisions per second, the
+probe's not counted), the simulator's CPU per node and etcd's CPU.
 
 The failover time is bounded by the lease: etcd expires it (checking
 every 500 ms), then the nodes campaign. paiod's default lease is 2 s, the
@@ -134,10 +136,11 @@ def summarize(rows, cycles):
     cycle percentiles, each run's p99 range, and medians of the other
     figures; then the failover runs with a 1 s lease, if any."""
     lines = ["| nodes × stages | changes (incomplete) | cycle p50 / p99 / max, pooled (ms) "
-             "| runs' p99 (ms) | reaction p50 / p99, runs' medians (ms) "
+             "| runs' p99 (ms) | etcd's own put p50 / p99, runs' medians (ms) "
+             "| reaction p50 / p99, runs' medians (ms) "
              "| failover median (runs) (s) | etcd writes/s | simulator CPU "
              "per node (ms/s) | etcd CPU (share of a core) | goal |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     default = [r for r in rows if r.get("lease_s", 2) == 2]
     for n in sorted({int(r["nodes"]) for r in default}):
         rs = [r for r in default if int(r["nodes"]) == n]
@@ -154,6 +157,7 @@ def summarize(rows, cycles):
             f"| {n} × {int(rs[0]['stages']) // n} | {len(cs)} ({int(sum(r['incomplete'] for r in rs))}) "
             f"| {pc[50.0]:.1f} / {pc[99.0]:.1f} / {pc[100.0]:.1f} "
             f"| {min(r['cycle_p99_ms'] for r in rs):.1f}–{max(r['cycle_p99_ms'] for r in rs):.1f} "
+            f"| {med('etcd_put_p50_ms'):.1f} / {med('etcd_put_p99_ms'):.1f} "
             f"| {med('reaction_p50_ms'):.1f} / {med('reaction_p99_ms'):.1f} "
             f"| {statistics.median(fo):.2f} ({', '.join(f'{x:.2f}' for x in fo)}) "
             f"| {med('etcd_writes_per_s'):.0f} | {med('cpu_ms_per_node_per_s'):.3f} "
@@ -244,7 +248,8 @@ def main():
     with open(args.out / "cycles.csv", "w") as f:
         f.write("nodes,cycle_ms\n" + "".join(f"{n},{c}\n" for n, c in cycles))
     fields = ["round", "lease_s", "nodes", "stages", "changes", "incomplete", "cycle_p50_ms",
-              "cycle_p99_ms", "cycle_max_ms", "reaction_p50_ms", "reaction_p99_ms", "failover_s", "etcd_writes_per_s",
+              "cycle_p99_ms", "cycle_max_ms", "reaction_p50_ms", "reaction_p99_ms", "failover_s",
+              "etcd_put_p50_ms", "etcd_put_p99_ms", "etcd_put_max_ms", "etcd_writes_per_s",
               "cpu_ms_per_node_per_s", "sim_cpu_share", "etcd_cpu_share", "startup_s"]
     expt.finish(args.out, header, rows, fields, summarize(rows, cycles),
                 lambda: expt.plot(figure(cycles), args.out / "cycle.png"))

@@ -18,6 +18,10 @@
 //! next period, or at once when it changes a job's shape, as here) to the
 //! last node having applied it.
 //!
+//! Meanwhile a probe puts one small key every 100 ms over a connection of
+//! its own: etcd's own put latency under that load (`etcd_put_*`), which
+//! each step of a cycle pays.
+//!
 //! At the end the leading agent is stopped (its lease is no longer
 //! renewed) and the time until another node leads is the failover time.
 //! Prints one `key=value` line per figure.
@@ -237,6 +241,37 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[k]
 }
 
+/// Puts one small key every [`PROBE_EVERY`] while `probing`, over a
+/// connection and a runtime thread of its own (so the simulated nodes'
+/// runtime does not delay it), and returns each put's latency in ms:
+/// etcd's own latency under the cluster's load, which every step of a
+/// cycle pays (a report, the leader's write). The key is outside the
+/// cluster's prefix, so nothing watches it.
+fn probe_etcd(endpoints: Vec<String>, probing: &std::sync::atomic::AtomicBool) -> Vec<f64> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    rt.block_on(async {
+        let mut latencies = Vec::new();
+        let Ok(mut c) = etcd_client::Client::connect(&endpoints, None).await else {
+            return latencies;
+        };
+        let mut tick = tokio::time::interval(PROBE_EVERY);
+        while probing.load(std::sync::atomic::Ordering::Relaxed) {
+            tick.tick().await;
+            let t = Instant::now();
+            if c.put("/paio-cluster-sim/probe", "x", None).await.is_ok() {
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        latencies
+    })
+}
+
+/// How often [`probe_etcd`] puts.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+
 fn cpu_seconds() -> f64 {
     paio_control::loopstats::process_cpu_time().map_or(f64::NAN, |d| d.as_secs_f64())
 }
@@ -342,6 +377,11 @@ async fn run(a: Args) {
         .expect("get")
         .header()
         .map_or(0, |h| h.revision());
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe = {
+        let (endpoints, probing) = (a.endpoints.clone(), probing.clone());
+        std::thread::spawn(move || probe_etcd(endpoints, &probing))
+    };
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     let mut cycles = Vec::new();
@@ -373,6 +413,8 @@ async fn run(a: Args) {
     }
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut puts = probe.join().unwrap_or_default();
     let rev1 = etcd
         .get(keys.leader(), None)
         .await
@@ -408,7 +450,16 @@ async fn run(a: Args) {
         "reaction_p99_ms={:.1}",
         percentile(&mut reactions.clone(), 99.0)
     );
-    println!("etcd_writes_per_s={:.1}", (rev1 - rev0) as f64 / elapsed);
+    // The probe's own puts are not the cluster's writes.
+    let cluster_writes = (rev1 - rev0) as f64 - puts.len() as f64;
+    println!("etcd_writes_per_s={:.1}", cluster_writes / elapsed);
+    println!("etcd_puts={}", puts.len());
+    println!("etcd_put_p50_ms={:.1}", percentile(&mut puts, 50.0));
+    println!("etcd_put_p99_ms={:.1}", percentile(&mut puts, 99.0));
+    println!(
+        "etcd_put_max_ms={:.1}",
+        puts.iter().cloned().fold(f64::NAN, f64::max)
+    );
     println!("sim_cpu_share={:.3}", cpu / elapsed);
     println!(
         "cpu_ms_per_node_per_s={:.3}",
