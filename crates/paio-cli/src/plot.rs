@@ -621,8 +621,17 @@ fn draw_figure(figure: &Figure, root: &Area<'_>) -> Result<(), Box<dyn std::erro
         root.titled(&figure.title, ("sans-serif", 20))?
     };
     let (cols, rows) = grid(figure);
+    // One legend width for the whole figure, from its longest label: the
+    // panels' plots then line up in every column.
+    let longest = figure
+        .panels
+        .iter()
+        .flat_map(|p| &p.series)
+        .map(|s| s.label.chars().count())
+        .max()
+        .unwrap_or(0);
     for (panel, cell) in figure.panels.iter().zip(area.split_evenly((rows, cols))) {
-        draw_panel(panel, &cell)?;
+        draw_panel(panel, &cell, longest)?;
     }
     Ok(())
 }
@@ -672,14 +681,14 @@ fn draw_legend(p: &Panel, area: &Area<'_>) -> Result<(), Box<dyn std::error::Err
     Ok(())
 }
 
-fn draw_panel(p: &Panel, cell: &Area<'_>) -> Result<(), Box<dyn std::error::Error>> {
+/// Draws panel `p` in `cell`, with a legend column wide enough for labels
+/// of `longest` characters (none when 0).
+fn draw_panel(
+    p: &Panel,
+    cell: &Area<'_>,
+    longest: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     let (xr, yr) = ranges(p);
-    let longest = p
-        .series
-        .iter()
-        .map(|s| s.label.chars().count())
-        .max()
-        .unwrap_or(0);
     let area = if longest == 0 {
         cell.clone()
     } else {
@@ -1016,6 +1025,66 @@ mod tests {
         assert!(!rows.is_empty() && rows.len() <= 4, "{rows:?}");
         let mid = rows[rows.len() / 2];
         assert!((120..=170).contains(&mid), "{mid}");
+    }
+
+    /// Panels stacked in one column share one legend width, so their plots
+    /// line up: a line across each panel's whole x range ends at the same
+    /// pixel column, whatever the length of the panel's own label.
+    #[test]
+    fn panels_in_a_column_line_up_whatever_their_labels() {
+        load_font(None).expect("fonts-dejavu-core (make setup installs it)");
+        let panel = |label: &str, color: &str| Panel {
+            x_min: Some(0.0),
+            x_max: Some(10.0),
+            y_min: Some(0.0),
+            y_max: Some(4.0),
+            series: vec![Series {
+                label: label.into(),
+                color: Some(color.into()),
+                width: Some(3.0),
+                points: vec![(0.0, Some(2.0)), (10.0, Some(2.0))],
+                ..Series::default()
+            }],
+            ..Panel::default()
+        };
+        let f = Figure {
+            title: String::new(),
+            columns: 1,
+            panel_width: 600,
+            panel_height: 200,
+            panels: vec![
+                panel("a", "blue"),
+                panel("a much longer label of a channel", "red"),
+            ],
+        };
+        let (w, h, px) = render_rgb(&f).unwrap();
+        assert_eq!((w, h), (600, 400));
+        // The rightmost pixel column of `c` within rows `rows`, left of the
+        // legend's sample line (which starts in the legend column).
+        let last_x = |c: (u8, u8, u8), rows: std::ops::Range<u32>| {
+            (0..w)
+                .filter(|&x| {
+                    rows.clone().any(|y| {
+                        let i = (y * w + x) as usize * 3;
+                        (px[i], px[i + 1], px[i + 2]) == c
+                    })
+                })
+                .take_while({
+                    let mut prev = None;
+                    move |&x| {
+                        let run = prev.is_none_or(|p| x == p + 1);
+                        prev = Some(x);
+                        run
+                    }
+                })
+                .last()
+                .expect("colour drawn")
+        };
+        // The data line's row band: the middle of each panel's plot.
+        let (blue, red) = ((31, 119, 180), (214, 39, 40));
+        let top = last_x(blue, 60..160);
+        let bottom = last_x(red, 260..360);
+        assert!(top.abs_diff(bottom) <= 1, "{top} {bottom}");
     }
 
     /// The JSON blocks of docs/cli.md's `paio plot` section: the
