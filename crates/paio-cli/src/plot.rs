@@ -955,6 +955,12 @@ mod tests {
         assert_eq!(tick(significant(10f64.powf(2.0))), "100");
     }
 
+    /// The colour of pixel (`x`, `y`) of an RGB image `w` pixels wide.
+    fn rgb_at(px: &[u8], w: u32, x: u32, y: u32) -> (u8, u8, u8) {
+        let i = (y * w + x) as usize * 3;
+        (px[i], px[i + 1], px[i + 2])
+    }
+
     /// Draws for real (with the system font, as `paio plot` does) and
     /// looks at pixels: a bar is filled with its colour where its data
     /// says, a line crosses the panel at its value, and nothing is drawn
@@ -999,10 +1005,7 @@ mod tests {
         };
         let (w, h, px) = render_rgb(&f).unwrap();
         assert_eq!((w, h), (800, 300));
-        let at = |x: u32, y: u32| {
-            let i = (y * w + x) as usize * 3;
-            (px[i], px[i + 1], px[i + 2])
-        };
+        let at = |x: u32, y: u32| rgb_at(&px, w, x, y);
         let column = |x: u32, c: (u8, u8, u8)| (0..h).filter(|&y| at(x, y) == c).count();
         let find_x = |c: (u8, u8, u8), from: u32, to: u32| {
             (from..to)
@@ -1063,12 +1066,7 @@ mod tests {
         // legend's sample line (which starts in the legend column).
         let last_x = |c: (u8, u8, u8), rows: std::ops::Range<u32>| {
             (0..w)
-                .filter(|&x| {
-                    rows.clone().any(|y| {
-                        let i = (y * w + x) as usize * 3;
-                        (px[i], px[i + 1], px[i + 2]) == c
-                    })
-                })
+                .filter(|&x| rows.clone().any(|y| rgb_at(&px, w, x, y) == c))
                 .take_while({
                     let mut prev = None;
                     move |&x| {
