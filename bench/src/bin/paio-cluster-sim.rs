@@ -246,26 +246,31 @@ fn percentile(v: &mut [f64], p: f64) -> f64 {
 /// runtime does not delay it), and returns each put's latency in ms:
 /// etcd's own latency under the cluster's load, which every step of a
 /// cycle pays (a report, the leader's write). The key is outside the
-/// cluster's prefix, so nothing watches it.
-fn probe_etcd(endpoints: Vec<String>, probing: &std::sync::atomic::AtomicBool) -> Vec<f64> {
+/// cluster's prefix, so nothing watches it. A failed connection or put
+/// ends the probe with its error: the run's figures would be incomplete.
+fn probe_etcd(
+    endpoints: Vec<String>,
+    probing: &std::sync::atomic::AtomicBool,
+) -> Result<Vec<f64>, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a runtime");
+        .map_err(|e| format!("the probe's runtime: {e}"))?;
     rt.block_on(async {
         let mut latencies = Vec::new();
-        let Ok(mut c) = etcd_client::Client::connect(&endpoints, None).await else {
-            return latencies;
-        };
+        let mut c = etcd_client::Client::connect(&endpoints, None)
+            .await
+            .map_err(|e| format!("the probe's connection to etcd: {e}"))?;
         let mut tick = tokio::time::interval(PROBE_EVERY);
         while probing.load(std::sync::atomic::Ordering::Relaxed) {
             tick.tick().await;
             let t = Instant::now();
-            if c.put("/paio-cluster-sim/probe", "x", None).await.is_ok() {
-                latencies.push(t.elapsed().as_secs_f64() * 1e3);
-            }
+            c.put("/paio-cluster-sim/probe", "x", None)
+                .await
+                .map_err(|e| format!("the probe's put {}: {e}", latencies.len() + 1))?;
+            latencies.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        latencies
+        Ok(latencies)
     })
 }
 
@@ -414,7 +419,17 @@ async fn run(a: Args) {
     let elapsed = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     probing.store(false, std::sync::atomic::Ordering::Relaxed);
-    let mut puts = probe.join().unwrap_or_default();
+    let mut puts = match probe.join() {
+        Ok(Ok(puts)) => puts,
+        Ok(Err(e)) => {
+            println!("error={e}");
+            std::process::exit(1);
+        }
+        Err(_) => {
+            println!("error=the etcd probe's thread panicked");
+            std::process::exit(1);
+        }
+    };
     let rev1 = etcd
         .get(keys.leader(), None)
         .await
