@@ -43,22 +43,33 @@ struct Etcd {
 }
 
 impl Etcd {
+    /// Starts the cluster in `dir`. Its ports were free when chosen, but
+    /// another process (an outgoing connection of a test running beside
+    /// this one) may take one before etcd binds it: a cluster with a member
+    /// that could not bind starts again on new ports, at most 3 times.
     fn start(dir: &Path) -> Etcd {
         let n = 3;
-        std::fs::create_dir_all(dir).unwrap();
-        let mut e = Etcd {
-            dir: dir.to_path_buf(),
-            client: (0..n).map(|_| support::free_port()).collect(),
-            peer: (0..n).map(|_| support::free_port()).collect(),
-            members: (0..n).map(|_| None).collect(),
-        };
-        for i in 0..n {
-            e.start_member(i);
+        for attempt in 1..=3 {
+            let sub = dir.join(format!("attempt{attempt}"));
+            std::fs::create_dir_all(&sub).unwrap();
+            let mut e = Etcd {
+                dir: sub,
+                client: (0..n).map(|_| support::free_port()).collect(),
+                peer: (0..n).map(|_| support::free_port()).collect(),
+                members: (0..n).map(|_| None).collect(),
+            };
+            for i in 0..n {
+                e.start_member(i);
+            }
+            match (0..n).try_for_each(|i| e.healthy(i)) {
+                Ok(()) => return e,
+                Err(why) if why.contains("address already in use") && attempt < 3 => {
+                    eprintln!("etcd, attempt {attempt}: {why}; new ports");
+                }
+                Err(why) => panic!("{why}"),
+            }
         }
-        for i in 0..n {
-            e.wait_healthy(i);
-        }
-        e
+        unreachable!("the last attempt returns or panics")
     }
 
     fn start_member(&mut self, i: usize) {
@@ -100,11 +111,40 @@ impl Etcd {
         self.members[i] = Some(child);
     }
 
-    fn wait_healthy(&self, i: usize) {
+    fn wait_healthy(&mut self, i: usize) {
+        if let Err(why) = self.healthy(i) {
+            panic!("{why}");
+        }
+    }
+
+    /// Waits up to 30 s for member `i` to say it is healthy; the error
+    /// says why not, with the end of the member's log (it exited, or is
+    /// still unhealthy).
+    fn healthy(&mut self, i: usize) -> Result<(), String> {
         let port = self.client[i];
-        wait_for(&format!("etcd member {i}"), Duration::from_secs(30), || {
-            http_get(port, "/health").is_some_and(|b| b.contains("\"health\":\"true\""))
-        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_get(port, "/health").is_some_and(|b| b.contains("\"health\":\"true\"")) {
+                return Ok(());
+            }
+            let exited = self.members[i]
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() >= deadline {
+                let log =
+                    std::fs::read_to_string(self.dir.join(format!("m{i}.log"))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(10).collect();
+                let state = match exited {
+                    Some(status) => format!("exited ({status})"),
+                    None => "not healthy within 30 s".to_string(),
+                };
+                return Err(format!(
+                    "etcd member {i} {state}; the end of its log:\n{}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn endpoints(&self) -> Vec<String> {
