@@ -34,6 +34,14 @@ fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The last `lines` lines of the log file `path` (empty if unreadable).
+fn log_tail(path: &Path, lines: usize) -> String {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let mut tail: Vec<&str> = log.lines().rev().take(lines).collect();
+    tail.reverse();
+    tail.join("\n")
+}
+
 /// A 3-member etcd cluster in a temporary directory, stopped on drop.
 struct Etcd {
     dir: PathBuf,
@@ -131,16 +139,13 @@ impl Etcd {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten());
             if exited.is_some() || Instant::now() >= deadline {
-                let log =
-                    std::fs::read_to_string(self.dir.join(format!("m{i}.log"))).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(10).collect();
                 let state = match exited {
                     Some(status) => format!("exited ({status})"),
                     None => "not healthy within 30 s".to_string(),
                 };
                 return Err(format!(
                     "etcd member {i} {state}; the end of its log:\n{}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    log_tail(&self.dir.join(format!("m{i}.log")), 10)
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -323,12 +328,7 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            eprintln!("--- {}:", self.log.display());
-            for l in tail.iter().rev() {
-                eprintln!("{l}");
-            }
+            eprintln!("--- {}:\n{}", self.log.display(), log_tail(&self.log, 15));
         }
     }
 }
