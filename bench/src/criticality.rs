@@ -15,6 +15,8 @@
 //! - `pair_priority_2threads`: two threads, one critical and one not, each
 //!   admitting and completing through the same priority object (depth 1 for
 //!   the non-critical one): ns per pair per thread, contention included;
+//! - `pair_noop_2threads`: two threads through the same noop object, the
+//!   cost of sharing an object's statistics: ns per pair per thread;
 //! - `read_whole` / `read_split`: reading a 1 MiB page-cached file with one
 //!   `pread` against 32 pieces of 32 KiB each admitted and completed through
 //!   the priority object, as the interposer splits it (MiB/s; the ratio is
@@ -94,17 +96,17 @@ fn pair_loop<'s>(stage: &'s Stage, c: &Context) -> impl FnMut(u64) + 's {
     }
 }
 
-/// Two threads (one critical, one not) on one priority object; ns per pair
-/// per thread.
-fn two_threads(stage: &Arc<Stage>, seconds: f64) -> f64 {
+/// Two threads on the objects of request context `context`, the first
+/// critical if `one_critical`, the second not; ns per pair per thread.
+fn two_threads(stage: &Arc<Stage>, context: &'static str, one_critical: bool, seconds: f64) -> f64 {
     let barrier = Arc::new(Barrier::new(2));
-    let handles: Vec<_> = [true, false]
+    let handles: Vec<_> = [one_critical, false]
         .into_iter()
         .map(|critical| {
             let (stage, barrier) = (stage.clone(), barrier.clone());
             std::thread::spawn(move || {
                 let _scope = critical.then(CriticalScope::enter);
-                let c = ctx("bench-prio", critical, 4096);
+                let c = ctx(context, critical, 4096);
                 barrier.wait();
                 per_op(seconds, pair_loop(&stage, &c))
             })
@@ -159,13 +161,14 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
     let noop = ctx("bench-noop", false, 4096);
     let normal = ctx("bench-prio", false, 4096);
     let critical = ctx("bench-prio", true, 4096);
-    let items: [&str; 8] = [
+    let items: [&str; 9] = [
         "enforce_noop",
         "clock_ticks",
         "pair_noop",
         "pair_priority_normal",
         "pair_priority_critical",
         "pair_priority_2threads",
+        "pair_noop_2threads",
         "read_whole",
         "read_split",
     ];
@@ -194,7 +197,8 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
                 "pair_noop" => per_op(s, pair_loop(&stage, &noop)),
                 "pair_priority_normal" => per_op(s, pair_loop(&stage, &normal)),
                 "pair_priority_critical" => per_op(s, pair_loop(&stage, &critical)),
-                "pair_priority_2threads" => two_threads(&stage, s),
+                "pair_priority_2threads" => two_threads(&stage, "bench-prio", true, s),
+                "pair_noop_2threads" => two_threads(&stage, "bench-noop", false, s),
                 "read_whole" => read_mib_s(&stage, &file, false, s),
                 "read_split" => read_mib_s(&stage, &file, true, s),
                 _ => unreachable!("every item is listed"),
