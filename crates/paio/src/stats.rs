@@ -55,6 +55,22 @@ impl std::fmt::Debug for ObjectCounters {
     }
 }
 
+/// Adds `n` to a word of counter slot `slot`. A thread's own slot is
+/// written only by that thread, so a plain load and store cannot lose an
+/// update and avoid a locked instruction; the shared overflow slot takes an
+/// atomic add.
+#[inline]
+fn add_to_slot_word(word: &AtomicU64, slot: usize, n: u64) {
+    if slot == OVERFLOW {
+        word.fetch_add(n, Ordering::Relaxed);
+    } else {
+        word.store(
+            word.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+}
+
 impl ObjectCounters {
     /// Counts one request of `bytes` bytes.
     #[inline]
@@ -67,19 +83,8 @@ impl ObjectCounters {
     #[inline]
     pub(crate) fn record_at(&self, i: usize, bytes: u64) {
         let slot = &self.slots[i];
-        if i == OVERFLOW {
-            slot.ops.fetch_add(1, Ordering::Relaxed);
-            slot.bytes.fetch_add(bytes, Ordering::Relaxed);
-        } else {
-            // Only the owning thread writes this slot: a load and a store
-            // cannot lose an update, and avoid a locked instruction.
-            slot.ops
-                .store(slot.ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            slot.bytes.store(
-                slot.bytes.load(Ordering::Relaxed).wrapping_add(bytes),
-                Ordering::Relaxed,
-            );
-        }
+        add_to_slot_word(&slot.ops, i, 1);
+        add_to_slot_word(&slot.bytes, i, bytes);
     }
 
     /// Total (operations, bytes) recorded so far.
@@ -295,22 +300,14 @@ impl SlotHistogram {
     pub(crate) fn record_at(&self, slot: usize, value: u64) {
         let words = &self.words[slot * STRIDE..(slot + 1) * STRIDE];
         let (bucket, sum) = (&words[bucket_of(value)], &words[BUCKETS]);
-        if slot == OVERFLOW {
-            bucket.fetch_add(1, Ordering::Relaxed);
-            sum.fetch_add(value, Ordering::Relaxed);
-        } else {
+        if slot != OVERFLOW {
             let bit = 1u64 << slot;
             if self.used.load(Ordering::Relaxed) & bit == 0 {
                 self.used.fetch_or(bit, Ordering::Relaxed);
             }
-            // Only the owning thread writes this slot (as in
-            // `ObjectCounters::record_at`).
-            bucket.store(bucket.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            sum.store(
-                sum.load(Ordering::Relaxed).wrapping_add(value),
-                Ordering::Relaxed,
-            );
         }
+        add_to_slot_word(bucket, slot, 1);
+        add_to_slot_word(sum, slot, value);
     }
 
     /// The counts of all slots together.
