@@ -90,6 +90,9 @@ class Scale:
     # SILK's read budget for compaction reads, with writes_only (0: kvs_mib,
     # the device's read rate; < 0: none, compaction reads unlimited)
     silk_read_mib: float = 0.0
+    # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
+    # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
+    compaction_readahead_kib: int = 0
 
 
 FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
@@ -335,7 +338,8 @@ def driver_args(scale, setup, workload):
         "--kvs-mib", f"{scale.kvs_mib:g}", "--write-buffer-mib", str(scale.write_buffer_mib),
         "--level-base-mib", str(scale.level_base_mib), "--target-file-mib", str(scale.target_file_mib),
         "--block-cache-mib", str(scale.block_cache_mib),
-    ]
+    ] + (["--compaction-readahead-kib", str(scale.compaction_readahead_kib)]
+         if scale.compaction_readahead_kib else [])
 
 
 def golden_name(scale):

@@ -695,6 +695,28 @@ enum paio_status paio_stage_complete(const struct paio_stage *stage,
                                      uint64_t moved);
 
 /**
+ * The piece size in which to issue a call for the request of `ctx`, when
+ * the object the request routes to asks for large non-critical calls to be
+ * split (a `drl` or `priority` object's `split`; docs/criticality.md): the
+ * caller then issues the call as consecutive pieces of at most `*piece`
+ * bytes, each with its own `paio_stage_admit` / `paio_stage_complete`, and
+ * stops at the first piece that moves less than asked. `*piece` is 0 when
+ * the call should be issued whole (no split asked for, a critical request,
+ * or `ctx->size` not larger than a piece). Routing only: nothing is
+ * enforced or counted. Never blocks.
+ *
+ * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (and `*piece` 0 if
+ * `piece` is not NULL) if an argument is NULL or a context field is invalid.
+ *
+ * # Safety
+ * `stage` is NULL or a live stage; `ctx` is NULL or points to a
+ * `paio_context`; `piece` is NULL or valid for writing a `uint64_t`.
+ */
+enum paio_status paio_stage_split_size(const struct paio_stage *stage,
+                                       const struct paio_context *ctx,
+                                       uint64_t *piece);
+
+/**
  * Marks the calling thread critical (`critical` non-zero) or not: the
  * contexts `paio_context_new` builds on it then carry `PAIO_CRITICAL`
  * (RCP's enlightenment API; docs/criticality.md). Other threads are not

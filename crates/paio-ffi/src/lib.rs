@@ -1145,6 +1145,47 @@ pub unsafe extern "C" fn paio_stage_complete(
     })
 }
 
+/// The piece size in which to issue a call for the request of `ctx`, when
+/// the object the request routes to asks for large non-critical calls to be
+/// split (a `drl` or `priority` object's `split`; docs/criticality.md): the
+/// caller then issues the call as consecutive pieces of at most `*piece`
+/// bytes, each with its own `paio_stage_admit` / `paio_stage_complete`, and
+/// stops at the first piece that moves less than asked. `*piece` is 0 when
+/// the call should be issued whole (no split asked for, a critical request,
+/// or `ctx->size` not larger than a piece). Routing only: nothing is
+/// enforced or counted. Never blocks.
+///
+/// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (and `*piece` 0 if
+/// `piece` is not NULL) if an argument is NULL or a context field is invalid.
+///
+/// # Safety
+/// `stage` is NULL or a live stage; `ctx` is NULL or points to a
+/// `paio_context`; `piece` is NULL or valid for writing a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn paio_stage_split_size(
+    stage: *const paio_stage,
+    ctx: *const paio_context,
+    piece: *mut u64,
+) -> paio_status {
+    guard(|| {
+        let piece = out_ptr(piece, "piece")?;
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { put(piece, 0) };
+        // SAFETY: `stage` is NULL or live (this function's contract).
+        let stage = unsafe { stage_ref(stage) }?;
+        if ctx.is_null() {
+            return Err(Error::invalid("ctx is NULL"));
+        }
+        // SAFETY: non-NULL and points to a paio_context (this function's
+        // contract); plain old data.
+        let ctx = unsafe { ctx.read() }.to_rust()?;
+        let n = paio::context::with_thread_ref(|t| stage.split_size_on_thread(t, &ctx));
+        // SAFETY: checked non-NULL; writable by this function's contract.
+        unsafe { put(piece, n.unwrap_or(0)) };
+        Ok(())
+    })
+}
+
 // ---------------------------------------------------------------- criticality
 
 /// Marks the calling thread critical (`critical` non-zero) or not: the

@@ -19,7 +19,9 @@ use toml::Spanned;
 use crate::context::RequestType;
 use crate::criticality::{CriticalNames, DirtyLimits};
 use crate::differentiation::{Classifier, Pattern};
-use crate::object::{ConfigError, DrlConfig, ObjectConfig, PriorityConfig, SplitWhen};
+use crate::object::{
+    ConfigError, DrlConfig, ObjectConfig, PriorityConfig, SplitWhen, SPLIT_ALIGN, SPLIT_REASON,
+};
 use crate::rule::Rule;
 use crate::stage::{Stage, StageBuilder};
 use crate::units::{HumanDuration, Rate, Size};
@@ -194,7 +196,7 @@ impl Kind {
     fn fields(self) -> &'static [&'static str] {
         match self {
             Kind::Noop => &[],
-            Kind::Drl => &["rate", "burst", "zero_size_cost"],
+            Kind::Drl => &["rate", "burst", "zero_size_cost", "split"],
             Kind::Priority => &[
                 "depth",
                 "busy_depth",
@@ -701,10 +703,16 @@ fn object_config(
                     return Err((b.span(), "burst", "must be at least one token".to_string()));
                 }
             }
+            if let Some(n) = &obj.split {
+                if n.get_ref().0 % SPLIT_ALIGN != 0 {
+                    return Err((n.span(), "split", SPLIT_REASON.to_string()));
+                }
+            }
             Ok(ObjectConfig::Drl(DrlConfig {
                 rate: *rate.get_ref(),
                 burst: obj.burst.as_ref().map(|b| *b.get_ref()),
                 zero_size_cost: obj.zero_size_cost.as_ref().map_or(0, |z| *z.get_ref()),
+                split: obj.split.as_ref().map_or(Size(0), |n| *n.get_ref()),
             }))
         }
     }
@@ -918,6 +926,7 @@ name = "fg"
                 rate: Rate::bytes_per_sec(50 << 20),
                 burst: Some(Size(1 << 20)),
                 zero_size_cost: 4096,
+                split: Size(0),
             }))
         );
         assert_eq!(
@@ -938,6 +947,7 @@ name = "fg"
                 rate: Rate::ops_per_sec(100),
                 burst: Some(Size(4)),
                 zero_size_cost: 0,
+                split: Size(0),
             }))
         );
         assert_eq!(
@@ -1409,6 +1419,36 @@ name = "fg"
                 &[needle],
             );
         }
+    }
+
+    #[test]
+    fn drl_split_is_parsed_and_checked() {
+        let p = Policy::parse(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"256KiB\"\n"),
+            "<t>",
+        )
+        .unwrap();
+        let info = p.new_stage().unwrap().info();
+        assert_eq!(
+            info.channels[0].objects[1].config,
+            Some(ObjectConfig::Drl(
+                DrlConfig::new(Rate::bytes_per_sec(1 << 20)).with_split(256 << 10)
+            ))
+        );
+        fails(
+            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"5000B\"\n"),
+            7,
+            9,
+            "channel[0].object[0].split",
+            &["multiple of 4 KiB"],
+        );
+        fails(
+            &format!("{OBJ}kind = \"noop\"\nsplit = \"4KiB\"\n"),
+            6,
+            9,
+            "channel[0].object[0].split",
+            &["takes no split", "only drl and priority objects"],
+        );
     }
 
     #[test]

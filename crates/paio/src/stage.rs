@@ -1507,9 +1507,24 @@ mod tests {
             assert_eq!(
                 stage.split_size_on_thread(t, &write),
                 None,
-                "a drl never splits"
+                "a drl without split never splits"
             );
             stage.complete(busy, 0).unwrap();
+        });
+        let policy = "[[channel]]\nname = \"c\"\nmatch = { request_type = \"read\" }\n\
+                      default_object = \"l\"\n\
+                      [[channel.object]]\nname = \"l\"\n\
+                      kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"128KiB\"\n";
+        let stage = Stage::from_policy_str(policy, "<drl-split>").unwrap();
+        crate::context::with_thread_ref(|t| {
+            let read = ctx(RequestType::READ, RequestContext::NONE, 1 << 20);
+            assert_eq!(
+                stage.split_size_on_thread(t, &read),
+                Some(128 << 10),
+                "a drl with split splits whether or not critical I/O runs"
+            );
+            let critical = read.with_criticality(crate::Criticality::Critical);
+            assert_eq!(stage.split_size_on_thread(t, &critical), None);
         });
     }
 

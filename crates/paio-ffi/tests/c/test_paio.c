@@ -642,6 +642,47 @@ static void test_two_phases(void) {
     paio_stage_free(s);
 }
 
+/* paio_stage_split_size follows the route: a drl with `split` asks for
+ * pieces of non-critical requests larger than a piece, nothing else does. */
+static void test_split_size(void) {
+    static const char *policy =
+        "[[channel]]\n"
+        "name = \"bg\"\n"
+        "match = { request_type = \"read\" }\n"
+        "default_object = \"l\"\n"
+        "[[channel.object]]\n"
+        "name = \"l\"\n"
+        "kind = \"drl\"\n"
+        "rate = \"1GiB/s\"\n"
+        "split = \"128KiB\"\n";
+    paio_stage *s = NULL;
+    paio_context ctx;
+    uint64_t piece = 99;
+
+    CHECK_OK(paio_stage_from_policy(policy, "split.toml", &s));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 1 << 20, &ctx));
+    CHECK_OK(paio_stage_split_size(s, &ctx, &piece));
+    CHECK(piece == 128 << 10);
+    ctx.size = 128 << 10; /* not larger than a piece */
+    CHECK_OK(paio_stage_split_size(s, &ctx, &piece));
+    CHECK(piece == 0);
+    ctx.size = 1 << 20;
+    ctx.criticality = PAIO_CRITICAL;
+    CHECK_OK(paio_stage_split_size(s, &ctx, &piece));
+    CHECK(piece == 0);
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 1 << 20, &ctx)); /* unmatched */
+    piece = 99;
+    CHECK_OK(paio_stage_split_size(s, &ctx, &piece));
+    CHECK(piece == 0);
+    piece = 99;
+    CHECK(paio_stage_split_size(s, NULL, &piece) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(piece == 0);
+    CHECK(paio_stage_split_size(s, &ctx, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(paio_stage_split_size(NULL, &ctx, &piece) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(channel_figure(s, "bg", "ops") == 0); /* nothing counted */
+    paio_stage_free(s);
+}
+
 /* A thread marked critical: its contexts carry PAIO_CRITICAL and route to
  * the criticality = "critical" channel; the process mark covers every
  * thread. */
@@ -842,6 +883,7 @@ int main(void) {
     test_policy_as();
     test_connect();
     test_two_phases();
+    test_split_size();
     test_criticality_marks();
     test_priority_depth();
     printf("%d passed, 0 failed\n", checks_passed);

@@ -26,11 +26,15 @@
 //! - The bucket's mutex is held only to update the arithmetic, never while a
 //!   request sleeps, so a control-plane update never waits behind requests.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request, TryEnforceError};
+use super::{
+    ConfigError, EnforceError, EnforcementObject, ObjectConfig, Request, TryEnforceError,
+    SPLIT_ALIGN, SPLIT_REASON,
+};
 use crate::clock::SharedClock;
 use crate::context::Context;
 use crate::sync::{Condvar, Mutex, MutexGuard};
@@ -56,10 +60,31 @@ pub struct DrlConfig {
     /// costs one token.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub zero_size_cost: u64,
+    /// Pieces that a layer able to split calls (the interposer, for
+    /// positional reads and writes of regular files; the RocksDB plugin, for
+    /// reads of direct-I/O files) issues a larger non-critical request as,
+    /// each charged and admitted on its own (FastResponse §3.3). The pieces
+    /// of one call go out one after another, so whatever queues behind the
+    /// call below the stage (a critical read in the device's or a cgroup
+    /// throttle's queue) waits behind one piece, not the whole call, and the
+    /// rate is charged as the bytes go out; the cost is more, smaller calls
+    /// (and less throughput for the split work when each call has a fixed
+    /// cost). A multiple of 4 KiB, so pieces of direct I/O stay aligned.
+    /// 0, the default: off. Critical requests are never split.
+    #[serde(default = "no_split", skip_serializing_if = "is_zero_size")]
+    pub split: Size,
 }
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn is_zero_size(v: &Size) -> bool {
+    v.0 == 0
+}
+
+fn no_split() -> Size {
+    Size(0)
 }
 
 impl DrlConfig {
@@ -69,7 +94,14 @@ impl DrlConfig {
             rate,
             burst: None,
             zero_size_cost: 0,
+            split: Size(0),
         }
+    }
+
+    /// The same configuration with `split` ([`DrlConfig::split`]) in bytes.
+    pub fn with_split(mut self, split: u64) -> Self {
+        self.split = Size(split);
+        self
     }
 
     /// The same configuration with an explicit burst, in tokens.
@@ -152,6 +184,8 @@ pub struct Drl {
     bucket: Mutex<Bucket>,
     released: Condvar,
     clock: SharedClock,
+    /// `split` of the configuration, readable without the bucket's lock.
+    split: AtomicU64,
 }
 
 fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
@@ -159,6 +193,12 @@ fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
         return Err(ConfigError::Invalid {
             field: "burst",
             reason: "must be at least one token".to_string(),
+        });
+    }
+    if config.split.0 % SPLIT_ALIGN != 0 {
+        return Err(ConfigError::Invalid {
+            field: "split",
+            reason: SPLIT_REASON.to_string(),
         });
     }
     Ok(())
@@ -169,6 +209,7 @@ impl Drl {
     pub fn new(config: DrlConfig, clock: SharedClock) -> Result<Self, ConfigError> {
         validate(&config)?;
         let burst_nt = config.effective_burst() as u128 * NANO;
+        let split = config.split.0;
         let bucket = Bucket {
             config,
             burst_nt,
@@ -178,6 +219,7 @@ impl Drl {
             waiting: 0,
         };
         Ok(Self {
+            split: AtomicU64::new(split),
             bucket: Mutex::new(bucket),
             released: Condvar::new(),
             clock,
@@ -291,6 +333,7 @@ impl EnforcementObject for Drl {
             b.credited = b.credited.min(b.charged + b.burst_nt);
             b.config = new.clone();
         }
+        self.split.store(new.split.0, Ordering::Relaxed);
         self.released.notify_all();
         Ok(())
     }
@@ -352,6 +395,13 @@ impl EnforcementObject for Drl {
     fn complete(&self, ctx: &Context, _note: u32, moved: u64) {
         self.refund(ctx, moved);
     }
+
+    /// `split` ([`DrlConfig::split`]) for a non-critical request larger than
+    /// it; `None` when it is 0 (off). One relaxed load.
+    fn split_size(&self, ctx: &Context) -> Option<u64> {
+        let n = self.split.load(Ordering::Relaxed);
+        (n != 0 && ctx.size > n && !ctx.criticality.is_critical()).then_some(n)
+    }
 }
 
 #[cfg(test)]
@@ -385,6 +435,28 @@ mod tests {
         clock.advance(Duration::from_millis(150));
         assert_eq!(d.status().level, 0);
         assert_eq!(d.try_acquire(&ctx(1)), Err(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn split_only_larger_non_critical_requests_when_set() {
+        let (d, _clock) = drl(Rate::bytes_per_sec(1 << 20), 4096);
+        assert_eq!(d.split_size(&ctx(1 << 20)), None, "off by default");
+        let cfg = DrlConfig::new(Rate::bytes_per_sec(1 << 20)).with_split(64 << 10);
+        d.configure(&ObjectConfig::Drl(cfg.clone())).unwrap();
+        assert_eq!(d.split_size(&ctx(1 << 20)), Some(64 << 10));
+        assert_eq!(
+            d.split_size(&ctx(64 << 10)),
+            None,
+            "not larger than a piece"
+        );
+        let critical = ctx(1 << 20).with_criticality(crate::Criticality::Critical);
+        assert_eq!(d.split_size(&critical), None, "critical: never split");
+        d.configure(&ObjectConfig::Drl(cfg.with_split(0))).unwrap();
+        assert_eq!(d.split_size(&ctx(1 << 20)), None, "turned off again");
+        let bad = DrlConfig::new(Rate::bytes_per_sec(1)).with_split(5000);
+        let e = d.configure(&ObjectConfig::Drl(bad.clone())).unwrap_err();
+        assert!(e.to_string().contains("multiple of 4 KiB"), "{e}");
+        assert!(Drl::new(bad, Arc::new(FakeClock::new())).is_err());
     }
 
     #[test]

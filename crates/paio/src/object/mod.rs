@@ -15,6 +15,7 @@ mod priority;
 
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
+pub(crate) use priority::SPLIT_REASON;
 pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen, SPLIT_ALIGN};
 
 use crate::criticality::CriticalActivity;

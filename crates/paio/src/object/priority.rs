@@ -208,19 +208,15 @@ impl PriorityConfig {
             return invalid("burst", "needs a rate");
         }
         if self.split.0 % SPLIT_ALIGN != 0 {
-            return invalid(
-                "split",
-                "must be 0 (off) or a multiple of 4 KiB, so pieces of direct I/O stay aligned",
-            );
+            return invalid("split", SPLIT_REASON);
         }
         Ok(())
     }
 
     fn drl(&self) -> Option<DrlConfig> {
         self.rate.map(|rate| DrlConfig {
-            rate,
             burst: self.burst,
-            zero_size_cost: 0,
+            ..DrlConfig::new(rate)
         })
     }
 }
@@ -260,6 +256,10 @@ struct Waiter {
 /// Pieces of a split call are multiples of this many bytes, so a piece of an
 /// `O_DIRECT` call keeps the alignment the whole call had.
 pub const SPLIT_ALIGN: u64 = 4096;
+
+/// Why a `split` that is not a multiple of [`SPLIT_ALIGN`] is refused.
+pub(crate) const SPLIT_REASON: &str =
+    "must be 0 (off) or a multiple of 4 KiB, so pieces of direct I/O stay aligned";
 
 /// The object's slot counters in one word, so that admitting or completing
 /// a request nobody waits behind is one atomic operation, with no lock:
