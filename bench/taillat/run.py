@@ -90,6 +90,9 @@ class Scale:
     # SILK's read budget for compaction reads, with writes_only (0: kvs_mib,
     # the device's read rate; < 0: none, compaction reads unlimited)
     silk_read_mib: float = 0.0
+    # SILK's read_split in KiB, with the read budget: compaction reads are
+    # issued in pieces of this size (0: whole)
+    silk_read_split_kib: int = 0
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
@@ -326,6 +329,8 @@ def paiod_config(scale):
             f'writes_only = {"true" if scale.writes_only else "false"}\n')
     if scale.writes_only and scale.silk_read_mib >= 0:
         text += f'read_bandwidth = "{scale.silk_read_mib or scale.kvs_mib:g}MiB/s"\n'
+        if scale.silk_read_split_kib:
+            text += f'read_split = "{scale.silk_read_split_kib}KiB"\n'
     return text
 
 

@@ -42,6 +42,8 @@
 //! writes_only = false              # true: limit only flush/compaction writes
 //! # read_bandwidth = "150MiB/s"    # with writes_only: the store's read budget;
 //! #                                # compaction reads get what Gets leave of it
+//! # read_split = "256KiB"          # with read_bandwidth: compaction reads are
+//! #                                # issued in pieces of this size (default: whole)
 //! ```
 //!
 //! Kind `criticality` (a latency target for critical I/O,
@@ -79,7 +81,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use paio::units::{HumanDuration, Rate};
+use paio::units::{HumanDuration, Rate, Size};
 use paio::{Pattern, Rule};
 use serde::Deserialize;
 use toml::Spanned;
@@ -241,6 +243,9 @@ pub struct PolicyConfig {
     pub writes_only: bool,
     /// Silk: the read budget in bytes/s ([`SilkPolicy::read_bandwidth`]).
     pub read_bandwidth: Option<f64>,
+    /// Silk: the compaction reads' piece size in bytes, 0 for whole
+    /// ([`SilkPolicy::read_split`]).
+    pub read_split: u64,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
     /// Criticality: the latency target and its knobs.
@@ -317,6 +322,7 @@ impl PolicyConfig {
                     p.writes_only(self.writes_only)
                         .read_bandwidth(self.read_bandwidth)
                 })
+                .and_then(|p| p.read_split(self.read_split))
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
             PolicyKind::Criticality => Box::new(
@@ -377,6 +383,7 @@ struct RawPolicy {
     min_bandwidth: Option<Spanned<Rate>>,
     writes_only: Option<Spanned<bool>>,
     read_bandwidth: Option<Spanned<Rate>>,
+    read_split: Option<Spanned<Size>>,
     latency_target: Option<Spanned<HumanDuration>>,
     percentile: Option<Spanned<f64>>,
     window: Option<Spanned<HumanDuration>>,
@@ -425,6 +432,7 @@ impl RawPolicy {
                 self.min_bandwidth.as_ref().map(|x| x.span()),
             ),
             ("writes_only", self.writes_only.as_ref().map(|x| x.span())),
+            ("read_split", self.read_split.as_ref().map(|x| x.span())),
             (
                 "read_bandwidth",
                 self.read_bandwidth.as_ref().map(|x| x.span()),
@@ -902,6 +910,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         min_bandwidth: None,
         writes_only: false,
         read_bandwidth: None,
+        read_split: 0,
         groups,
         latency: None,
     })
@@ -960,6 +969,15 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         }
         None => None,
     };
+    let read_split = match &p.read_split {
+        Some(n) => {
+            let bytes = n.get_ref().0;
+            crate::policy::silk::check_read_split(bytes, read)
+                .map_err(|e| cx.err(Some(n.span()), "policy.read_split", e.message))?;
+            bytes
+        }
+        None => 0,
+    };
     Ok(PolicyConfig {
         kind: PolicyKind::Silk,
         settings: ControlSettings::default(),
@@ -968,6 +986,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         min_bandwidth: Some(min),
         writes_only,
         read_bandwidth: read,
+        read_split,
         groups: Vec::new(),
         latency: None,
     })
@@ -1322,6 +1341,35 @@ rules = [{ rule = "create_channel", name = "x" }]
             "{e}"
         );
         assert!(e.message.contains("less than read_bandwidth"), "{e}");
+        // read_split: with read_bandwidth, a multiple of 4 KiB.
+        let c = parse(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
+             read_bandwidth = \"150MiB/s\"\nread_split = \"256KiB\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.read_split, 256 << 10);
+        c.policy.build();
+        for (text, needle) in [
+            (
+                "writes_only = true\nread_split = \"256KiB\"\n",
+                "needs read_bandwidth",
+            ),
+            (
+                "writes_only = true\nread_bandwidth = \"150MiB/s\"\nread_split = \"5000B\"\n",
+                "multiple of 4 KiB",
+            ),
+        ] {
+            let e = err(&format!(
+                "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\n{text}"
+            ));
+            assert_eq!(e.field, "policy.read_split", "{e}");
+            assert!(e.message.contains(needle), "{e}");
+        }
+        let e = err(
+            "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_split = \"64KiB\"\n",
+        );
+        assert_eq!(e.field, "policy.read_split", "{e}");
+        assert!(e.message.contains("only by silk"), "{e}");
         let e = err(
             "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_bandwidth = \"1GiB/s\"\n",
         );

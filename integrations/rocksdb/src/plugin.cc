@@ -3,6 +3,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <pthread.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -154,6 +155,20 @@ IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   return IOStatus::OK();  // fail open on internal errors
 }
 
+// The piece size paio asks a read of `size` bytes in request context
+// `context` to be issued in (paio_stage_split_size: a drl or priority
+// object's `split`), 0 for whole.
+uint64_t SplitSize(Core* core, uint16_t context, uint64_t size) {
+  paio_context ctx;
+  uint64_t piece = 0;
+  if (!MakeContext(core, PAIO_REQ_READ, context, size, &ctx)) return 0;
+  if (paio_stage_split_size(core->stage, &ctx, &piece) != PAIO_OK) {
+    core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return piece;
+}
+
 // A two-phase request: admitted before the wrapped call (where a priority
 // object may hold it and a rate limit charges `size`), completed after it
 // with the bytes the call really moved (refund of what was not moved, the
@@ -256,7 +271,17 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
 
   IOStatus Read(uint64_t off, size_t n, const IOOptions& o, Slice* r,
                 char* scratch, IODebugContext* dbg) const override {
-    Admission a(core_.get(), PAIO_REQ_READ, Context(), n);
+    const uint16_t context = Context();
+    // Direct reads only: they are what reaches the device's queue as one
+    // request per call (a buffered read is served by the page cache and its
+    // readahead), and they read into `scratch`.
+    if (use_direct_io()) {
+      uint64_t piece = SplitSize(core_.get(), context, n);
+      if (piece > 0 && piece % GetRequiredBufferAlignment() == 0) {
+        return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
+      }
+    }
+    Admission a(core_.get(), PAIO_REQ_READ, context, n);
     if (!a.status().ok()) return a.status();
     IOStatus s = target()->Read(off, n, o, r, scratch, dbg);
     a.Complete(s.ok() ? r->size() : 0);
@@ -302,6 +327,34 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
   // Reads are classified by the calling thread only (table-cache handles
   // are shared between jobs): no per-file priority.
   uint16_t Context() const { return Classify(kind_, Pri::IO_TOTAL); }
+
+  // Read() as consecutive reads of at most `piece` bytes into `scratch`,
+  // each admitted and completed on its own, so that what queues behind the
+  // call below the stage waits behind one piece. The caller sees one read:
+  // a piece that comes back short (end of file) ends it with the bytes done
+  // so far; a piece that fails fails the read, as a failed pread inside
+  // RocksDB's own Read does.
+  IOStatus ReadInPieces(uint64_t off, size_t n, uint64_t piece,
+                        uint16_t context, const IOOptions& o, Slice* r,
+                        char* scratch, IODebugContext* dbg) const {
+    size_t done = 0;
+    while (done < n) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(piece, n - done));
+      Admission a(core_.get(), PAIO_REQ_READ, context, len);
+      if (!a.status().ok()) return a.status();
+      Slice got;
+      IOStatus s = target()->Read(off + done, len, o, &got, scratch + done, dbg);
+      a.Complete(s.ok() ? got.size() : 0);
+      if (!s.ok()) return s;
+      if (got.size() > 0 && got.data() != scratch + done) {
+        std::memmove(scratch + done, got.data(), got.size());
+      }
+      done += got.size();
+      if (got.size() < len) break;
+    }
+    *r = Slice(scratch, done);
+    return IOStatus::OK();
+  }
   std::shared_ptr<Core> core_;
   FileKind kind_;
 };

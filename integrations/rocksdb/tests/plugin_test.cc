@@ -542,6 +542,77 @@ TEST(Drl, RateHoldsForLargeAppendsAndSmallReads) {
   fs->DeleteDir(dir, IOOptions(), nullptr);
 }
 
+// A compaction's direct read through a drl with `split` is issued as
+// pieces, each admitted on its own; the caller sees one read, byte-exact,
+// short at the end of the file. Buffered reads and reads without a split
+// stay whole. The file is on the disk of the build directory (direct I/O).
+TEST(Split, DirectReadsOfADrlWithSplitGoInPieces) {
+  paio_rocksdb::PluginOptions po;
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(plugin) << err;
+  std::string dir = (std::filesystem::current_path() /
+                     ("paio-split-test-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/000001.sst";
+  const size_t kSize = (1 << 20) + 8192;  // 16 pieces of 64 KiB and 8 KiB
+  std::string data(kSize, '\0');
+  for (size_t i = 0; i < kSize; ++i) data[i] = static_cast<char>((i * 7 + i / 4096) & 0xff);
+  {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(data.data(), 1, kSize, f), kSize);
+    std::fclose(f);
+  }
+  auto reads = [&](const char* what) {
+    Json s = ParseJson(plugin->CollectJson());
+    const Json* o = Object(s, "compaction", "reads");
+    EXPECT_NE(o, nullptr) << what;
+    using Pair = std::pair<uint64_t, uint64_t>;
+    return o ? Pair((*o)["ops"].u(), (*o)["bytes"].u()) : Pair(~0ull, ~0ull);
+  };
+  auto read = [&](bool direct, uint64_t off, size_t n, std::string* out) {
+    std::thread([&] {
+      paio_set_request_context(paio_rocksdb::internal::Ids().compaction_ln);
+      FileOptions fo;
+      fo.use_direct_reads = direct;
+      std::unique_ptr<FSRandomAccessFile> f;
+      ASSERT_TRUE(plugin->file_system()->NewRandomAccessFile(path, fo, &f, nullptr).ok());
+      ASSERT_EQ(f->use_direct_io(), direct);
+      void* buf = nullptr;
+      ASSERT_EQ(posix_memalign(&buf, 4096, n), 0);
+      Slice r;
+      ASSERT_TRUE(f->Read(off, n, IOOptions(), &r, static_cast<char*>(buf), nullptr).ok());
+      out->assign(r.data(), r.size());
+      std::free(buf);
+    }).join();
+  };
+  std::string got;
+  read(true, 0, 2 << 20, &got);  // no split configured: one read
+  EXPECT_EQ(got, data);
+  using Pair = std::pair<uint64_t, uint64_t>;
+  EXPECT_EQ(reads("whole"), Pair(1, kSize));
+
+  ASSERT_EQ(paio_stage_apply(plugin->stage(),
+                             "{\"rule\":\"configure\",\"channel\":\"compaction\",\"object\":\"reads\","
+                             "\"config\":{\"kind\":\"drl\",\"rate\":\"1GiB/s\",\"split\":\"64KiB\"}}"),
+            PAIO_OK)
+      << paio_last_error();
+  read(true, 0, 2 << 20, &got);  // 16 full pieces, then one short at the end
+  EXPECT_EQ(got, data);
+  EXPECT_EQ(reads("split to the end"), Pair(1 + 17, 2 * kSize));
+  read(true, 64 << 10, 256 << 10, &got);  // 4 pieces from an offset
+  EXPECT_EQ(got, data.substr(64 << 10, 256 << 10));
+  EXPECT_EQ(reads("split at an offset"), Pair(1 + 17 + 4, 2 * kSize + (256 << 10)));
+  read(true, 0, 64 << 10, &got);  // not larger than a piece: whole
+  EXPECT_EQ(got, data.substr(0, 64 << 10));
+  read(false, 0, 1 << 20, &got);  // buffered: whole
+  EXPECT_EQ(got, data.substr(0, 1 << 20));
+  EXPECT_EQ(reads("whole again").first, 1u + 17 + 4 + 2);
+  EXPECT_EQ(plugin->EnforceErrors(), 0u);
+  std::filesystem::remove_all(dir);
+}
+
 // ---------- the rate keys (docs/rocksdb.md, "Rates") ----------
 namespace {
 // Writes `writes` bytes then reads `reads` bytes of one file through the

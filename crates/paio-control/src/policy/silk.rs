@@ -65,7 +65,8 @@
 //!    `B_r = max(KVSB_r − Fg, minB)` for `compaction/reads`, the reads of
 //!    compactions of every level;
 //! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
-//!    `compaction/ln` (and `compaction/reads`), only for rates that moved by more than
+//!    `compaction/ln` (and `compaction/reads`, with
+//!    [`SilkPolicy::read_split`] as its `split`), only for rates that moved by more than
 //!    [`DEADBAND`](super::common::DEADBAND) since the last one sent to that
 //!    object, and never below [`RATE_FLOOR`](super::common::RATE_FLOOR).
 //!
@@ -101,7 +102,8 @@
 //! # Run-time changes
 //!
 //! `paio ctl set '*' kvs_bandwidth=200MiB/s`, `min_bandwidth=10MiB/s` and
-//! (with `writes_only`) `read_bandwidth=150MiB/s`; `minB < KVSB` and
+//! (with `writes_only`) `read_bandwidth=150MiB/s`, (with a read budget)
+//! `read_split=256KiB` (sent with the next period's rates); `minB < KVSB` and
 //! `minB < KVSB_r` must keep holding. A `read_bandwidth` set at run time
 //! applies to stages whose compaction `reads` object is a DRL: the RocksDB
 //! plugin's, and stages that registered while a read budget was configured.
@@ -109,8 +111,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use paio::object::{DrlConfig, SPLIT_ALIGN};
 use paio::stats::Counts;
-use paio::{Classifier, Pattern, RequestContext, Rule, StageInfo};
+use paio::units::Rate;
+use paio::{Classifier, ObjectConfig, Pattern, RequestContext, Rule, StageInfo};
 
 use super::common::{self, DEADBAND};
 use super::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
@@ -332,6 +336,9 @@ pub struct SilkPolicy {
     writes_only: bool,
     /// The read budget `KVSB_r` (bytes/s), only with `writes_only`.
     read_b: Option<f64>,
+    /// `split` of the compaction reads' DRL in bytes (0: off), only with a
+    /// read budget.
+    read_split: u64,
     /// Rate last sent to each (stage, channel, object).
     last: BTreeMap<(StageId, &'static str, &'static str), u64>,
     targets: Vec<GroupTarget>,
@@ -351,6 +358,26 @@ pub fn check_read_bandwidth(read_b: f64, min_b: f64, writes_only: bool) -> Resul
         ));
     }
     check_budget("read_bandwidth", read_b, min_b)
+}
+
+/// Checks a `read_split`: 0 (off), or a multiple of 4 KiB with a read
+/// budget `read_b`.
+pub fn check_read_split(bytes: u64, read_b: Option<f64>) -> Result<(), PolicyError> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    if read_b.is_none() {
+        return Err(PolicyError::new(
+            "read_split needs read_bandwidth (it splits the reads of the compaction reads' DRL, \
+             which exists only under a read budget)",
+        ));
+    }
+    if bytes % SPLIT_ALIGN != 0 {
+        return Err(PolicyError::new(format!(
+            "read_split must be 0 (off) or a multiple of 4 KiB, got {bytes} bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks `0 < min_b < budget`, naming the budget's field in errors.
@@ -385,6 +412,7 @@ impl SilkPolicy {
             min_b: min_bandwidth,
             writes_only: false,
             read_b: None,
+            read_split: 0,
             last: BTreeMap::new(),
             targets: Vec::new(),
         })
@@ -401,6 +429,7 @@ impl SilkPolicy {
         self.writes_only = on;
         if !on {
             self.read_b = None;
+            self.read_split = 0;
         }
         self
     }
@@ -421,6 +450,21 @@ impl SilkPolicy {
         Ok(self)
     }
 
+    /// With a [`read_bandwidth`](Self::read_bandwidth): the compaction
+    /// reads' DRL asks for reads larger than `read_split` bytes to be issued
+    /// in pieces of that size ([`paio::object::DrlConfig::split`]; the
+    /// RocksDB plugin splits direct reads), so that a foreground read that
+    /// queues behind a compaction read below the stage (in the device's
+    /// queue, or a cgroup throttle's) waits behind a piece instead of a
+    /// whole readahead (2 MiB with direct I/O). Smaller pieces shorten that
+    /// wait and cost compactions more system calls. 0 (the default): reads
+    /// go whole. Requires a read budget; a multiple of 4 KiB.
+    pub fn read_split(mut self, bytes: u64) -> Result<Self, PolicyError> {
+        check_read_split(bytes, self.read_b)?;
+        self.read_split = bytes;
+        Ok(self)
+    }
+
     /// `KVSB`, bytes/s.
     pub fn kvs_bandwidth(&self) -> f64 {
         self.kvs_b
@@ -434,6 +478,12 @@ impl SilkPolicy {
     /// `KVSB_r`, bytes/s, when compactions' reads are limited.
     pub fn read_budget(&self) -> Option<f64> {
         self.read_b
+    }
+
+    /// The compaction reads' DRL at `rate` bytes/s, with `read_split`.
+    fn reads_drl(&self, rate: f64) -> ObjectConfig {
+        let rate = Rate::bytes_per_sec(common::to_rate(rate));
+        ObjectConfig::Drl(DrlConfig::new(rate).with_split(self.read_split))
     }
 
     /// The name of a stage's figures.
@@ -527,7 +577,7 @@ impl ControlPolicy for SilkPolicy {
             for ch in [FLUSH, COMPACTION] {
                 if !has_object(info, ch, READS_OBJECT) {
                     let config = match self.read_b {
-                        Some(r) if ch == COMPACTION => common::drl(r),
+                        Some(r) if ch == COMPACTION => self.reads_drl(r),
                         _ => paio::ObjectConfig::Noop,
                     };
                     rules.push(Rule::CreateObject {
@@ -607,10 +657,15 @@ impl ControlPolicy for SilkPolicy {
                     }
                     _ => {
                         next.insert(key, r);
+                        let config = if obj == READS_OBJECT {
+                            self.reads_drl(r as f64)
+                        } else {
+                            common::drl(r as f64)
+                        };
                         rules.push(Rule::Configure {
                             channel: ch.into(),
                             object: obj.into(),
-                            config: common::drl(r as f64),
+                            config,
                         });
                     }
                 }
@@ -639,16 +694,28 @@ impl ControlPolicy for SilkPolicy {
     }
 
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
-        if !matches!(key, "kvs_bandwidth" | "min_bandwidth" | "read_bandwidth") {
+        if !matches!(
+            key,
+            "kvs_bandwidth" | "min_bandwidth" | "read_bandwidth" | "read_split"
+        ) {
             return Err(PolicyError::new(format!(
                 "unknown key {key:?} for policy silk \
-                 (known: kvs_bandwidth, min_bandwidth, read_bandwidth)"
+                 (known: kvs_bandwidth, min_bandwidth, read_bandwidth, read_split)"
             )));
         }
         if group != "*" {
             return Err(PolicyError::new(format!(
                 "{key} applies to every stage: use group `*`, not {group:?}"
             )));
+        }
+        if key == "read_split" {
+            let bytes = paio::units::parse_size(value)
+                .map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
+            check_read_split(bytes, self.read_b)?;
+            self.read_split = bytes;
+            // Sent with the next period's rate, whether or not it moved.
+            self.last.retain(|k, _| k.2 != READS_OBJECT);
+            return Ok(());
         }
         let v =
             common::parse_byte_rate(value).map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
@@ -1305,6 +1372,63 @@ name = "metadata"
         let out = budget.period(Duration::ZERO, &[v]);
         assert_eq!(sent(&out, 1, COMPACTION, READS_OBJECT), None);
         assert!(sent(&out, 1, FLUSH, FLUSH_OBJECT).is_some(), "{out:?}");
+    }
+
+    #[test]
+    fn a_read_split_goes_with_every_configuration_of_the_compaction_reads() {
+        let budget = || {
+            policy()
+                .writes_only(true)
+                .read_bandwidth(Some(150.0 * MIB))
+                .unwrap()
+        };
+        let mut p = budget().read_split(256 << 10).unwrap();
+        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
+        let split_in_stage = || {
+            let i = stage.info();
+            let c = i.channels.iter().find(|c| c.name == COMPACTION).unwrap();
+            match &c
+                .objects
+                .iter()
+                .find(|o| o.name == READS_OBJECT)
+                .unwrap()
+                .config
+            {
+                Some(ObjectConfig::Drl(d)) => d.split.0,
+                other => panic!("compaction/reads: {other:?}"),
+            }
+        };
+        assert_eq!(split_in_stage(), 256 << 10, "created with it");
+        let split_sent = |p: &mut SilkPolicy| {
+            let mut v = view(1, fig(20.0 * MIB, 1.0, 0.0, 0.0));
+            v.info = stage.info();
+            p.period(Duration::ZERO, &[v])
+                .iter()
+                .flat_map(|(_, rules)| rules)
+                .find_map(|r| match r {
+                    Rule::Configure {
+                        object,
+                        config: ObjectConfig::Drl(d),
+                        ..
+                    } if object == READS_OBJECT => Some(d.split.0),
+                    _ => None,
+                })
+        };
+        assert_eq!(split_sent(&mut p), Some(256 << 10), "with each rate");
+        assert_eq!(split_sent(&mut p), None, "the rate did not move");
+        p.set("*", "read_split", "64KiB").unwrap();
+        assert_eq!(split_sent(&mut p), Some(64 << 10), "resent once changed");
+        p.set("*", "read_split", "0").unwrap();
+        assert_eq!(split_sent(&mut p), Some(0), "turned off");
+        let e = p.set("*", "read_split", "5000B").unwrap_err();
+        assert!(e.message.contains("multiple of 4 KiB"), "{e}");
+        let e = policy().writes_only(true).read_split(4096).unwrap_err();
+        assert!(e.message.contains("needs read_bandwidth"), "{e}");
+        assert!(budget().read_split(0).is_ok());
+        let mut plain = budget().writes_only(false);
+        let e = plain.set("*", "read_split", "64KiB").unwrap_err();
+        assert!(e.message.contains("needs read_bandwidth"), "{e}");
     }
 
     #[test]
