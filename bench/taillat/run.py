@@ -92,7 +92,7 @@ class Scale:
     silk_read_mib: float = 0.0
     # SILK's read_split in KiB, with the read budget: compaction reads are
     # issued in pieces of this size (0: whole)
-    silk_read_split_kib: int = 0
+    silk_read_split_kib: int = 256
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0

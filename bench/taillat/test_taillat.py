@@ -139,11 +139,16 @@ def test_paiod_config_is_the_issue_config():
     # device's read rate.
     assert 'writes_only = true' in text
     assert 'read_bandwidth = "200MiB/s"' in text
+    # ... in 256 KiB pieces; 0 reads whole.
+    assert 'read_split = "256KiB"' in text
     import dataclasses
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_split_kib=0))
+    assert 'read_bandwidth = "200MiB/s"' in text and "read_split" not in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=150))
     assert 'read_bandwidth = "150MiB/s"' in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=-1))
     assert 'writes_only = true' in text and "read_bandwidth" not in text
+    assert "read_split" not in text
     # Algorithm 1 over reads and writes together: no read budget (paiod
     # refuses one without writes_only).
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, writes_only=0))
