@@ -32,6 +32,11 @@ def test_summarize_statistics():
     # population stddev of 1,3,5,7 = sqrt(5); mean absolute deviation = 2
     assert r["p99_std_ms"] == pytest.approx(math.sqrt(5.0))
     assert r["p99_mad_ms"] == pytest.approx(2.0)
+    # nearest rank: ceil(0.99 * 4) = 4th of 1, 3, 5, 7
+    assert r["p99_p99_ms"] == pytest.approx(7.0)
+    many = run.summarize(rows("paio", "mixture", [10] * 200, [1.0] * 197 + [2.0, 3.0, 50.0]))[0]
+    assert many["p99_max_ms"] == pytest.approx(50.0)
+    assert many["p99_p99_ms"] == pytest.approx(2.0)  # 198th of 200: one second does not decide it
 
 
 def test_summarize_ignores_latency_of_empty_seconds_but_counts_throughput():
@@ -186,7 +191,7 @@ def test_summarize_single_run_keeps_the_old_keys_and_values():
     plain = rows("paio", "mixture", [5, 5, 20, 20, 5], [9, 1, 2, 3, 7])
     old = run.summarize(plain, sc)[0]
     assert set(old) == {"workload", "setup", "seconds", "mean_kops", "p99_min_ms", "p99_max_ms",
-                        "p99_mean_ms", "p99_std_ms", "p99_mad_ms",
+                        "p99_p99_ms", "p99_mean_ms", "p99_std_ms", "p99_mad_ms",
                         "p99_max_initial_ms", "p99_max_peak_ms", "p99_max_valley_ms"}
     assert old["seconds"] == 5 and old["p99_max_ms"] == pytest.approx(9.0)
     # An explicit run 1 is the same as no run column.
@@ -201,6 +206,7 @@ def test_summarize_two_runs_gives_medians_and_the_per_run_list():
     r = s[0]
     assert r["runs"] == 2
     assert r["p99_max_runs_ms"] == pytest.approx([3.0, 6.0])
+    assert r["p99_p99_runs_ms"] == pytest.approx([3.0, 6.0])
     assert r["p99_max_ms"] == pytest.approx(4.5)     # median of 3 and 6
     assert r["p99_min_ms"] == pytest.approx(1.5)     # median of 1 and 2
     assert r["mean_kops"] == pytest.approx(22.5)     # median of 15 and 30
