@@ -274,8 +274,9 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
     const uint16_t context = Context();
     // Direct reads only: they are what reaches the device's queue as one
     // request per call (a buffered read is served by the page cache and its
-    // readahead), and they read into `scratch`.
-    if (use_direct_io()) {
+    // readahead), and they read into `scratch`. A read of one 4 KiB page
+    // or less (a Get's block) is never split: no need to ask.
+    if (use_direct_io() && n > 4096) {
       uint64_t piece = SplitSize(core_.get(), context, n);
       if (piece > 0 && piece % GetRequiredBufferAlignment() == 0) {
         return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);

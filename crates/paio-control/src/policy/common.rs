@@ -257,7 +257,12 @@ pub(crate) fn finite(x: f64) -> f64 {
 
 /// A DRL configuration of `rate` bytes/s, raised to [`RATE_FLOOR`].
 pub fn drl(rate: f64) -> ObjectConfig {
-    ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(to_rate(rate))))
+    ObjectConfig::Drl(drl_config(rate))
+}
+
+/// [`drl`]'s settings, for a caller that adds to them.
+pub fn drl_config(rate: f64) -> DrlConfig {
+    DrlConfig::new(Rate::bytes_per_sec(to_rate(rate)))
 }
 
 /// `rate` in whole bytes/s, at least [`RATE_FLOOR`], at most [`UNLIMITED`].

@@ -111,9 +111,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use paio::object::{DrlConfig, SPLIT_ALIGN};
+use paio::object::SPLIT_ALIGN;
 use paio::stats::Counts;
-use paio::units::Rate;
 use paio::{Classifier, ObjectConfig, Pattern, RequestContext, Rule, StageInfo};
 
 use super::common::{self, DEADBAND};
@@ -482,8 +481,7 @@ impl SilkPolicy {
 
     /// The compaction reads' DRL at `rate` bytes/s, with `read_split`.
     fn reads_drl(&self, rate: f64) -> ObjectConfig {
-        let rate = Rate::bytes_per_sec(common::to_rate(rate));
-        ObjectConfig::Drl(DrlConfig::new(rate).with_split(self.read_split))
+        ObjectConfig::Drl(common::drl_config(rate).with_split(self.read_split))
     }
 
     /// The name of a stage's figures.
