@@ -95,7 +95,7 @@ test-c:
 	bash crates/paio-ffi/tests/c/run.sh
 
 test-python: release-bins
-	python3 -m pytest -q bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance bench/cluster
+	python3 -m pytest -q bench/preload bench/bandwidth bench/taillat bench/criticality bench/original bench/paiod-scale bench/soak bench/inheritance bench/cluster
 
 ## The RocksDB plugin: builds libpaio, the plugin and its GoogleTest tests,
 ## runs ctest (integrations/rocksdb, docs/rocksdb.md).

@@ -1,15 +1,17 @@
 /* The interposer's cost on metadata-heavy programs (tar, rsync, find): the
  * calls a small-files walk makes per file, paired like pread_loop.c.
  *
- *   meta_loop DIR ITERATIONS
+ *   meta_loop DIR ITERATIONS [archive|devnull]
  *       under LD_PRELOAD: alternates blocks of BLOCK "files" through the
  *       interposed calls and through libc's own (looked up in libc.so.6, so
  *       the interposer is bypassed) in one process, and prints
  *       "interposed_ns direct_ns added_ns": the means per file and the
  *       median over block pairs of the per-pair difference. One file is what
- *       `tar c` does per small file: fstatat twice (tar stats, then checks
- *       the file did not change), openat, fstat, read, close. DIR holds the
- *       files f0 .. f(FILES-1), page-cached. */
+ *       GNU tar does per small file: with `archive` (the default), writing
+ *       an archive, fstatat twice (tar stats, then checks the file did not
+ *       change), openat, fstat, read, close; with `devnull`, as in
+ *       `tar cf /dev/null`, where tar does not read the files, fstatat
+ *       twice. DIR holds the files f0 .. f(FILES-1), page-cached. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -39,6 +41,9 @@ struct calls {
     close_fn close;
 };
 
+/* Whether a file is only stat'ed, as by `tar cf /dev/null`. */
+static int stat_only;
+
 /* Mean ns per file over `n` files through `c`; -1 on an error. */
 static double time_block(const struct calls *c, int dir, long n) {
     char name[16], buf[4096];
@@ -47,6 +52,10 @@ static double time_block(const struct calls *c, int dir, long n) {
     for (long i = 0; i < n; i++) {
         snprintf(name, sizeof name, "f%ld", i % FILES);
         if (c->fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+        if (stat_only) {
+            if (c->fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return -1;
+            continue;
+        }
         int fd = c->openat(dir, name, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0 || c->fstat(fd, &st) != 0 || c->read(fd, buf, sizeof buf) < 0) return -1;
         if (c->close(fd) != 0) return -1;
@@ -67,10 +76,12 @@ static double block(void *arg, int interposed, long pair) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s DIR ITERATIONS\n", argv[0]);
+    if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "archive") != 0 &&
+                                 strcmp(argv[3], "devnull") != 0)) {
+        fprintf(stderr, "usage: %s DIR ITERATIONS [archive|devnull]\n", argv[0]);
         return 2;
     }
+    stat_only = argc == 4 && strcmp(argv[3], "devnull") == 0;
     long iterations = strtol(argv[2], NULL, 10);
     int dir = open(argv[1], O_RDONLY | O_DIRECTORY);
     if (dir < 0 || iterations <= 0) {

@@ -71,6 +71,8 @@ env_for() {
 configs=(none passthrough classified priority critical)
 sizes=(0 4096)
 files="${FILES:-200000}"
+# What tar does per file writing an archive, and for `tar cf /dev/null`.
+patterns=(archive devnull)
 declare -A samples paired small_added small_direct
 for ((r = 1; r <= runs; r++)); do
     # The configurations' order rotates by one each round.
@@ -92,10 +94,12 @@ for ((r = 1; r <= runs; r++)); do
     small_order=(passthrough classified)
     ((r % 2)) || small_order=(classified passthrough)
     for c in "${small_order[@]}"; do
-        # shellcheck disable=SC2046
-        v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files")
-        small_added[$c]+="$(echo "$v" | cut -d' ' -f3) "
-        small_direct[$c]+="$(echo "$v" | cut -d' ' -f2) "
+        for pattern in "${patterns[@]}"; do
+            # shellcheck disable=SC2046
+            v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files" "$pattern")
+            small_added[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
+            small_direct[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
+        done
     done
     echo "preload overhead: run $r/$runs done" >&2
 done
@@ -160,7 +164,7 @@ echo "wrote $out" >&2
 
 small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
 {
-    echo "# benchmark: interposer cost per small file: what tar c does per file (fstatat x2, openat, fstat, read, close) on page-cached 100-2.4 KiB files, ns per file"
+    echo "# benchmark: interposer cost per small file on page-cached 100-2.4 KiB files, ns per file: pattern archive is what tar c does per file writing an archive (fstatat x2, openat, fstat, read, close), devnull what tar cf /dev/null does (fstatat x2)"
     echo "# command: bench/preload/run.sh (RUNS=$runs FILES=$files)"
     echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "# host: $(hostname)"
@@ -168,16 +172,23 @@ small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
     echo "# kernel: $(uname -r)"
     echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "# note: paired in one process (meta_loop.c): blocks of 2000 files through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per file; added_pct = added_ns / direct_ns"
-    echo "config,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
+    echo "config,pattern,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$small_out"
-printf '\n%-12s %12s %22s %10s\n' config "direct ns" "added ns (min-max)" "added %" >&2
+printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
 for c in passthrough classified; do
-    d=$(echo "${small_direct[$c]}" | median)
-    a=$(echo "${small_added[$c]}" | median)
-    amin=$(echo "${small_added[$c]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
-    amax=$(echo "${small_added[$c]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
-    pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
-    echo "$c,$runs,$files,$d,$a,$amin,$amax,$pct" >> "$small_out"
-    printf '%-12s %12s %22s %10s\n' "$c" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+    for pattern in "${patterns[@]}"; do
+        d=$(echo "${small_direct[$c,$pattern]}" | median)
+        a=$(echo "${small_added[$c,$pattern]}" | median)
+        amin=$(echo "${small_added[$c,$pattern]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
+        amax=$(echo "${small_added[$c,$pattern]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+        pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
+        echo "$c,$pattern,$runs,$files,$d,$a,$amin,$amax,$pct" >> "$small_out"
+        printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+    done
 done
 echo "wrote $small_out" >&2
+
+# The whole program the issue measured: GNU tar archiving 20,000 small files
+# to /dev/null, CPU time with and without the interposer, paired.
+python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 6))}" \
+    --out "${TAR_OUT:-$root/bench/results/preload-tar.csv}"

@@ -1111,12 +1111,10 @@ pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {
     }
 }
 
-/// Charges an open/close/metadata call before it runs (size 0).
+/// Charges an open/close/metadata call on `fd` before it runs (size 0).
 #[inline]
 pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
-    if let Some(g) = Guard::enter() {
-        submit(&g, rt, 0, fdtable::get(fd));
-    }
+    meta(rt, |_| fdtable::get(fd));
 }
 
 /// As [`before_meta`] for a call naming a path: an absolute path is
@@ -1126,22 +1124,66 @@ pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
 /// `path` is null or NUL-terminated.
 #[inline]
 pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
-    if let Some(g) = Guard::enter() {
-        let class = match config() {
-            Some(cfg) if !cfg.class_rules.is_empty() && !path.is_null() => {
-                // SAFETY: path is NUL-terminated (caller's contract).
-                let p = unsafe { CStr::from_ptr(path) };
-                p.to_str().map_or(0, |s| {
-                    if s.starts_with('/') {
-                        cfg.class_of(s)
-                    } else {
-                        0
-                    }
-                })
+    meta(rt, |cfg| {
+        if cfg.class_rules.is_empty() || path.is_null() {
+            return 0;
+        }
+        // SAFETY: path is NUL-terminated (caller's contract).
+        let p = unsafe { CStr::from_ptr(path) };
+        p.to_str().map_or(0, |s| {
+            if s.starts_with('/') {
+                cfg.class_of(s)
+            } else {
+                0
             }
-            _ => 0,
+        })
+    });
+}
+
+/// Charges a metadata call of file class `class(config)` (size 0). Most
+/// such calls go where the thread's previous one of the same type went,
+/// to an object that passes them at once: [`Stage::pass_on_thread`] counts
+/// them without this library's guard (nothing on that path touches errno,
+/// allocates or calls libc), in one thread-local lookup. Every other call
+/// (a new route, a new table, an object that acts, a statistics push due,
+/// a thread's first request) takes the full path, [`submit`].
+#[inline]
+fn meta(rt: RequestType, class: impl FnOnce(&Config) -> u16) {
+    if STATE.load(Ordering::Relaxed) != ACTIVE {
+        return;
+    }
+    let Some(cfg) = config() else { return };
+    // The class, when the call needs the full path.
+    let slow = paio::context::with_thread_ref(|thread| {
+        let cells = thread.embedder();
+        // Inside the library (depth 1) every call passes through uncounted.
+        if cells.depth.get() != 0 {
+            return None;
+        }
+        let class = class(cfg);
+        let p = STAGE.load(Ordering::Acquire);
+        // SAFETY: STAGE is null or a leaked Box that is never freed.
+        let Some(stage) = (unsafe { p.as_ref() }) else {
+            return Some(class);
         };
-        submit(&g, rt, 0, class);
+        // A due statistics push ([`maybe_push`]) needs the full path.
+        let countdown = &cells.countdown;
+        let pushing = cfg.stats_path.is_some();
+        let left = countdown.get();
+        if (pushing && left == 0)
+            || !stage.pass_on_thread(thread, &adjust(cfg, thread.context(rt, 0), class))
+        {
+            return Some(class);
+        }
+        if pushing {
+            countdown.set(left - 1);
+        }
+        None
+    });
+    if let Some(class) = slow {
+        if let Some(g) = Guard::enter() {
+            submit(&g, rt, 0, class);
+        }
     }
 }
 

@@ -61,6 +61,90 @@ burst = 1
     assert!(String::from_utf8_lossy(&out.stdout).contains("read-ok 5 777"));
 }
 
+/// A policy with one channel per metadata request type the `meta` program
+/// makes; `stat_object` is the `stat` channel's object, if any.
+fn meta_policy(stat_object: &str) -> String {
+    format!(
+        r#"
+[stage]
+name = "meta"
+default_channel = "other"
+[[channel]]
+name = "stat"
+match = {{ request_type = "stat" }}
+{stat_object}
+[[channel]]
+name = "open"
+match = {{ request_type = "open" }}
+[[channel]]
+name = "close"
+match = {{ request_type = "close" }}
+[[channel]]
+name = "other"
+"#
+    )
+}
+
+#[test]
+fn metadata_calls_are_each_counted_once_and_limited() {
+    let dir = scratch("meta");
+    let exe = compile(&dir, "meta", &[]);
+    std::fs::write(dir.join("f"), "small file\n").unwrap();
+    let n = 5000u64;
+    let policy = dir.join("meta.toml");
+    // Pass-through: counted on the path that skips the library's guard once
+    // a thread's route is known (the statistics file is pushed meanwhile,
+    // every 16th call at most, from the full path).
+    std::fs::write(&policy, meta_policy("")).unwrap();
+    let env = [
+        ("PAIO_POLICY", policy.to_str().unwrap()),
+        ("PAIO_STATS_INTERVAL", "10ms"),
+    ];
+    let out = same(&dir, &[&exe, &n.to_string()], &env);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("meta {n}\n"));
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1, "{stats:?}");
+    assert_eq!(
+        stats[0].channel("stat").0,
+        3 * n,
+        "fstatat twice and fstat per round"
+    );
+    assert_eq!(stats[0].channel("open").0, n);
+    assert_eq!(stats[0].channel("close").0, n);
+    // Limited: every stat call goes through the DRL (1 request of burst at
+    // 5,000 ops/s: 900 calls take at least 180 ms, and nearly all wait; at a
+    // higher rate a sleep's overshoot lets every other call through).
+    let n = 300u64;
+    std::fs::write(
+        &policy,
+        meta_policy(
+            "default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\n\
+             kind = \"drl\"\nrate = \"5000ops/s\"\nburst = 1\n",
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = run(&dir, &[&exe, &n.to_string()], true, &env);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let stat = stats[0].json["stats"]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "stat")
+        .unwrap()
+        .clone();
+    assert_eq!(stat["ops"].as_u64().unwrap(), 3 * n);
+    let waited = stat["wait_total"]["waited_ops"].as_u64().unwrap();
+    assert!(
+        waited >= 3 * n * 9 / 10,
+        "only {waited} of {} stat calls waited",
+        3 * n
+    );
+    assert!(took >= std::time::Duration::from_millis(170), "{took:?}");
+}
+
 const PY_CLASSES: &str = r#"
 import os
 a = os.open("data/a.bin", os.O_RDONLY)

@@ -182,18 +182,31 @@ struct MemoEntry {
 }
 
 impl RouteMemo {
+    /// The memo key of `ctx` (everything routing reads but the workflow).
     #[inline]
-    fn route(&mut self, table: &Table, ctx: &Context) -> u32 {
-        let key = u64::from(ctx.request_type.raw())
+    fn key(ctx: &Context) -> u64 {
+        u64::from(ctx.request_type.raw())
             | u64::from(ctx.request_context.raw()) << 16
             | u64::from(ctx.file_class.raw()) << 32
             | 1 << 48
-            | u64::from(ctx.criticality.raw()) << 49;
+            | u64::from(ctx.criticality.raw()) << 49
+    }
+
+    #[inline]
+    fn route(&mut self, table: &Table, ctx: &Context) -> u32 {
+        let key = Self::key(ctx);
         let e = &mut self.0[ctx.request_type.raw() as usize % MEMO_SLOTS];
         if e.key == key && e.workflow == ctx.workflow {
             return e.route;
         }
         Self::miss(e, table, ctx, key)
+    }
+
+    /// The remembered route of `ctx`, if any (never routes).
+    #[inline]
+    fn peek(&self, ctx: &Context) -> Option<u32> {
+        let e = &self.0[ctx.request_type.raw() as usize % MEMO_SLOTS];
+        (e.key == Self::key(ctx) && e.workflow == ctx.workflow).then_some(e.route)
     }
 
     #[cold]
@@ -802,6 +815,45 @@ impl Stage {
                 channel.enforce(ctx, request, slot)
             }),
         })
+    }
+
+    /// Counts a request the way [`Stage::enforce_on_thread`] would when the
+    /// calling thread already knows where it goes and it goes through at
+    /// once: the thread's cached routing table is the current one, its route
+    /// memo holds `ctx`, and that route is a Noop object or no channel.
+    /// Returns `true` when it counted the request; otherwise `false`, having
+    /// changed nothing, and the caller enforces it with
+    /// [`Stage::enforce_on_thread`]. Never blocks, allocates, registers
+    /// anything or calls the C library (so it leaves errno alone): the
+    /// interposer counts its metadata calls through it without entering its
+    /// guard.
+    #[inline]
+    pub fn pass_on_thread(&self, thread: ThreadRef<'_>, ctx: &Context) -> bool {
+        let t = thread.0;
+        // A thread without a statistics slot claims one on the full path.
+        let slot = t.slot.get();
+        if slot == crate::stats::UNASSIGNED {
+            return false;
+        }
+        let generation = self.generation.load(Ordering::Acquire);
+        let Ok(slots) = t.tables.slots.try_borrow() else {
+            return false;
+        };
+        let Some(cached) = &slots[self.uid as usize % TABLE_CACHE_SLOTS] else {
+            return false;
+        };
+        if cached.stage != self.uid || cached.generation != generation {
+            return false;
+        }
+        let Some(route) = cached.memo.peek(ctx) else {
+            return false;
+        };
+        match cached.table.entries.get(route as usize) {
+            Some(entry) if entry.noop => entry.recorder.record_at(slot, ctx.size, 0),
+            Some(_) => return false,
+            None => self.unmatched.record_at(slot, ctx.size, 0),
+        }
+        true
     }
 
     /// Admit phase of a two-phase request ([`crate::admission`]): routes
@@ -1529,6 +1581,64 @@ mod tests {
     }
 
     #[test]
+    fn pass_on_thread_counts_only_known_routes_that_pass_at_once() {
+        let policy = "[[channel]]\nname = \"meta\"\nmatch = { request_type = \"stat\" }\n\
+                      [[channel]]\nname = \"reads\"\nmatch = { request_type = \"read\" }\n\
+                      default_object = \"l\"\n\
+                      [[channel.object]]\nname = \"l\"\nkind = \"drl\"\nrate = \"1GiB/s\"\n";
+        let stage = Stage::from_policy_str(policy, "<pass>").unwrap();
+        let stat = ctx(RequestType::STAT, RequestContext::NONE, 0);
+        let read = ctx(RequestType::READ, RequestContext::NONE, 0);
+        let open = ctx(RequestType::OPEN, RequestContext::NONE, 0);
+        // A fresh thread: no statistics slot, no cached table, no memo.
+        let ops = |s: &Stage| {
+            let st = s.collect();
+            (
+                st.channels.iter().map(|c| c.counts.ops).sum::<u64>(),
+                st.unmatched.ops,
+            )
+        };
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                crate::context::with_thread_ref(|t| {
+                    assert!(!stage.pass_on_thread(t, &stat), "no slot, no memo yet");
+                    stage.enforce_on_thread(t, &stat).unwrap();
+                    assert!(stage.pass_on_thread(t, &stat), "a remembered Noop route");
+                    assert_eq!(ops(&stage), (2, 0));
+                    assert!(!stage.pass_on_thread(t, &open), "not remembered yet");
+                    stage.enforce_on_thread(t, &open).unwrap();
+                    assert!(stage.pass_on_thread(t, &open), "unmatched passes at once");
+                    assert_eq!(ops(&stage), (2, 2));
+                    stage.enforce_on_thread(t, &read).unwrap();
+                    assert!(!stage.pass_on_thread(t, &read), "a drl route is enforced");
+                    assert_eq!(ops(&stage), (3, 2), "a refusal counts nothing");
+                    let critical = stat.with_criticality(crate::Criticality::Critical);
+                    assert!(!stage.pass_on_thread(t, &critical), "another memo key");
+                    stage
+                        .apply(&Rule::SetDefaultChannel {
+                            channel: Some("meta".into()),
+                        })
+                        .unwrap();
+                    assert!(!stage.pass_on_thread(t, &stat), "a new table is not cached");
+                    stage.enforce_on_thread(t, &open).unwrap();
+                    assert!(stage.pass_on_thread(t, &open));
+                    let st = stage.collect();
+                    assert_eq!(st.unmatched.ops, 2);
+                    assert_eq!(
+                        st.channels
+                            .iter()
+                            .find(|c| c.name == "meta")
+                            .unwrap()
+                            .counts
+                            .ops,
+                        4
+                    );
+                });
+            });
+        });
+    }
+
+    #[test]
     fn empty_stage_passes_and_counts_unmatched() {
         let stage = Stage::builder("s").label("job", "j1").build();
         let out = stage
@@ -2228,8 +2338,9 @@ mod tests {
                 }
                 for (i, c) in ctxs.iter().enumerate() {
                     *expect.entry(stage.route(c)).or_default() += 1;
-                    // The memo serves `enforce_on_thread`; the other
-                    // entry points route without it and must agree.
+                    // The memo serves `enforce_on_thread` and
+                    // `pass_on_thread`; the other entry points route
+                    // without it and must agree.
                     match i % 4 {
                         0 => {
                             stage.enforce(c, None).unwrap();
@@ -2237,10 +2348,15 @@ mod tests {
                         1 => {
                             handle.enforce(c, None).unwrap();
                         }
-                        _ => {
+                        2 => {
                             crate::context::with_thread_ref(|t| stage.enforce_on_thread(t, c))
                                 .unwrap();
                         }
+                        _ => crate::context::with_thread_ref(|t| {
+                            if !stage.pass_on_thread(t, c) {
+                                stage.enforce_on_thread(t, c).unwrap();
+                            }
+                        }),
                     }
                 }
                 proptest::prop_assert_eq!(tally(&stage), expect.clone());

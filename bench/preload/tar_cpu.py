@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The interposer's cost on a whole metadata-heavy program (issue 13): GNU
+tar archiving 20,000 small files (100 B to 2.4 KiB, 20 directories) to
+/dev/null, with no limit at all (LD_PRELOAD alone: the interposer's embedded
+pass-through default, with statistics), against the same tar without it.
+
+CPU time (user + system) of each tar process, from its own resource usage
+(wait4). Runs come in pairs, one tar of each kind back to back, the order
+alternating from pair to pair; the added CPU is computed per pair, so drift
+between pairs cancels. Reports the median over pairs of the added share and
+its extremes, with each side's median CPU time, and writes a CSV with the
+command, date, machine and commit.
+
+    python3 bench/preload/tar_cpu.py --lib target/release/libpaio_preload.so --runs 30
+"""
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DIRS, PER_DIR = 20, 1000
+
+
+def make_tree(base: Path) -> Path:
+    """20,000 files of 100 B to 2.4 KiB under base/files, written once."""
+    tree = base / "files"
+    for d in range(DIRS):
+        sub = tree / f"d{d}"
+        sub.mkdir(parents=True)
+        for i in range(PER_DIR):
+            (sub / f"f{i}").write_bytes(os.urandom(100 + (i * 37) % 2300))
+    return tree
+
+
+def tar_cpu_ms(tar: str, tree: Path, env: dict) -> float:
+    """CPU ms (user + system) of one `tar cf /dev/null TREE`; raises on failure."""
+    p = subprocess.Popen([tar, "cf", "/dev/null", tree.name], cwd=tree.parent, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.returncode != 0:
+        raise SystemExit(f"tar_cpu: `tar cf /dev/null` exited {p.returncode}: {err.strip()}")
+    return (usage.ru_utime + usage.ru_stime) * 1000.0
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lib", type=Path, required=True, help="libpaio_preload.so")
+    ap.add_argument("--runs", type=int, default=30, help="pairs of tar runs (default 30)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/preload-tar.csv")
+    args = ap.parse_args()
+    tar = shutil.which("tar")
+    if tar is None:
+        raise SystemExit("tar_cpu: GNU tar is not installed (apt-get install tar)")
+    if not args.lib.is_file():
+        raise SystemExit(f"tar_cpu: {args.lib} does not exist; build it with "
+                         "`cargo build --release -p paio-preload`")
+    if args.runs < 1:
+        raise SystemExit("tar_cpu: --runs must be at least 1")
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("PAIO_")}
+    base_env.pop("LD_PRELOAD", None)
+    pre_env = dict(base_env, LD_PRELOAD=str(args.lib.resolve()))
+    with tempfile.TemporaryDirectory(prefix="paio-tar-") as tmp:
+        tree = make_tree(Path(tmp))
+        # Warm the page cache and the dentry cache for both kinds.
+        tar_cpu_ms(tar, tree, base_env)
+        tar_cpu_ms(tar, tree, pre_env)
+        plain, preload, added = [], [], []
+        for i in range(args.runs):
+            order = ("plain", "preload") if i % 2 == 0 else ("preload", "plain")
+            got = {}
+            for kind in order:
+                got[kind] = tar_cpu_ms(tar, tree, base_env if kind == "plain" else pre_env)
+            plain.append(got["plain"])
+            preload.append(got["preload"])
+            added.append(100.0 * (got["preload"] / got["plain"] - 1.0))
+            if (i + 1) % 10 == 0:
+                print(f"tar_cpu: {i + 1}/{args.runs} pairs", file=sys.stderr)
+    med = statistics.median(added)
+    row = (f"{args.runs},{DIRS * PER_DIR},{statistics.median(plain):.2f},"
+           f"{statistics.median(preload):.2f},{med:.2f},{min(added):.2f},{max(added):.2f}")
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        "# benchmark: CPU time (user + system) of `tar cf /dev/null` over 20,000 small files "
+        "(100 B-2.4 KiB, page-cached), without and with LD_PRELOAD=libpaio_preload.so "
+        "(no policy: the interposer's pass-through default)\n"
+        f"# command: python3 bench/preload/tar_cpu.py --runs {args.runs}\n"
+        f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+        f"# host: {platform.node()}\n"
+        f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
+        f"# kernel: {platform.release()}\n"
+        f"# paio: commit {commit}\n"
+        "# note: pairs of runs, one of each kind back to back, order alternating; "
+        "added_pct is the median over pairs of (with / without - 1), with its extremes; "
+        "cpu_ms the median over runs of each kind\n"
+        "pairs,files,plain_cpu_ms,preload_cpu_ms,added_pct,added_pct_min,added_pct_max\n"
+        f"{row}\n")
+    print(f"tar cf /dev/null, 20,000 files: {statistics.median(plain):.1f} ms CPU without, "
+          f"{statistics.median(preload):.1f} ms with the interposer: "
+          f"+{med:.2f} % (pairs {min(added):.2f} to {max(added):.2f} %)", file=sys.stderr)
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
