@@ -128,13 +128,7 @@ fn metadata_calls_are_each_counted_once_and_limited() {
     let took = started.elapsed();
     assert!(out.status.success(), "{out:?}");
     let stats = take_stats(&dir);
-    let stat = stats[0].json["stats"]["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "stat")
-        .unwrap()
-        .clone();
+    let stat = stats[0].channel_json("stat").unwrap();
     assert_eq!(stat["ops"].as_u64().unwrap(), 3 * n);
     let waited = stat["wait_total"]["waited_ops"].as_u64().unwrap();
     assert!(

@@ -129,13 +129,7 @@ fn data_calls_have_latency_percentiles() {
     random_file(&dir.join("in.bin"), 1 << 20);
     run(&dir, &["dd", "if=in.bin", "of=out.bin", "bs=4k"], true, &[]);
     let stats = take_stats(&dir);
-    let read = stats[0].json["stats"]["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "read")
-        .unwrap()
-        .clone();
+    let read = stats[0].channel_json("read").unwrap();
     let lat = &read["latency_total"];
     assert_eq!(lat["ops"].as_u64(), Some(257), "{read}");
     let (p50, p99, max) = (

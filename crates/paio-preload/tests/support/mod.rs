@@ -146,13 +146,18 @@ pub struct Stats {
 impl Stats {
     /// (ops, bytes) of channel `name`.
     pub fn channel(&self, name: &str) -> (u64, u64) {
+        self.channel_json(name)
+            .map(|c| (c["ops"].as_u64().unwrap(), c["bytes"].as_u64().unwrap()))
+            .unwrap_or((0, 0))
+    }
+
+    /// Every figure of channel `name`, as written.
+    pub fn channel_json(&self, name: &str) -> Option<&serde_json::Value> {
         self.json["stats"]["channels"]
             .as_array()
             .unwrap()
             .iter()
             .find(|c| c["name"] == name)
-            .map(|c| (c["ops"].as_u64().unwrap(), c["bytes"].as_u64().unwrap()))
-            .unwrap_or((0, 0))
     }
 }
 
