@@ -520,6 +520,14 @@ pub(crate) struct CachedTable {
     memo: RouteMemo,
 }
 
+impl CachedTable {
+    /// Whether this is stage `uid`'s table of `generation`.
+    #[inline]
+    fn is(&self, uid: u64, generation: u64) -> bool {
+        self.stage == uid && self.generation == generation
+    }
+}
+
 /// A thread's cache of routing tables, direct-mapped by stage uid. It lives
 /// in the thread's [`ThreadState`] (one thread-local for everything the
 /// request path keeps per thread), which has no destructor: the cached `Arc`s
@@ -731,8 +739,7 @@ impl Stage {
         let (table, memo): (&Table, Option<&mut RouteMemo>) = match &mut slots {
             Ok(slots) => {
                 let slot = &mut slots[self.uid as usize % TABLE_CACHE_SLOTS];
-                let current =
-                    matches!(slot, Some(c) if c.stage == self.uid && c.generation == generation);
+                let current = matches!(slot, Some(c) if c.is(self.uid, generation));
                 let cached = if current {
                     slot.as_mut()
                 } else {
@@ -839,12 +846,12 @@ impl Stage {
         let Ok(slots) = t.tables.slots.try_borrow() else {
             return false;
         };
-        let Some(cached) = &slots[self.uid as usize % TABLE_CACHE_SLOTS] else {
+        let Some(cached) = slots[self.uid as usize % TABLE_CACHE_SLOTS]
+            .as_ref()
+            .filter(|c| c.is(self.uid, generation))
+        else {
             return false;
         };
-        if cached.stage != self.uid || cached.generation != generation {
-            return false;
-        }
         let Some(route) = cached.memo.peek(ctx) else {
             return false;
         };
