@@ -295,10 +295,12 @@ name = "other"
     let rate = (n * MIB) as f64 / secs / MIB as f64;
     eprintln!("dd at a 50 MiB/s limit: {rate:.2} MiB/s over {secs:.2} s");
     assert!(secs >= 5.0, "ran {secs:.2} s");
-    assert!(
-        (rate - 50.0).abs() <= 1.5,
-        "{rate:.2} MiB/s is not within 3 % of 50"
-    );
+    // Never above the limit (3 % for the burst and timing). Below it by at
+    // most 10 %: the wall clock also counts dd's start and any time a
+    // loaded machine (tests run in parallel) keeps it off the CPU; a
+    // limiter that lost credit on late wake-ups would fall further.
+    assert!(rate <= 51.5, "{rate:.2} MiB/s is more than 3 % above 50");
+    assert!(rate >= 45.0, "{rate:.2} MiB/s is more than 10 % below 50");
 }
 
 #[test]
