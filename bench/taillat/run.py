@@ -93,6 +93,9 @@ class Scale:
     # SILK's read_split in KiB, with the read budget: compaction reads are
     # issued in pieces of this size (0: whole)
     silk_read_split_kib: int = 256
+    # SILK's read_latency_target in µs, with the read budget: the compaction
+    # reads' budget is halved while the Gets' p99 is above it (0: none)
+    silk_read_latency_us: int = 0
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
@@ -340,6 +343,8 @@ def paiod_config(scale):
         text += f'read_bandwidth = "{scale.silk_read_mib or scale.kvs_mib:g}MiB/s"\n'
         if scale.silk_read_split_kib:
             text += f'read_split = "{scale.silk_read_split_kib}KiB"\n'
+        if scale.silk_read_latency_us:
+            text += f'read_latency_target = "{scale.silk_read_latency_us}us"\n'
     return text
 
 

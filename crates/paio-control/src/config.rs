@@ -44,6 +44,8 @@
 //! #                                # compaction reads get what Gets leave of it
 //! # read_split = "256KiB"          # with read_bandwidth: compaction reads are
 //! #                                # issued in pieces of this size (default: whole)
+//! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
+//! #                                # reads' budget while Gets' p99 is above it
 //! ```
 //!
 //! Kind `criticality` (a latency target for critical I/O,
@@ -246,6 +248,9 @@ pub struct PolicyConfig {
     /// Silk: the compaction reads' piece size in bytes, 0 for whole
     /// ([`SilkPolicy::read_split`]).
     pub read_split: u64,
+    /// Silk: the foreground latency the compaction reads' budget steers by
+    /// ([`SilkPolicy::read_latency_target`]).
+    pub read_latency_target: Option<Duration>,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
     /// Criticality: the latency target and its knobs.
@@ -323,6 +328,7 @@ impl PolicyConfig {
                         .read_bandwidth(self.read_bandwidth)
                 })
                 .and_then(|p| p.read_split(self.read_split))
+                .and_then(|p| p.read_latency_target(self.read_latency_target))
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
             PolicyKind::Criticality => Box::new(
@@ -384,6 +390,7 @@ struct RawPolicy {
     writes_only: Option<Spanned<bool>>,
     read_bandwidth: Option<Spanned<Rate>>,
     read_split: Option<Spanned<Size>>,
+    read_latency_target: Option<Spanned<HumanDuration>>,
     latency_target: Option<Spanned<HumanDuration>>,
     percentile: Option<Spanned<f64>>,
     window: Option<Spanned<HumanDuration>>,
@@ -436,6 +443,10 @@ impl RawPolicy {
             (
                 "read_bandwidth",
                 self.read_bandwidth.as_ref().map(|x| x.span()),
+            ),
+            (
+                "read_latency_target",
+                self.read_latency_target.as_ref().map(|x| x.span()),
             ),
         ])
     }
@@ -911,6 +922,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         writes_only: false,
         read_bandwidth: None,
         read_split: 0,
+        read_latency_target: None,
         groups,
         latency: None,
     })
@@ -978,6 +990,15 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         }
         None => 0,
     };
+    let read_latency_target = match &p.read_latency_target {
+        Some(t) => {
+            let v = cx.duration(t, "policy.read_latency_target")?;
+            crate::policy::silk::check_read_latency_target(v, read)
+                .map_err(|e| cx.err(Some(t.span()), "policy.read_latency_target", e.message))?;
+            Some(v)
+        }
+        None => None,
+    };
     Ok(PolicyConfig {
         kind: PolicyKind::Silk,
         settings: ControlSettings::default(),
@@ -987,6 +1008,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         writes_only,
         read_bandwidth: read,
         read_split,
+        read_latency_target,
         groups: Vec::new(),
         latency: None,
     })
@@ -1365,6 +1387,37 @@ rules = [{ rule = "create_channel", name = "x" }]
             assert_eq!(e.field, "policy.read_split", "{e}");
             assert!(e.message.contains(needle), "{e}");
         }
+        // read_latency_target: with read_bandwidth, more than 0.
+        let c = parse(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
+             read_bandwidth = \"150MiB/s\"\nread_latency_target = \"2ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.policy.read_latency_target, Some(Duration::from_millis(2)));
+        c.policy.build();
+        for (text, line, needle) in [
+            (
+                "writes_only = true\nread_latency_target = \"2ms\"\n",
+                5,
+                "needs read_bandwidth",
+            ),
+            (
+                "writes_only = true\nread_bandwidth = \"150MiB/s\"\nread_latency_target = \"0ms\"\n",
+                6,
+                "greater than 0",
+            ),
+        ] {
+            let e = err(&format!(
+                "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\n{text}"
+            ));
+            assert_eq!((e.line, e.field.as_str()), (line, "policy.read_latency_target"), "{e}");
+            assert!(e.message.contains(needle), "{e}");
+        }
+        let e = err(
+            "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_latency_target = \"2ms\"\n",
+        );
+        assert_eq!(e.field, "policy.read_latency_target", "{e}");
+        assert!(e.message.contains("only by silk"), "{e}");
         let e = err(
             "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_split = \"64KiB\"\n",
         );

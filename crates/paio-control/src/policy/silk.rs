@@ -63,7 +63,11 @@
 //!    - neither: `{minB, minB, leftB}`;
 //! 3. with a read budget `KVSB_r` (`writes_only` and `read_bandwidth`):
 //!    `B_r = max(KVSB_r − Fg, minB)` for `compaction/reads`, the reads of
-//!    compactions of every level;
+//!    compactions of every level; with a read-latency target as well
+//!    ([`SilkPolicy::read_latency_target`]), `KVSB_r` is replaced by the
+//!    stage's read cap `C_r ≤ KVSB_r`: halved (never below `minB`) in a
+//!    period whose foreground p99 latency exceeded the target, raised by
+//!    [`READ_CAP_STEP`]` · KVSB_r` (never above `KVSB_r`) in any other;
 //! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
 //!    `compaction/ln` (and `compaction/reads`, with
 //!    [`SilkPolicy::read_split`] as its `split`), only for rates that moved by more than
@@ -103,7 +107,8 @@
 //!
 //! `paio ctl set '*' kvs_bandwidth=200MiB/s`, `min_bandwidth=10MiB/s` and
 //! (with `writes_only`) `read_bandwidth=150MiB/s`, (with a read budget)
-//! `read_split=256KiB` (sent with the next period's rates); `minB < KVSB` and
+//! `read_split=256KiB` (sent with the next period's rates), (with a read
+//! budget) `read_latency_target=2ms` or `off`; `minB < KVSB` and
 //! `minB < KVSB_r` must keep holding. A `read_bandwidth` set at run time
 //! applies to stages whose compaction `reads` object is a DRL: the RocksDB
 //! plugin's, and stages that registered while a read budget was configured.
@@ -112,7 +117,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use paio::object::SPLIT_ALIGN;
-use paio::stats::Counts;
+use paio::stats::{Counts, LatencySummary};
 use paio::{Classifier, ObjectConfig, Pattern, RequestContext, Rule, StageInfo};
 
 use super::common::{self, DEADBAND};
@@ -147,6 +152,14 @@ pub const CTX_LN: &str = "compaction_ln";
 pub const INSTANCE_LABEL: &str = "instance";
 /// `minB` when not configured: 10 MiB/s, as in the paper.
 pub const DEFAULT_MIN_BANDWIDTH: f64 = 10.0 * 1024.0 * 1024.0;
+/// Under a read-latency target, the fraction of `KVSB_r` the read cap
+/// regains in each period the target is met (additive increase): from
+/// `minB` back to `KVSB_r` in about 20 periods (2 s at paiod's 100 ms).
+/// Larger steps give compactions their reads back sooner after a burst of
+/// slow foreground reads and probe the device's limit harder (more periods
+/// above the target); smaller ones keep the foreground safer for longer and
+/// leave more of a backlog.
+pub const READ_CAP_STEP: f64 = 0.05;
 
 /// Which branch of Algorithm 1 applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +233,19 @@ pub fn read_allocation(read_b: f64, min_b: f64, fg: f64) -> f64 {
     (common::finite(read_b) - common::finite(fg)).max(common::finite(min_b))
 }
 
+/// The next read cap under a read-latency target: `cap / 2` (at least
+/// `min_b`) when the foreground missed the target this period, else
+/// `cap + READ_CAP_STEP · read_b` (at most `read_b`). The result is always
+/// in `[min_b, read_b]` for `min_b < read_b`.
+pub fn next_read_cap(cap: f64, read_b: f64, min_b: f64, missed: bool) -> f64 {
+    let cap = if missed {
+        cap / 2.0
+    } else {
+        cap + READ_CAP_STEP * read_b
+    };
+    cap.clamp(min_b, read_b)
+}
+
 /// A controlled stage's figures for one period, bytes/s.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Usage {
@@ -235,6 +261,9 @@ pub struct Usage {
     pub flush_active: bool,
     /// L0 compactions moved bytes or waited in their DRL this period.
     pub l0_active: bool,
+    /// The foreground requests' call latency over the stage's last
+    /// collection interval (two-phase requests: the RocksDB plugin's).
+    pub fg_latency: LatencySummary,
 }
 
 impl Usage {
@@ -269,6 +298,7 @@ impl Usage {
             ln: rate(ln),
             flush_active: active(fl),
             l0_active: active(l0),
+            fg_latency: fg.map(|c| c.latency).unwrap_or_default(),
         })
     }
 
@@ -338,6 +368,11 @@ pub struct SilkPolicy {
     /// `split` of the compaction reads' DRL in bytes (0: off), only with a
     /// read budget.
     read_split: u64,
+    /// The foreground p99 latency the read caps steer by, only with a read
+    /// budget.
+    read_target: Option<Duration>,
+    /// Each controlled stage's read cap `C_r` (bytes/s), under a target.
+    read_caps: BTreeMap<StageId, f64>,
     /// Rate last sent to each (stage, channel, object).
     last: BTreeMap<(StageId, &'static str, &'static str), u64>,
     targets: Vec<GroupTarget>,
@@ -379,6 +414,22 @@ pub fn check_read_split(bytes: u64, read_b: Option<f64>) -> Result<(), PolicyErr
     Ok(())
 }
 
+/// Checks a `read_latency_target`: more than 0, with a read budget `read_b`.
+pub fn check_read_latency_target(target: Duration, read_b: Option<f64>) -> Result<(), PolicyError> {
+    if read_b.is_none() {
+        return Err(PolicyError::new(
+            "read_latency_target needs read_bandwidth (it steers the compaction reads' budget, \
+             which exists only under a read budget)",
+        ));
+    }
+    if target.is_zero() {
+        return Err(PolicyError::new(
+            "read_latency_target must be more than 0 (leave it out, or `off` at run time, for none)",
+        ));
+    }
+    Ok(())
+}
+
 /// Checks `0 < min_b < budget`, naming the budget's field in errors.
 fn check_budget(field: &str, budget: f64, min_b: f64) -> Result<(), PolicyError> {
     if !(budget.is_finite() && budget > 0.0) {
@@ -412,6 +463,8 @@ impl SilkPolicy {
             writes_only: false,
             read_b: None,
             read_split: 0,
+            read_target: None,
+            read_caps: BTreeMap::new(),
             last: BTreeMap::new(),
             targets: Vec::new(),
         })
@@ -429,6 +482,7 @@ impl SilkPolicy {
         if !on {
             self.read_b = None;
             self.read_split = 0;
+            self.read_target = None;
         }
         self
     }
@@ -461,6 +515,28 @@ impl SilkPolicy {
     pub fn read_split(mut self, bytes: u64) -> Result<Self, PolicyError> {
         check_read_split(bytes, self.read_b)?;
         self.read_split = bytes;
+        Ok(self)
+    }
+
+    /// With a [`read_bandwidth`](Self::read_bandwidth): steers the
+    /// compaction reads' budget by the foreground's latency. Each period,
+    /// each stage's read cap `C_r` (starting at `KVSB_r`) is halved, never
+    /// below `minB`, when the p99 call latency of the stage's foreground
+    /// requests over its last collection interval exceeded `target`, and
+    /// raised by [`READ_CAP_STEP`]` · KVSB_r`, never above `KVSB_r`,
+    /// otherwise (also when no foreground request completed); the reads get
+    /// `B_r = max(C_r − Fg, minB)`. A fixed `KVSB_r` promises a device rate;
+    /// when the device gives less (another tenant, a slower disk), only the
+    /// foreground's latency shows it. A lower target protects the
+    /// foreground's reads more and lets a compaction backlog grow (more
+    /// write stalls later); it should sit above what the device gives a
+    /// foreground read with no compaction running, or the cap stays at
+    /// `minB`. `None` (the default): `KVSB_r` alone. Requires a read budget.
+    pub fn read_latency_target(mut self, target: Option<Duration>) -> Result<Self, PolicyError> {
+        if let Some(t) = target {
+            check_read_latency_target(t, self.read_b)?;
+        }
+        self.read_target = target;
         Ok(self)
     }
 
@@ -617,6 +693,7 @@ impl ControlPolicy for SilkPolicy {
     fn period(&mut self, _now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
         let mut out = Vec::new();
         let mut next = BTreeMap::new();
+        let mut caps = BTreeMap::new();
         let mut groups: BTreeMap<String, GroupTarget> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         for view in stages {
@@ -633,9 +710,20 @@ impl ControlPolicy for SilkPolicy {
                 usage.flush_active,
                 usage.l0_active,
             );
-            let reads = self
-                .read_b
-                .map(|r| read_allocation(r, self.min_b, usage.fg));
+            let reads = self.read_b.map(|read_b| {
+                let budget = match self.read_target {
+                    Some(target) => {
+                        let cap = self.read_caps.get(&view.id).copied().unwrap_or(read_b);
+                        let missed = usage.fg_latency.ops > 0
+                            && usage.fg_latency.p99_ns > target.as_nanos() as u64;
+                        let cap = next_read_cap(cap, read_b, self.min_b, missed);
+                        caps.insert(view.id, cap);
+                        cap
+                    }
+                    None => read_b,
+                };
+                read_allocation(budget, self.min_b, usage.fg)
+            });
             let mut rules = Vec::new();
             for (ch, obj, rate) in [
                 (FLUSH, FLUSH_OBJECT, Some(alloc.flush)),
@@ -687,6 +775,7 @@ impl ControlPolicy for SilkPolicy {
             g.stages += 1;
         }
         self.last = next;
+        self.read_caps = caps;
         self.targets = groups.into_values().collect();
         out
     }
@@ -694,17 +783,37 @@ impl ControlPolicy for SilkPolicy {
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         if !matches!(
             key,
-            "kvs_bandwidth" | "min_bandwidth" | "read_bandwidth" | "read_split"
+            "kvs_bandwidth"
+                | "min_bandwidth"
+                | "read_bandwidth"
+                | "read_split"
+                | "read_latency_target"
         ) {
             return Err(PolicyError::new(format!(
-                "unknown key {key:?} for policy silk \
-                 (known: kvs_bandwidth, min_bandwidth, read_bandwidth, read_split)"
+                "unknown key {key:?} for policy silk (known: kvs_bandwidth, min_bandwidth, \
+                 read_bandwidth, read_split, read_latency_target)"
             )));
         }
         if group != "*" {
             return Err(PolicyError::new(format!(
                 "{key} applies to every stage: use group `*`, not {group:?}"
             )));
+        }
+        if key == "read_latency_target" {
+            let target = match value {
+                "off" => None,
+                v => {
+                    let t = paio::units::parse_duration(v)
+                        .map_err(|e| PolicyError::new(format!("{key}: {e} (or `off`)")))?;
+                    check_read_latency_target(t, self.read_b)?;
+                    Some(t)
+                }
+            };
+            if target.is_none() {
+                self.read_caps.clear();
+            }
+            self.read_target = target;
+            return Ok(());
         }
         if key == "read_split" {
             let bytes = paio::units::parse_size(value)
@@ -1427,6 +1536,120 @@ name = "metadata"
         let mut plain = budget().writes_only(false);
         let e = plain.set("*", "read_split", "64KiB").unwrap_err();
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
+    }
+
+    #[test]
+    fn a_read_latency_target_halves_the_read_cap_when_missed_and_steps_it_back() {
+        const READ_B: f64 = 150.0 * MIB;
+        let mut p = policy()
+            .writes_only(true)
+            .read_bandwidth(Some(READ_B))
+            .unwrap()
+            .read_latency_target(Some(Duration::from_millis(2)))
+            .unwrap();
+        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
+        // One period with a foreground at 10 MiB/s whose p99 is `p99_us`
+        // over `ops` completed requests: the compaction reads' rate sent.
+        let period = |p: &mut SilkPolicy, ops: u64, p99_us: u64| {
+            let mut v = view(1, fig(10.0 * MIB, 1.0, 0.0, 0.0));
+            v.info = stage.info();
+            let stats = v.stats.as_mut().unwrap();
+            let fg = stats
+                .channels
+                .iter_mut()
+                .find(|c| c.name == FOREGROUND)
+                .unwrap();
+            fg.counts.latency.ops = ops;
+            fg.counts.latency.p99_ns = p99_us * 1000;
+            sent(&p.period(Duration::ZERO, &[v]), 1, COMPACTION, READS_OBJECT)
+        };
+        // Met: the cap stays at KVSB_r (B_r = 150 − 10).
+        assert_eq!(period(&mut p, 100, 1500), Some(r(140.0 * MIB)));
+        // Missed (p99 above 2 ms): 75, then 37.5 MiB/s, each minus Fg.
+        assert_eq!(period(&mut p, 100, 2500), Some(r(65.0 * MIB)));
+        assert_eq!(period(&mut p, 100, 9000), Some(r(27.5 * MIB)));
+        // Never below minB, however often it is missed.
+        for _ in 0..10 {
+            period(&mut p, 100, 9000);
+        }
+        assert_eq!(p.read_caps.get(&1), Some(&MINB));
+        // Met, or no foreground request at all: back by 5 % of KVSB_r each.
+        period(&mut p, 100, 2000);
+        assert_eq!(p.read_caps.get(&1), Some(&(MINB + READ_CAP_STEP * READ_B)));
+        period(&mut p, 0, 0);
+        assert_eq!(
+            p.read_caps.get(&1),
+            Some(&(MINB + 2.0 * READ_CAP_STEP * READ_B))
+        );
+        for _ in 0..40 {
+            period(&mut p, 0, 0);
+        }
+        assert_eq!(p.read_caps.get(&1), Some(&READ_B), "never above KVSB_r");
+        // A stage that leaves takes its cap with it.
+        p.period(Duration::ZERO, &[]);
+        assert!(p.read_caps.is_empty());
+        // `off` at run time: KVSB_r alone, whatever the latency.
+        period(&mut p, 100, 9000);
+        p.set("*", "read_latency_target", "off").unwrap();
+        assert!(p.read_caps.is_empty());
+        period(&mut p, 100, 9000);
+        assert!(p.read_caps.is_empty());
+        p.set("*", "read_latency_target", "1ms").unwrap();
+        assert_eq!(period(&mut p, 100, 1500), Some(r(65.0 * MIB)));
+        let e = p.set("*", "read_latency_target", "soon").unwrap_err();
+        assert!(
+            e.message.contains("read_latency_target") && e.message.contains("off"),
+            "{e}"
+        );
+        let e = p.set("*", "read_latency_target", "0ms").unwrap_err();
+        assert!(e.message.contains("more than 0"), "{e}");
+    }
+
+    #[test]
+    fn a_read_latency_target_needs_a_read_budget() {
+        let t = Some(Duration::from_millis(2));
+        let e = policy()
+            .writes_only(true)
+            .read_latency_target(t)
+            .unwrap_err();
+        assert!(e.message.contains("needs read_bandwidth"), "{e}");
+        let mut p = policy().writes_only(true);
+        let e = p.set("*", "read_latency_target", "2ms").unwrap_err();
+        assert!(e.message.contains("needs read_bandwidth"), "{e}");
+        let budget = policy()
+            .writes_only(true)
+            .read_bandwidth(Some(150.0 * MIB))
+            .unwrap();
+        let e = budget
+            .clone()
+            .read_latency_target(Some(Duration::ZERO))
+            .unwrap_err();
+        assert!(e.message.contains("more than 0"), "{e}");
+        // Turning writes_only off drops it with the budget.
+        let p = budget.read_latency_target(t).unwrap().writes_only(false);
+        assert_eq!(p.read_target, None);
+    }
+
+    proptest! {
+        #[test]
+        fn the_read_cap_stays_between_min_b_and_the_read_budget(
+            misses in proptest::collection::vec(any::<bool>(), 1..200),
+            read_mib in 20.0f64..2000.0,
+        ) {
+            let read_b = read_mib * MIB;
+            let mut cap = read_b;
+            for missed in misses {
+                let next = next_read_cap(cap, read_b, MINB, missed);
+                prop_assert!((MINB..=read_b).contains(&next));
+                if missed {
+                    prop_assert!(next <= cap);
+                } else {
+                    prop_assert!(next >= cap);
+                }
+                cap = next;
+            }
+        }
     }
 
     #[test]
