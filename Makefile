@@ -16,9 +16,15 @@ setup:
 build: setup
 	$(CARGO) build --workspace --release
 
-## The binaries the demo and experiments run: paio, paiod, libpaio_preload.so.
+## The release packages. Every release build below selects all of them, so
+## cargo resolves one feature set and builds each crate once: paio-ffi built
+## alone gives libc, rustix, serde and paio other features, and a second build.
+RELEASE_PKGS = -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+
+## The binaries the demo and experiments run: paio, paiod, libpaio_preload.so
+## (and libpaio, the C ABI).
 release-bins: setup
-	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control
+	$(CARGO) build --release -q $(RELEASE_PKGS)
 
 ## Installs paio under $(DESTDIR)$(PREFIX) (default /usr/local): paio, paiod,
 ## libpaio_preload.so (found by `paio run` without PAIO_LIB), libpaio.so.0 and
@@ -28,7 +34,7 @@ release-bins: setup
 ## paiod.socket) and, unless present, $(DESTDIR)$(SYSCONFDIR)/paio/paiod.toml.
 ## scripts/install.sh lists every file.
 install: setup
-	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	$(CARGO) build --release -q $(RELEASE_PKGS)
 	bash scripts/install.sh --prefix "$(PREFIX)" --sysconfdir "$(SYSCONFDIR)" --destdir "$(DESTDIR)"
 
 ## Removes exactly what `make install` installed (same PREFIX and DESTDIR).
@@ -38,13 +44,13 @@ uninstall:
 ## The Debian package target/debian/paio_VERSION_ARCH.deb: what `make
 ## install PREFIX=/usr` installs, /etc/paio/paiod.toml as a conffile.
 deb: setup
-	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	$(CARGO) build --release -q $(RELEASE_PKGS)
 	bash scripts/make-deb.sh
 
 ## Builds the package, installs it into a temporary root with dpkg --root,
 ## uses it there, removes and purges it (the machine's packages are untouched).
 test-deb: setup
-	$(CARGO) build --release -q -p paio-cli -p paio-preload -p paio-control -p paio-ffi
+	$(CARGO) build --release -q $(RELEASE_PKGS)
 	bash scripts/test-deb.sh
 
 ## Runs every command of docs/operations.md's sh blocks as written (make
@@ -76,6 +82,19 @@ demo-stage: setup
 
 ## Runs every test: format and lint checks, Rust unit/property/integration
 ## tests, the fuzz corpus, and the C ABI test program.
+##
+## The release binaries it builds and runs (target/release) are built without
+## LTO, in 16 codegen units and without debug information: the same code,
+## optimized, in a fraction of [profile.release]'s build time on a 2-core
+## machine. They are for the tests, not for measurements: `make bench`,
+## `make experiment-*` and `make release-bins` rebuild with [profile.release]
+## (cargo notices the changed profile), so run benchmarks through make.
+## Debug builds (the Rust tests) keep line tables only: backtraces still name
+## files and lines, and linking the test binaries is faster.
+test: export CARGO_PROFILE_DEV_DEBUG = line-tables-only
+test: export CARGO_PROFILE_RELEASE_LTO = false
+test: export CARGO_PROFILE_RELEASE_CODEGEN_UNITS = 16
+test: export CARGO_PROFILE_RELEASE_DEBUG = 0
 test: setup lint test-rust test-loom test-c test-python test-rocksdb test-taillat test-criticality test-inheritance test-install test-deb test-monitoring test-operations-doc
 
 lint:
@@ -128,7 +147,7 @@ test-inheritance: release-bins rocksdb-plugin
 ## The RocksDB plugin and its db_bench preload library, built without
 ## running their tests (make test-rocksdb builds and tests them).
 rocksdb-plugin:
-	$(CARGO) build --release -p paio-ffi
+	$(CARGO) build --release -q $(RELEASE_PKGS)
 	cmake -S integrations/rocksdb -B integrations/rocksdb/build -DPAIO_LIB_DIR=$(CURDIR)/target/release -DPAIO_INCLUDE_DIR=$(CURDIR)/crates/paio-ffi/include
 	cmake --build integrations/rocksdb/build -j2
 

@@ -12,7 +12,9 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 case "$target" in /*) ;; *) target="$root/$target" ;; esac
 jobs="${JOBS:-2}"
 
-(cd "$root" && cargo build --release -p paio-ffi -j "$jobs")
+# The packages `make` builds together (its RELEASE_PKGS): built alone,
+# paio-ffi would give its dependencies other features and build them again.
+(cd "$root" && cargo build --release -p paio-cli -p paio-preload -p paio-control -p paio-ffi -j "$jobs")
 cmake -S "$here" -B "$here/build" -DPAIO_LIB_DIR="$target/release" \
     -DPAIO_INCLUDE_DIR="$root/crates/paio-ffi/include"
 cmake --build "$here/build" -j "$jobs"

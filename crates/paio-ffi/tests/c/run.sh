@@ -25,7 +25,9 @@ cxx="${CXX:-c++}"
 cflags=(-std=c99 -Wall -Wextra -Werror -pedantic -O2 -g)
 
 cd "$root"
-cargo build --release -p paio-ffi
+# The packages `make` builds together (its RELEASE_PKGS): built alone,
+# paio-ffi would give its dependencies other features and build them again.
+cargo build --release -p paio-cli -p paio-preload -p paio-control -p paio-ffi
 for lib in libpaio.so libpaio.a; do
     [ -f "$libdir/$lib" ] || { echo "run.sh: $libdir/$lib was not built" >&2; exit 1; }
 done
