@@ -530,8 +530,9 @@ impl SilkPolicy {
     /// foreground's latency shows it. A lower target protects the
     /// foreground's reads more and lets a compaction backlog grow (more
     /// write stalls later); it should sit above what the device gives a
-    /// foreground read with no compaction running, or the cap stays at
-    /// `minB`. `None` (the default): `KVSB_r` alone. Requires a read budget.
+    /// foreground read while compactions run fast enough to keep L0 short,
+    /// or the cap stays at `minB` and the backlog becomes write stalls.
+    /// `None` (the default): `KVSB_r` alone. Requires a read budget.
     pub fn read_latency_target(mut self, target: Option<Duration>) -> Result<Self, PolicyError> {
         if let Some(t) = target {
             check_read_latency_target(t, self.read_b)?;
