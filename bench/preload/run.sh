@@ -104,7 +104,11 @@ for ((r = 1; r <= runs; r++)); do
     echo "preload overhead: run $r/$runs done" >&2
 done
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# Of the space-separated numbers on stdin: the median, the least, the largest.
+sorted() { tr ' ' '\n' | grep -v '^$' | sort -g; }
+median() { sorted | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+minimum() { sorted | head -1; }
+maximum() { sorted | tail -1; }
 
 # Instructions per call: callgrind's total for 2N minus N calls, over N.
 instructions() {
@@ -144,8 +148,8 @@ for size in "${sizes[@]}"; do
     base_ins=$(instructions none "$size")
     for c in "${configs[@]}"; do
         med=$(echo "${samples[$c,$size]}" | median)
-        min=$(echo "${samples[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
-        max=$(echo "${samples[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+        min=$(echo "${samples[$c,$size]}" | minimum)
+        max=$(echo "${samples[$c,$size]}" | maximum)
         over=$(awk -v m="$med" -v b="$base" 'BEGIN {printf "%.2f", m - b}')
         if [ "$c" = none ]; then ins="$base_ins"; else ins=$(instructions "$c" "$size"); fi
         ins_over=$(awk -v i="$ins" -v b="$base_ins" 'BEGIN {if (i == "n/a" || b == "n/a") print "n/a"; else printf "%d", i - b}')
@@ -153,8 +157,8 @@ for size in "${sizes[@]}"; do
             pmed=0.00 pmin=0.00 pmax=0.00
         else
             pmed=$(echo "${paired[$c,$size]}" | median)
-            pmin=$(echo "${paired[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
-            pmax=$(echo "${paired[$c,$size]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+            pmin=$(echo "${paired[$c,$size]}" | minimum)
+            pmax=$(echo "${paired[$c,$size]}" | maximum)
         fi
         echo "$c,$size,$runs,$iterations,$med,$min,$max,$over,$pmed,$pmin,$pmax,$ins,$ins_over" >> "$out"
         printf '%-12s %6s %10s %16s %10s %18s %14s\n' "$c" "$size" "$med" "$min-$max" "+$over" "+$pmed ($pmin-$pmax)" "$ins (+$ins_over)" >&2
@@ -179,8 +183,8 @@ for c in passthrough classified; do
     for pattern in "${patterns[@]}"; do
         d=$(echo "${small_direct[$c,$pattern]}" | median)
         a=$(echo "${small_added[$c,$pattern]}" | median)
-        amin=$(echo "${small_added[$c,$pattern]}" | tr ' ' '\n' | grep -v '^$' | sort -g | head -1)
-        amax=$(echo "${small_added[$c,$pattern]}" | tr ' ' '\n' | grep -v '^$' | sort -g | tail -1)
+        amin=$(echo "${small_added[$c,$pattern]}" | minimum)
+        amax=$(echo "${small_added[$c,$pattern]}" | maximum)
         pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
         echo "$c,$pattern,$runs,$files,$d,$a,$amin,$amax,$pct" >> "$small_out"
         printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
