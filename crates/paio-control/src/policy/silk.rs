@@ -160,6 +160,10 @@ pub const DEFAULT_MIN_BANDWIDTH: f64 = 10.0 * 1024.0 * 1024.0;
 /// above the target); smaller ones keep the foreground safer for longer and
 /// leave more of a backlog.
 pub const READ_CAP_STEP: f64 = 0.05;
+/// Consecutive periods in which a stage's foreground moves bytes with no
+/// call latency before paiod warns that its read-latency target cannot be
+/// judged (one such period can be a collection taken by another collector).
+pub const UNJUDGED_PERIODS: u32 = 10;
 
 /// Which branch of Algorithm 1 applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,6 +377,9 @@ pub struct SilkPolicy {
     read_target: Option<Duration>,
     /// Each controlled stage's read cap `C_r` (bytes/s), under a target.
     read_caps: BTreeMap<StageId, f64>,
+    /// Under a target: consecutive periods in which each stage's foreground
+    /// moved bytes and reported no call latency.
+    unjudged: BTreeMap<StageId, u32>,
     /// Rate last sent to each (stage, channel, object).
     last: BTreeMap<(StageId, &'static str, &'static str), u64>,
     targets: Vec<GroupTarget>,
@@ -465,6 +472,7 @@ impl SilkPolicy {
             read_split: 0,
             read_target: None,
             read_caps: BTreeMap::new(),
+            unjudged: BTreeMap::new(),
             last: BTreeMap::new(),
             targets: Vec::new(),
         })
@@ -695,6 +703,7 @@ impl ControlPolicy for SilkPolicy {
         let mut out = Vec::new();
         let mut next = BTreeMap::new();
         let mut caps = BTreeMap::new();
+        let mut unjudged = BTreeMap::new();
         let mut groups: BTreeMap<String, GroupTarget> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         for view in stages {
@@ -714,6 +723,20 @@ impl ControlPolicy for SilkPolicy {
             let reads = self.read_b.map(|read_b| {
                 let budget = match self.read_target {
                     Some(target) => {
+                        if usage.fg > 0.0 && usage.fg_latency.ops == 0 {
+                            let n = self.unjudged.get(&view.id).map_or(1, |n| n + 1);
+                            if n == UNJUDGED_PERIODS {
+                                tracing::warn!(
+                                    "silk: stage {}'s foreground moves {} and reports no call \
+                                     latency (its requests are not admitted and completed, as \
+                                     the RocksDB plugin's are), so read_latency_target cannot \
+                                     be judged for it: its compaction reads get read_bandwidth",
+                                    Self::group(view),
+                                    fmt_rate(usage.fg)
+                                );
+                            }
+                            unjudged.insert(view.id, n);
+                        }
                         let cap = self.read_caps.get(&view.id).copied().unwrap_or(read_b);
                         let missed = usage.fg_latency.ops > 0
                             && usage.fg_latency.p99_ns > target.as_nanos() as u64;
@@ -777,6 +800,7 @@ impl ControlPolicy for SilkPolicy {
         }
         self.last = next;
         self.read_caps = caps;
+        self.unjudged = unjudged;
         self.targets = groups.into_values().collect();
         out
     }
@@ -812,6 +836,7 @@ impl ControlPolicy for SilkPolicy {
             };
             if target.is_none() {
                 self.read_caps.clear();
+                self.unjudged.clear();
             }
             self.read_target = target;
             return Ok(());
@@ -1605,6 +1630,41 @@ name = "metadata"
         );
         let e = p.set("*", "read_latency_target", "0ms").unwrap_err();
         assert!(e.message.contains("more than 0"), "{e}");
+    }
+
+    #[test]
+    fn a_foreground_without_latency_is_counted_towards_a_warning() {
+        let mut p = policy()
+            .writes_only(true)
+            .read_bandwidth(Some(150.0 * MIB))
+            .unwrap()
+            .read_latency_target(Some(Duration::from_millis(2)))
+            .unwrap();
+        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
+        stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
+        let period = |p: &mut SilkPolicy, fg: f64, ops: u64| {
+            let mut v = view(1, fig(fg, 1.0, 0.0, 0.0));
+            v.info = stage.info();
+            let stats = v.stats.as_mut().unwrap();
+            let ch = stats
+                .channels
+                .iter_mut()
+                .find(|c| c.name == FOREGROUND)
+                .unwrap();
+            ch.counts.latency.ops = ops;
+            ch.counts.latency.p99_ns = 100_000;
+            p.period(Duration::ZERO, &[v]);
+        };
+        for n in 1..=UNJUDGED_PERIODS + 2 {
+            period(&mut p, 10.0 * MIB, 0);
+            assert_eq!(p.unjudged.get(&1), Some(&n));
+        }
+        // A period with latency, or one with no foreground bytes, ends the run.
+        period(&mut p, 10.0 * MIB, 50);
+        assert!(p.unjudged.is_empty());
+        period(&mut p, 10.0 * MIB, 0);
+        period(&mut p, 0.0, 0);
+        assert!(p.unjudged.is_empty());
     }
 
     #[test]
