@@ -724,7 +724,10 @@ impl ControlPolicy for SilkPolicy {
                 let budget = match self.read_target {
                     Some(target) => {
                         if usage.fg > 0.0 && usage.fg_latency.ops == 0 {
-                            let n = self.unjudged.get(&view.id).map_or(1, |n| n + 1);
+                            let n = self
+                                .unjudged
+                                .get(&view.id)
+                                .map_or(1, |n| n.saturating_add(1));
                             if n == UNJUDGED_PERIODS {
                                 tracing::warn!(
                                     "silk: stage {}'s foreground moves {} and reports no call \
