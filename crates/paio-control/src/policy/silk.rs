@@ -1567,31 +1567,50 @@ name = "metadata"
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
     }
 
-    #[test]
-    fn a_read_latency_target_halves_the_read_cap_when_missed_and_steps_it_back() {
-        const READ_B: f64 = 150.0 * MIB;
-        let mut p = policy()
+    /// A policy with a 150 MiB/s read budget and a 2 ms read-latency
+    /// target, and a stage with its setup applied.
+    fn with_target() -> (SilkPolicy, Stage) {
+        let p = policy()
             .writes_only(true)
-            .read_bandwidth(Some(READ_B))
+            .read_bandwidth(Some(150.0 * MIB))
             .unwrap()
             .read_latency_target(Some(Duration::from_millis(2)))
             .unwrap();
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
         stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
-        // One period with a foreground at 10 MiB/s whose p99 is `p99_us`
-        // over `ops` completed requests: the compaction reads' rate sent.
+        (p, stage)
+    }
+
+    /// One period of stage 1 with a foreground at `fg` bytes/s whose p99 is
+    /// `p99_us` over `ops` completed requests: the compaction reads' rate
+    /// sent.
+    fn latency_period(
+        p: &mut SilkPolicy,
+        stage: &Stage,
+        fg: f64,
+        ops: u64,
+        p99_us: u64,
+    ) -> Option<u64> {
+        let mut v = view(1, fig(fg, 1.0, 0.0, 0.0));
+        v.info = stage.info();
+        let stats = v.stats.as_mut().unwrap();
+        let ch = stats
+            .channels
+            .iter_mut()
+            .find(|c| c.name == FOREGROUND)
+            .unwrap();
+        ch.counts.latency.ops = ops;
+        ch.counts.latency.p99_ns = p99_us * 1000;
+        sent(&p.period(Duration::ZERO, &[v]), 1, COMPACTION, READS_OBJECT)
+    }
+
+    #[test]
+    fn a_read_latency_target_halves_the_read_cap_when_missed_and_steps_it_back() {
+        const READ_B: f64 = 150.0 * MIB;
+        let (mut p, stage) = with_target();
+        // Periods with a foreground at 10 MiB/s.
         let period = |p: &mut SilkPolicy, ops: u64, p99_us: u64| {
-            let mut v = view(1, fig(10.0 * MIB, 1.0, 0.0, 0.0));
-            v.info = stage.info();
-            let stats = v.stats.as_mut().unwrap();
-            let fg = stats
-                .channels
-                .iter_mut()
-                .find(|c| c.name == FOREGROUND)
-                .unwrap();
-            fg.counts.latency.ops = ops;
-            fg.counts.latency.p99_ns = p99_us * 1000;
-            sent(&p.period(Duration::ZERO, &[v]), 1, COMPACTION, READS_OBJECT)
+            latency_period(p, &stage, 10.0 * MIB, ops, p99_us)
         };
         // Met: the cap stays at KVSB_r (B_r = 150 − 10).
         assert_eq!(period(&mut p, 100, 1500), Some(r(140.0 * MIB)));
@@ -1637,26 +1656,9 @@ name = "metadata"
 
     #[test]
     fn a_foreground_without_latency_is_counted_towards_a_warning() {
-        let mut p = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(150.0 * MIB))
-            .unwrap()
-            .read_latency_target(Some(Duration::from_millis(2)))
-            .unwrap();
-        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
-        stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
+        let (mut p, stage) = with_target();
         let period = |p: &mut SilkPolicy, fg: f64, ops: u64| {
-            let mut v = view(1, fig(fg, 1.0, 0.0, 0.0));
-            v.info = stage.info();
-            let stats = v.stats.as_mut().unwrap();
-            let ch = stats
-                .channels
-                .iter_mut()
-                .find(|c| c.name == FOREGROUND)
-                .unwrap();
-            ch.counts.latency.ops = ops;
-            ch.counts.latency.p99_ns = 100_000;
-            p.period(Duration::ZERO, &[v]);
+            latency_period(p, &stage, fg, ops, 100);
         };
         for n in 1..=UNJUDGED_PERIODS + 2 {
             period(&mut p, 10.0 * MIB, 0);
