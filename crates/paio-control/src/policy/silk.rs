@@ -569,6 +569,41 @@ impl SilkPolicy {
         ObjectConfig::Drl(common::drl_config(rate).with_split(self.read_split))
     }
 
+    /// Stage `view`'s read cap for this period under `target`
+    /// ([`next_read_cap`] from its last one), counting in `unjudged` the
+    /// periods its foreground moves bytes with no call latency and warning
+    /// at the [`UNJUDGED_PERIODS`]th.
+    fn next_cap(
+        &self,
+        view: &StageView,
+        usage: &Usage,
+        read_b: f64,
+        target: Duration,
+        unjudged: &mut BTreeMap<StageId, u32>,
+    ) -> f64 {
+        let latency = &usage.fg_latency;
+        if usage.fg > 0.0 && latency.ops == 0 {
+            let n = self
+                .unjudged
+                .get(&view.id)
+                .map_or(1, |n| n.saturating_add(1));
+            if n == UNJUDGED_PERIODS {
+                tracing::warn!(
+                    "silk: stage {}'s foreground moves {} and reports no call latency (its \
+                     requests are not admitted and completed, as the RocksDB plugin's are), so \
+                     read_latency_target cannot be judged for it: its compaction reads get \
+                     read_bandwidth",
+                    Self::group(view),
+                    fmt_rate(usage.fg)
+                );
+            }
+            unjudged.insert(view.id, n);
+        }
+        let cap = self.read_caps.get(&view.id).copied().unwrap_or(read_b);
+        let missed = latency.ops > 0 && latency.p99_ns > target.as_nanos() as u64;
+        next_read_cap(cap, read_b, self.min_b, missed)
+    }
+
     /// The name of a stage's figures.
     fn group(view: &StageView) -> String {
         match view.label(INSTANCE_LABEL) {
@@ -723,27 +758,7 @@ impl ControlPolicy for SilkPolicy {
             let reads = self.read_b.map(|read_b| {
                 let budget = match self.read_target {
                     Some(target) => {
-                        if usage.fg > 0.0 && usage.fg_latency.ops == 0 {
-                            let n = self
-                                .unjudged
-                                .get(&view.id)
-                                .map_or(1, |n| n.saturating_add(1));
-                            if n == UNJUDGED_PERIODS {
-                                tracing::warn!(
-                                    "silk: stage {}'s foreground moves {} and reports no call \
-                                     latency (its requests are not admitted and completed, as \
-                                     the RocksDB plugin's are), so read_latency_target cannot \
-                                     be judged for it: its compaction reads get read_bandwidth",
-                                    Self::group(view),
-                                    fmt_rate(usage.fg)
-                                );
-                            }
-                            unjudged.insert(view.id, n);
-                        }
-                        let cap = self.read_caps.get(&view.id).copied().unwrap_or(read_b);
-                        let missed = usage.fg_latency.ops > 0
-                            && usage.fg_latency.p99_ns > target.as_nanos() as u64;
-                        let cap = next_read_cap(cap, read_b, self.min_b, missed);
+                        let cap = self.next_cap(view, &usage, read_b, target, &mut unjudged);
                         caps.insert(view.id, cap);
                         cap
                     }
