@@ -885,8 +885,45 @@ impl Stage {
         self.admit_in(thread.0, ctx)
     }
 
+    /// [`Stage::admit_on_thread`] that never waits
+    /// ([`EnforcementObject::try_admit`]): for a caller holding admissions
+    /// of its own while it asks, which a blocking admission could wait for
+    /// forever (the interposer keeping several pieces of one call in
+    /// flight). [`TryEnforceError::Wait`]: nothing was taken or counted;
+    /// complete some of the caller's own requests, or admit with
+    /// [`Stage::admit_on_thread`] once it holds none.
+    #[inline]
+    pub fn try_admit_on_thread(
+        &self,
+        thread: ThreadRef<'_>,
+        ctx: &Context,
+    ) -> Result<Admission, TryEnforceError> {
+        self.admit_with(
+            thread.0,
+            ctx,
+            |o| o.try_admit(ctx),
+            |e| match e {
+                TryEnforceError::Refused(_) => true,
+                TryEnforceError::Wait(_) => false,
+            },
+        )
+    }
+
     #[inline]
     fn admit_in(&self, t: &ThreadState, ctx: &Context) -> Result<Admission, EnforceError> {
+        self.admit_with(t, ctx, |o| o.admit(ctx), |_| true)
+    }
+
+    /// Routes `ctx` and admits it with `admit` on its object; an error for
+    /// which `refused` is true counts the request now.
+    #[inline]
+    fn admit_with<E>(
+        &self,
+        t: &ThreadState,
+        ctx: &Context,
+        admit: impl FnOnce(&dyn EnforcementObject) -> Result<Admitted, E>,
+        refused: impl FnOnce(&E) -> bool,
+    ) -> Result<Admission, E> {
         let (entry, route, admitted) = self.with_table(t, |table, memo| {
             let route = match memo {
                 Some(memo) => memo.route(table, ctx),
@@ -898,10 +935,12 @@ impl Stage {
             if e.noop {
                 return Ok((e.uid, route, Admitted::default()));
             }
-            match e.object.admit(ctx) {
+            match admit(&*e.object) {
                 Ok(admitted) => Ok((e.uid, route, admitted)),
                 Err(err) => {
-                    e.recorder.record_at(thread_slot(t), ctx.size, 0);
+                    if refused(&err) {
+                        e.recorder.record_at(thread_slot(t), ctx.size, 0);
+                    }
                     Err(err)
                 }
             }
@@ -1544,6 +1583,32 @@ mod tests {
             .unwrap();
         assert_eq!(b.complete(adm, 1), Err(ForeignAdmission));
         assert_eq!(b.collect().channels[0].counts.ops, 0);
+    }
+
+    #[test]
+    fn try_admit_admits_what_goes_at_once_and_counts_no_wait() {
+        let (stage, _clock) = two_phase_stage();
+        let read = ctx(RequestType::READ, RequestContext::NONE, 4096);
+        crate::context::with_thread_ref(|t| {
+            // depth 1: the first piece takes the slot, the second would wait
+            // for it and is neither taken nor counted.
+            let a = stage.try_admit_on_thread(t, &read).unwrap();
+            assert_eq!(
+                stage.try_admit_on_thread(t, &read).err(),
+                Some(TryEnforceError::Wait(Duration::MAX))
+            );
+            stage.complete_on_thread(t, a, 4096).unwrap();
+            let b = stage.try_admit_on_thread(t, &read).unwrap();
+            stage.complete_on_thread(t, b, 100).unwrap();
+            // A write goes to the rate limiter: 1000 B of burst.
+            let write = ctx(RequestType::WRITE, RequestContext::NONE, 600);
+            let w = stage.try_admit_on_thread(t, &write).unwrap();
+            assert!(stage.try_admit_on_thread(t, &write).is_err());
+            stage.complete_on_thread(t, w, 600).unwrap();
+        });
+        let counts = channel_counts(&stage, "bg");
+        assert_eq!((counts.ops, counts.bytes), (2, 4196));
+        assert_eq!(channel_counts(&stage, "limited").ops, 1);
     }
 
     #[test]

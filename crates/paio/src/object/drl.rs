@@ -287,6 +287,24 @@ impl Drl {
         }
     }
 
+    /// Gives back everything an admission of `ctx` charged, in either unit:
+    /// for a request admitted but then not issued at all ([`Priority`]'s
+    /// non-blocking admission when no slot is free). Credited now, capped
+    /// at the burst, as [`Drl::refund`] is.
+    ///
+    /// [`Priority`]: crate::object::Priority
+    pub fn give_back(&self, ctx: &Context) {
+        let waiting = {
+            let mut b = self.lock();
+            let cost = b.cost(ctx);
+            b.credited = (b.credited + cost).min(b.charged + b.burst_nt);
+            b.waiting > 0
+        };
+        if waiting {
+            self.released.notify_all();
+        }
+    }
+
     /// Wakes blocked requests so they re-read the clock. Needed only with a
     /// clock that jumps (a test's [`crate::FakeClock`]); a real clock wakes
     /// them by itself.

@@ -198,10 +198,23 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
             .map(|waited_ns| Admitted { waited_ns, note: 0 })
     }
 
+    /// Non-blocking admit phase, for a caller that holds admitted requests of
+    /// its own while it asks (the interposer keeping several pieces of one
+    /// call in flight): admits the request only if it can go at once, and
+    /// otherwise changes nothing and returns [`TryEnforceError::Wait`], so
+    /// the caller never sleeps waiting for slots that only its own
+    /// completions would free. An admission is completed like any other.
+    /// Default: [`EnforcementObject::try_enforce`] without data, note 0.
+    fn try_admit(&self, ctx: &Context) -> Result<Admitted, TryEnforceError> {
+        self.try_enforce(ctx, &mut Request::new(None))
+            .map(|waited_ns| Admitted { waited_ns, note: 0 })
+    }
+
     /// Complete phase: the call of a request this object admitted (`ctx`
     /// and `note` as at admission) returned having moved `moved` bytes (0 on
     /// error; at most `ctx.size`). Called exactly once per successful
-    /// [`EnforcementObject::admit`], only on objects whose
+    /// [`EnforcementObject::admit`] or [`EnforcementObject::try_admit`],
+    /// only on objects whose
     /// [`EnforcementObject::two_phase`] is `true`; must not block. Default:
     /// nothing.
     fn complete(&self, ctx: &Context, note: u32, moved: u64) {

@@ -46,7 +46,10 @@ use crate::criticality::{self, CriticalActivity, CriticalBoard};
 use serde::{Deserialize, Serialize};
 
 use super::Request;
-use super::{Admitted, ConfigError, Drl, DrlConfig, EnforceError, EnforcementObject, ObjectConfig};
+use super::{
+    Admitted, ConfigError, Drl, DrlConfig, EnforceError, EnforcementObject, ObjectConfig,
+    TryEnforceError,
+};
 use crate::clock::SharedClock;
 use crate::context::{Context, WorkflowId};
 use crate::sync::atomic::AtomicU64;
@@ -678,7 +681,16 @@ impl Priority {
     /// all).
     #[inline]
     fn acquire(&self, ctx: &Context, critical: bool) -> (bool, u64) {
-        // Fast path, nobody waiting: one compare-and-swap.
+        if self.acquire_now(critical) {
+            return (critical, 0);
+        }
+        self.acquire_queued(ctx, critical)
+    }
+
+    /// Takes a slot for a request of class `critical` if nobody waits and
+    /// it may go at once: one compare-and-swap. Returns whether it did.
+    #[inline]
+    fn acquire_now(&self, critical: bool) -> bool {
         let mut w = self.counts.load(Ordering::Acquire);
         while counts::waiting(w) == 0 && self.may_go_now(w, critical) {
             match self.counts.compare_exchange_weak(
@@ -687,11 +699,11 @@ impl Priority {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return (critical, 0),
+                Ok(_) => return true,
                 Err(now) => w = now,
             }
         }
-        self.acquire_queued(ctx, critical)
+        false
     }
 
     /// [`Priority::acquire`] behind other waiters, or when the request must
@@ -884,6 +896,33 @@ impl EnforcementObject for Priority {
             waited_ns: waited_ns + queued_ns,
             note,
         })
+    }
+
+    /// Admits only what [`EnforcementObject::admit`] would admit without
+    /// waiting: tokens already in the bucket (with `rate`) and a slot free
+    /// with nobody waiting ahead; otherwise nothing is taken and the request
+    /// would wait indefinitely (until completions free a slot).
+    fn try_admit(&self, ctx: &Context) -> Result<Admitted, TryEnforceError> {
+        let critical = ctx.criticality.is_critical();
+        let mut note = 0;
+        let mut rated = None;
+        if !critical && self.rated.load(Ordering::Acquire) {
+            if let Some(drl) = self.rate.load_full() {
+                drl.try_enforce(ctx, &mut Request::new(None))?;
+                note |= NOTE_RATED;
+                rated = Some(drl);
+            }
+        }
+        if !self.acquire_now(critical) {
+            if let Some(drl) = rated {
+                drl.give_back(ctx);
+            }
+            return Err(TryEnforceError::Wait(Duration::MAX));
+        }
+        if critical {
+            note |= NOTE_CRITICAL;
+        }
+        Ok(Admitted { waited_ns: 0, note })
     }
 
     #[inline]
@@ -1227,6 +1266,83 @@ mod tests {
         let c = p.admit(&ctx(2, true, 1 << 30)).unwrap();
         assert_eq!((c.waited_ns, c.note), (0, NOTE_CRITICAL));
         p.complete(&ctx(2, true, 1 << 30), c.note, 0);
+    }
+
+    #[test]
+    fn try_admit_takes_free_slots_and_never_waits() {
+        let (p, _) = object(PriorityConfig {
+            depth: 2,
+            ..PriorityConfig::default()
+        });
+        let c = ctx(1, false, 10);
+        let a = p.try_admit(&c).unwrap();
+        let b = p.try_admit(&c).unwrap();
+        // Both slots are the caller's own: a third would wait for them.
+        assert_eq!(p.try_admit(&c), Err(TryEnforceError::Wait(Duration::MAX)));
+        let s = p.status();
+        assert_eq!((s.normal_outstanding, s.normal_waiting), (2, 0));
+        // Critical slots are separate.
+        let k = p.try_admit(&ctx(2, true, 10)).unwrap();
+        assert_eq!(k.note, NOTE_CRITICAL);
+        p.complete(&ctx(2, true, 10), k.note, 10);
+        p.complete(&c, a.note, 10);
+        // Critical I/O is active (its window): busy_depth 1 is the bound, and
+        // one non-critical request is still outstanding.
+        assert!(p.try_admit(&c).is_err());
+        p.complete(&c, b.note, 10);
+        let d = p.try_admit(&c).unwrap();
+        p.complete(&c, d.note, 10);
+    }
+
+    #[test]
+    fn try_admit_does_not_pass_waiters() {
+        let (p, _) = object(PriorityConfig {
+            depth: 1,
+            ..PriorityConfig::default()
+        });
+        let c = ctx(1, false, 1);
+        let held = p.admit(&c).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let h = spawn_admit(&p, ctx(2, false, 1), 2, &tx);
+        // A slot frees, but a waiter was first: it goes, not the try.
+        p.complete(&c, held.note, 1);
+        assert_eq!(rx.recv().unwrap().0, 2);
+        assert!(p.try_admit(&c).is_err());
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn failed_try_admit_gives_the_rate_back() {
+        let (p, _) = object(PriorityConfig {
+            depth: 1,
+            rate: Some(Rate::ops_per_sec(1)),
+            burst: Some(Size(1)),
+            ..PriorityConfig::default()
+        });
+        let c = ctx(1, false, 4096);
+        let a = p.try_admit(&c).unwrap();
+        assert_eq!(a.note, NOTE_RATED);
+        // No token left (an operation costs one whatever it moved).
+        p.complete(&c, a.note, 4096);
+        assert!(p.try_admit(&c).is_err());
+        // A token, but no slot: the token is given back, not lost.
+        let (p, clock) = object(PriorityConfig {
+            depth: 1,
+            rate: Some(Rate::ops_per_sec(1)),
+            burst: Some(Size(2)),
+            ..PriorityConfig::default()
+        });
+        let held = p.admit(&c).unwrap();
+        assert!(p.try_admit(&c).is_err());
+        p.complete(&c, held.note, 4096);
+        let b = p.try_admit(&c).unwrap();
+        p.complete(&c, b.note, 4096);
+        assert!(
+            p.try_admit(&c).is_err(),
+            "two tokens in the burst, two used"
+        );
+        clock.advance(Duration::from_secs(1));
+        assert!(p.try_admit(&c).is_ok());
     }
 
     #[test]
