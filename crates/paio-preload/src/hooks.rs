@@ -74,7 +74,8 @@ data_hook!(writev, c"writev", WRITE, fd, iov_len_of(iov, cnt), (fd: c_int, iov: 
 data_hook!(__read_chk, c"__read_chk", READ, fd, count as u64, (fd: c_int, buf: *mut c_void, count: size_t, buflen: size_t));
 
 /// A positional call with one buffer (`pread`, `pwrite64`, ...): two
-/// phases; split into pieces when the stage asks and the file allows.
+/// phases; split into pieces when the stage asks and the file allows,
+/// several in flight at once on a descriptor opened with `O_DIRECT`.
 /// `$extra` are trailing arguments passed unchanged (a fortify length).
 macro_rules! positional_hook {
     ($name:ident, $sym:literal, $rt:ident, $buf:ty, $off:ty, ($($extra:ident : $et:ty),*)) => {
@@ -83,7 +84,14 @@ macro_rules! positional_hook {
             let Some(real) = real_fn!($sym, fn(c_int, $buf, size_t, $off $(, $et)*) -> ssize_t) else {
                 return nosys() as ssize_t;
             };
-            rt::data_call(RequestType::$rt, fd, || count as u64, rt::Split::IfRegular, |at, len| {
+            // A fortified call whose buffer is too short goes piece after
+            // piece through the real checking function, which aborts.
+            let split = if true $(&& $extra >= count)* {
+                rt::Split::Buffer(rt::Buffer { buf: buf as *mut u8, offset: off as i64 })
+            } else {
+                rt::Split::IfRegular
+            };
+            rt::data_call(RequestType::$rt, fd, || count as u64, split, |at, len| {
                 if len == u64::MAX {
                     // SAFETY: the caller's arguments, unchanged.
                     return unsafe { real(fd, buf, count, off $(, $extra)*) as i64 };
@@ -484,6 +492,10 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let Some(real) = real_fn!(c"close", fn(c_int) -> c_int) else {
         return nosys();
     };
+    if crate::ring::is_ring_fd(fd) {
+        // The interposer's own ring: the program never opened it.
+        return 0;
+    }
     rt::before_meta(RequestType::CLOSE, fd);
     // SAFETY: the caller's argument to the real close.
     let r = unsafe { real(fd) };
@@ -501,12 +513,69 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         return nosys();
     };
     rt::before_meta(RequestType::CLOSE, -1);
-    // SAFETY: the caller's arguments to the real close_range.
-    let r = unsafe { real(first, last, flags) };
+    // The interposer's ring descriptors are left open: the range is closed
+    // around them.
+    let r = around_rings(first, last, |a, b| {
+        // SAFETY: the caller's flags and a part of the caller's range, to
+        // the real close_range.
+        unsafe { real(a, b, flags) }
+    });
     if r == 0 && flags & CLOSE_RANGE_CLOEXEC == 0 {
         fdtable::clear_range(first, last);
     }
     r
+}
+
+/// Calls `close(a, b)` for each part of `[first, last]` between the
+/// interposer's ring descriptors; the first failure's result, or 0.
+fn around_rings(
+    first: c_uint,
+    last: c_uint,
+    mut close: impl FnMut(c_uint, c_uint) -> c_int,
+) -> c_int {
+    let clamp = |v: c_uint| c_int::try_from(v).unwrap_or(c_int::MAX);
+    let mut from = first;
+    for fd in crate::ring::ring_fds_in(clamp(first), clamp(last)) {
+        if fd < 0 {
+            break;
+        }
+        let fd = fd as c_uint;
+        if fd > from {
+            let r = close(from, fd - 1);
+            if r != 0 {
+                return r;
+            }
+        }
+        from = fd + 1;
+    }
+    if from > last {
+        return 0;
+    }
+    close(from, last)
+}
+
+/// glibc's `closefrom` closes with its own internal `close_range`, which no
+/// hook sees: done here as `close_range(lowfd, ~0, 0)` around the ring
+/// descriptors, falling back to the real `closefrom` where the kernel has
+/// no `close_range`.
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(lowfd: c_int) {
+    let Some(real) = real_fn!(c"closefrom", fn(c_int) -> ()) else {
+        return;
+    };
+    let first = lowfd.max(0) as c_uint;
+    rt::before_meta(RequestType::CLOSE, -1);
+    let saved = rt::errno();
+    let r = around_rings(first, c_uint::MAX, |a, b| {
+        // SAFETY: a raw close_range over part of the caller's range.
+        unsafe { libc::syscall(libc::SYS_close_range, a, b, 0) as c_int }
+    });
+    rt::set_errno(saved);
+    if r != 0 {
+        // SAFETY: the caller's argument to the real closefrom.
+        unsafe { real(lowfd) };
+    }
+    fdtable::clear_range(first, c_uint::MAX);
 }
 
 #[no_mangle]

@@ -35,6 +35,7 @@ mod fdtable;
 mod hooks;
 mod locks;
 mod real;
+mod ring;
 mod rt;
 mod stdio;
 mod tsc;

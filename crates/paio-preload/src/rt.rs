@@ -8,7 +8,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use paio::context::{FileClass, ThreadRef};
-use paio::{Context, Policy, RequestContext, RequestType, Stage, StageStats};
+use paio::{Admission, Context, Policy, RequestContext, RequestType, Stage, StageStats};
 
 use crate::board::{self, Board};
 use crate::fdtable;
@@ -644,9 +644,34 @@ fn with_class(cfg: &Config, ctx: Context, class: u16) -> Context {
 pub(crate) enum Split {
     /// Never: a call on the file offset, or with flags.
     Never,
-    /// If the descriptor is a regular file opened without `O_APPEND`.
+    /// If the descriptor is a regular file opened without `O_APPEND`; the
+    /// pieces go one after another.
     IfRegular,
+    /// As `IfRegular`, for a call on one buffer (`pread`, `pwrite`): on a
+    /// descriptor opened with `O_DIRECT`, pieces may be in flight together
+    /// ([`concurrent_call`]).
+    Buffer(Buffer),
 }
+
+/// The buffer and file offset of a positional call on one buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Buffer {
+    /// The caller's buffer (written by a read, read by a write).
+    pub(crate) buf: *mut u8,
+    /// The call's file offset.
+    pub(crate) offset: i64,
+}
+
+/// What [`splittable`] found out about a descriptor.
+struct Regular {
+    direct: bool,
+    /// The file's size when asked.
+    size: u64,
+}
+
+/// Linux moves at most this many bytes in one read or write call
+/// (`MAX_RW_COUNT`); a concurrent split moves no more either.
+const MAX_RW_COUNT: u64 = 0x7fff_f000;
 
 /// Runs a data call of `size` bytes on `fd` through the stage in two phases:
 /// admitted before the real call (where a priority object may hold it and a
@@ -679,10 +704,17 @@ pub(crate) fn data_call(
     let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
     // Pieces are multiples of 4 KiB and a call is split only when larger
     // than a piece: smaller calls skip the question (one routing fewer).
-    if split == Split::IfRegular && size > paio::object::SPLIT_ALIGN {
+    if split != Split::Never && size > paio::object::SPLIT_ALIGN {
         if let Some(p) = stage.split_size_on_thread(g.thread, &ctx) {
-            if p > 0 && size > p && splittable(fd) {
-                return split_call(g, cfg, stage, fd, ctx, p, &mut piece);
+            if p > 0 && size > p {
+                if let Some(file) = splittable(fd) {
+                    if let Split::Buffer(b) = split {
+                        if let Some(ring) = concurrent(rt, &b, size, &file) {
+                            return concurrent_call(g, cfg, stage, fd, ctx, p, b, ring, &mut piece);
+                        }
+                    }
+                    return split_call(g, cfg, stage, fd, ctx, p, &mut piece);
+                }
             }
         }
     }
@@ -756,17 +788,41 @@ pub(crate) fn async_request(rt: RequestType, fd: c_int, size: u64) {
 /// Whether `fd` is a regular file opened without `O_APPEND` (Linux ignores
 /// a positional write's offset under `O_APPEND`: pieces would append out of
 /// order). Raw system calls: nothing interposed, errno restored by the guard.
-fn splittable(fd: c_int) -> bool {
+fn splittable(fd: c_int) -> Option<Regular> {
     // SAFETY: F_GETFL takes no third argument.
     let flags = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
     if flags < 0 || flags as c_int & libc::O_APPEND != 0 {
-        return false;
+        return None;
     }
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
     // SAFETY: `st` is a valid out-pointer for one `struct stat`.
-    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) };
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
     // SAFETY: fstat succeeded, so it filled `st`.
-    r == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG
+    let st = unsafe { st.assume_init() };
+    (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Regular {
+        direct: flags as c_int & libc::O_DIRECT != 0,
+        size: st.st_size.max(0) as u64,
+    })
+}
+
+/// A ring for a call of `size` bytes on buffer `b` of `file`, if its pieces
+/// may be in flight together: a direct read, or a direct write that ends
+/// within the file (one that extends it goes piece after piece, so a
+/// failing piece never leaves the file longer than what the call
+/// returns), with a ring free.
+fn concurrent(rt: RequestType, b: &Buffer, size: u64, file: &Regular) -> Option<crate::ring::Held> {
+    let fits = rt == RequestType::READ
+        || u64::try_from(b.offset)
+            .ok()
+            .and_then(|o| o.checked_add(size))
+            .is_some_and(|end| end <= file.size);
+    if file.direct && fits && b.offset >= 0 {
+        crate::ring::take()
+    } else {
+        None
+    }
 }
 
 /// Issues the call as pieces of `piece_size` bytes, each admitted and
@@ -848,6 +904,224 @@ fn split_call(
             -1
         }
         _ => done as i64,
+    }
+}
+
+/// One piece of a [`concurrent_call`] in its window.
+#[derive(Clone, Copy)]
+struct Piece {
+    len: u64,
+    /// Bytes moved, or `-errno`; `None` while in flight.
+    result: Option<i64>,
+}
+
+/// [`split_call`] for a direct call on one buffer, with several pieces in
+/// flight at once through an io_uring ring: before each piece the object
+/// is asked without waiting ([`Stage::try_admit_on_thread`]) whether
+/// another may go; when not, the call waits for one of its pieces to
+/// complete (or, with none in flight, waits in the stage as a sequential
+/// split does). Each piece is completed in the stage as soon as it is in,
+/// with its latency. The caller sees one call: the bytes of the leading
+/// pieces up to the first short or failed one; -1 with its errno if the
+/// first failed. Pieces after a failed one may have moved data (as the
+/// kernel's own large direct calls, issued as several device requests, may
+/// too); a write never ends beyond the file ([`concurrent`]).
+#[cold]
+#[allow(clippy::too_many_arguments)]
+fn concurrent_call(
+    g: Guard,
+    cfg: &Config,
+    stage: &'static Stage,
+    fd: c_int,
+    ctx: Context,
+    piece_size: u64,
+    b: Buffer,
+    ring: crate::ring::Held,
+    piece: &mut dyn FnMut(u64, u64) -> i64,
+) -> i64 {
+    const N: usize = crate::ring::MAX_IN_FLIGHT;
+    let caller_errno = g.saved_errno();
+    let thread = g.thread;
+    // Nothing of this library is held while pieces wait or run.
+    drop(g);
+    let mut ring = Some(ring);
+    let write = ctx.request_type == RequestType::WRITE;
+    let total = ctx.size.min(MAX_RW_COUNT);
+    let mut window = [Piece {
+        len: 0,
+        result: None,
+    }; N];
+    let mut admissions: [Option<Admission>; N] = [const { None }; N];
+    // Pieces are numbered in issue order; `head..tail` are in the window.
+    let (mut head, mut tail) = (0usize, 0usize);
+    let mut issued = 0u64;
+    let mut in_flight = 0usize;
+    let mut done = 0u64;
+    let mut ended = false;
+    let mut failed = None;
+    loop {
+        // Issue what may go now.
+        while !ended && issued < total && tail - head < N {
+            let Some(guard) = Guard::reenter(thread) else {
+                break;
+            };
+            let rest = total - issued;
+            let ctx = if issued == 0 {
+                ctx
+            } else {
+                Context {
+                    criticality: piece_criticality(guard.thread, ctx.criticality),
+                    ..ctx
+                }
+            };
+            let len = if issued == 0 {
+                piece_size.min(rest)
+            } else {
+                stage
+                    .split_size_on_thread(guard.thread, &Context { size: rest, ..ctx })
+                    .map_or(rest, |p| p.clamp(1, rest))
+            };
+            let pctx = Context { size: len, ..ctx };
+            let admission = if in_flight == 0 {
+                stage.admit_on_thread(guard.thread, &pctx).ok()
+            } else {
+                match stage.try_admit_on_thread(guard.thread, &pctx) {
+                    Ok(a) => Some(a),
+                    Err(paio::object::TryEnforceError::Wait(_)) => break,
+                    Err(paio::object::TryEnforceError::Refused(_)) => None,
+                }
+            };
+            drop(guard);
+            let (slot, at) = (tail % N, issued);
+            window[slot] = Piece { len, result: None };
+            admissions[slot] = admission;
+            tail += 1;
+            issued += len;
+            let n = in_flight;
+            let mut reap = |tag: u64, res: i32| {
+                in_flight -= 1;
+                let s = tag as usize % N;
+                settle(
+                    stage,
+                    thread,
+                    cfg,
+                    &mut window[s],
+                    &mut admissions[s],
+                    res.into(),
+                );
+            };
+            let sent = match ring.as_mut() {
+                // SAFETY: `at + len <= count`: the piece lies in the
+                // caller's buffer, which outlives this call; every
+                // submitted piece is reaped before it returns.
+                Some(r) => unsafe {
+                    r.submit(
+                        fd,
+                        write,
+                        b.buf.add(at as usize),
+                        len as u32,
+                        b.offset as u64 + at,
+                        (tail - 1) as u64,
+                    )
+                }
+                .is_ok(),
+                None => false,
+            };
+            if sent {
+                in_flight += 1;
+                continue;
+            }
+            // No ring (any more): the pieces in flight are drained and this
+            // one and the rest go one after another.
+            if let Some(r) = ring.take() {
+                r.abandon(n, &mut reap);
+            }
+            let r = piece(at, len);
+            let r = if r < 0 { -i64::from(errno()) } else { r };
+            settle(
+                stage,
+                thread,
+                cfg,
+                &mut window[slot],
+                &mut admissions[slot],
+                r,
+            );
+        }
+        // The leading pieces that are in make the call's result.
+        while head < tail {
+            let p = window[head % N];
+            let Some(r) = p.result else { break };
+            head += 1;
+            if ended {
+                continue;
+            }
+            if r < 0 {
+                failed = Some(-r as c_int);
+                ended = true;
+            } else {
+                done += r as u64;
+                ended = (r as u64) < p.len;
+            }
+        }
+        if head == tail && (ended || issued >= total) {
+            break;
+        }
+        if in_flight == 0 {
+            continue;
+        }
+        // Wait for pieces of this call to complete.
+        let n = in_flight;
+        let mut reap = |tag: u64, res: i32| {
+            in_flight -= 1;
+            let s = tag as usize % N;
+            settle(
+                stage,
+                thread,
+                cfg,
+                &mut window[s],
+                &mut admissions[s],
+                res.into(),
+            );
+        };
+        let r = ring.as_mut().expect("pieces in flight have a ring");
+        if r.wait(&mut reap).is_err() {
+            if let Some(r) = ring.take() {
+                r.abandon(n, &mut reap);
+            }
+        }
+    }
+    drop(ring);
+    if let Some(g) = Guard::reenter(thread) {
+        wrote(&g, ctx.request_type, &ctx, fd, done as i64);
+    }
+    match failed {
+        Some(e) if done == 0 => {
+            set_errno(e);
+            -1
+        }
+        _ => {
+            set_errno(caller_errno);
+            done as i64
+        }
+    }
+}
+
+/// A piece of a [`concurrent_call`] returned `r` (bytes, or `-errno`):
+/// completes its admission in the stage.
+fn settle(
+    stage: &'static Stage,
+    thread: ThreadRef<'static>,
+    cfg: &Config,
+    p: &mut Piece,
+    admission: &mut Option<Admission>,
+    r: i64,
+) {
+    p.result = Some(r);
+    if let Some(guard) = Guard::reenter(thread) {
+        if let Some(a) = admission.take() {
+            let _ = stage.complete_on_thread(guard.thread, a, r.max(0) as u64);
+        }
+        maybe_push(&guard, cfg);
     }
 }
 

@@ -59,6 +59,137 @@ fn split_calls_return_what_one_call_returns() {
     );
 }
 
+/// A scratch directory on the build's file system (direct I/O needs one
+/// that supports it; /tmp may be a tmpfs).
+fn direct_scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A policy like [`split_policy`] with `depth` slots: a split direct call
+/// may keep that many pieces in flight.
+fn deep_split_policy(dir: &Path, split: &str, depth: u32) -> PathBuf {
+    let p = dir.join(format!("deep-{split}-{depth}.toml"));
+    std::fs::write(
+        &p,
+        format!(
+            "[[channel]]\nname = \"all\"\nmatch = {{}}\ndefault_object = \"p\"\n\
+             [[channel.object]]\nname = \"p\"\nkind = \"priority\"\ndepth = {depth}\n\
+             split = \"{split}\"\nsplit_when = \"always\"\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn direct_calls_in_concurrent_pieces_return_what_one_call_returns() {
+    let dir = direct_scratch("direct");
+    let exe = compile(&dir, "direct", &[]);
+    let policy = deep_split_policy(&dir, "64KiB", 8);
+    let env = [("PAIO_POLICY", policy.to_str().unwrap())];
+    // Whole calls, end of file, a write inside and one extending the file,
+    // errors before progress: stdout (results, errno, checksums) equals the
+    // plain run's.
+    let out = same(&dir, &[&exe], &env);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("pread-eof 534288 777"), "{text}");
+    assert!(text.contains("pread-misaligned -1 22"), "{text}");
+    // 1 MiB calls in 64 KiB pieces: 15 more requests per call at least.
+    let split_ops = ops_of(&take_stats(&dir), "all");
+    let whole = deep_split_policy(&dir, "0B", 8);
+    same(&dir, &[&exe], &[("PAIO_POLICY", whole.to_str().unwrap())]);
+    let whole_ops = ops_of(&take_stats(&dir), "all");
+    assert!(
+        split_ops >= whole_ops + 6 * 15,
+        "split: {split_ops} requests, whole: {whole_ops}"
+    );
+    // An error after progress returns the progress with the caller's errno
+    // (16 pages of 4 KiB before the unwritable one).
+    let fault = run(&dir, &[&exe, "fault"], true, &env);
+    let text = String::from_utf8_lossy(&fault.stdout);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with("pread-fault-after 65536 777 "), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn direct_pieces_go_through_a_ring_that_survives_closing_every_descriptor() {
+    let dir = direct_scratch("direct-rings");
+    let exe = compile(&dir, "direct", &[]);
+    let policy = deep_split_policy(&dir, "64KiB", 8);
+    let env = [("PAIO_POLICY", policy.to_str().unwrap())];
+    let plain = run(&dir, &[&exe, "rings"], false, &[]);
+    let pre = run(&dir, &[&exe, "rings"], true, &env);
+    assert!(
+        pre.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pre.stderr)
+    );
+    let lines = |o: &Output| -> Vec<String> {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let (plain, pre) = (lines(&plain), lines(&pre));
+    assert_eq!(plain.len(), 6, "{plain:?}");
+    for (p, q) in plain.iter().zip(&pre) {
+        if p.starts_with("rings") {
+            // One ring, kept across closefrom(3) and a close() loop.
+            let name = p.split(' ').next().unwrap();
+            assert_eq!(p, &format!("{name} 0"));
+            assert_eq!(q, &format!("{name} 1"));
+        } else {
+            assert_eq!(p, q, "the same bytes read");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fio_direct_verifies_through_concurrent_pieces() {
+    require("fio");
+    let dir = direct_scratch("direct-fio");
+    let policy = deep_split_policy(&dir, "4KiB", 8);
+    let args = [
+        "fio",
+        "--name=job",
+        "--ioengine=psync",
+        "--direct=1",
+        "--rw=randrw",
+        "--bs=256k",
+        "--size=8m",
+        "--verify=crc32c",
+        "--do_verify=1",
+        "--filename=fio.dat",
+        "--output-format=terse",
+    ];
+    let out = run(
+        &dir,
+        &args,
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(
+        out.status.success(),
+        "fio: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let terse = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        terse.split(';').nth(4),
+        Some("0"),
+        "fio reported an error: {terse}"
+    );
+    // Reads and writes in 4 KiB pieces: 64 requests per 256 KiB call.
+    let ops = ops_of(&take_stats(&dir), "all");
+    assert!(ops >= 63 * ((8 << 20) / (256 << 10)), "{ops} requests");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// fio with verification under a priority object splitting at `split`:
 /// (requests, bytes) the stage counted.
 fn fio_run(dir: &Path, engine: &str, split: &str) -> (u64, u64) {
