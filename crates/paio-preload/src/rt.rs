@@ -852,28 +852,9 @@ fn split_call(
             let r = piece(done, total - done);
             return finish(done, r);
         };
-        // The object is asked again before each later piece: once critical
-        // I/O is over, the rest goes as one piece. The thread's criticality
-        // is read again too: a thread lent criticality meanwhile (a critical
-        // thread waits for a lock it holds) issues the rest as one critical
-        // request.
-        let rest = total - done;
-        let ctx = if done == 0 {
-            ctx
-        } else {
-            Context {
-                criticality: piece_criticality(guard.thread, ctx.criticality),
-                ..ctx
-            }
-        };
-        let len = if done == 0 {
-            piece_size.min(rest)
-        } else {
-            stage
-                .split_size_on_thread(guard.thread, &Context { size: rest, ..ctx })
-                .map_or(rest, |p| p.clamp(1, rest))
-        };
-        let admission = stage.admit_on_thread(guard.thread, &Context { size: len, ..ctx });
+        let pctx = next_piece(stage, guard.thread, ctx, done, piece_size);
+        let len = pctx.size;
+        let admission = stage.admit_on_thread(guard.thread, &pctx);
         drop(guard);
         let r = piece(done, len);
         let real_errno = errno();
@@ -962,34 +943,26 @@ fn concurrent_call(
     loop {
         // Issue what may go now.
         while !ended && issued < total && tail - head < N {
-            let Some(guard) = Guard::reenter(thread) else {
-                break;
-            };
-            let rest = total - issued;
-            let ctx = if issued == 0 {
-                ctx
-            } else {
-                Context {
-                    criticality: piece_criticality(guard.thread, ctx.criticality),
-                    ..ctx
-                }
-            };
-            let len = if issued == 0 {
-                piece_size.min(rest)
-            } else {
-                stage
-                    .split_size_on_thread(guard.thread, &Context { size: rest, ..ctx })
-                    .map_or(rest, |p| p.clamp(1, rest))
-            };
-            let pctx = Context { size: len, ..ctx };
-            let admission = if in_flight == 0 {
-                stage.admit_on_thread(guard.thread, &pctx).ok()
-            } else {
-                match stage.try_admit_on_thread(guard.thread, &pctx) {
+            let pctx = next_piece(
+                stage,
+                thread,
+                Context { size: total, ..ctx },
+                issued,
+                piece_size,
+            );
+            let len = pctx.size;
+            // (The library is not on this thread's stack here: entering
+            // works; were it not to, the piece would go unadmitted rather
+            // than be lost.)
+            let guard = Guard::reenter(thread);
+            let admission = match &guard {
+                None => None,
+                Some(_) if in_flight == 0 => stage.admit_on_thread(thread, &pctx).ok(),
+                Some(_) => match stage.try_admit_on_thread(thread, &pctx) {
                     Ok(a) => Some(a),
                     Err(paio::object::TryEnforceError::Wait(_)) => break,
                     Err(paio::object::TryEnforceError::Refused(_)) => None,
-                }
+                },
             };
             drop(guard);
             let (slot, at) = (tail % N, issued);
@@ -1123,6 +1096,36 @@ fn settle(
         }
         maybe_push(&guard, cfg);
     }
+}
+
+/// The context of a split call `ctx` (of `ctx.size` bytes) for its next
+/// piece, `done` bytes into it: the first piece is `piece_size` long. The
+/// object is asked again before each later piece: once critical I/O is
+/// over, the rest goes as one piece. The thread's criticality is read again
+/// too: a thread lent criticality meanwhile (a critical thread waits for a
+/// lock it holds) issues the rest as one critical request.
+fn next_piece(
+    stage: &Stage,
+    thread: ThreadRef<'_>,
+    ctx: Context,
+    done: u64,
+    piece_size: u64,
+) -> Context {
+    let rest = ctx.size - done;
+    if done == 0 {
+        return Context {
+            size: piece_size.min(rest),
+            ..ctx
+        };
+    }
+    let ctx = Context {
+        criticality: piece_criticality(thread, ctx.criticality),
+        ..ctx
+    };
+    let len = stage
+        .split_size_on_thread(thread, &Context { size: rest, ..ctx })
+        .map_or(rest, |p| p.clamp(1, rest));
+    Context { size: len, ..ctx }
 }
 
 /// A split call's criticality for its next piece: critical once the thread

@@ -154,50 +154,20 @@ fn fio_direct_verifies_through_concurrent_pieces() {
     require("fio");
     let dir = direct_scratch("direct-fio");
     let policy = deep_split_policy(&dir, "4KiB", 8);
-    let args = [
-        "fio",
-        "--name=job",
-        "--ioengine=psync",
-        "--direct=1",
-        "--rw=randrw",
-        "--bs=256k",
-        "--size=8m",
-        "--verify=crc32c",
-        "--do_verify=1",
-        "--filename=fio.dat",
-        "--output-format=terse",
-    ];
-    let out = run(
-        &dir,
-        &args,
-        true,
-        &[("PAIO_POLICY", policy.to_str().unwrap())],
-    );
-    assert!(
-        out.status.success(),
-        "fio: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let terse = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        terse.split(';').nth(4),
-        Some("0"),
-        "fio reported an error: {terse}"
-    );
+    let (ops, _) = fio_run(&dir, "psync", &policy, &["--direct=1"]);
     // Reads and writes in 4 KiB pieces: 64 requests per 256 KiB call.
-    let ops = ops_of(&take_stats(&dir), "all");
     assert!(ops >= 63 * ((8 << 20) / (256 << 10)), "{ops} requests");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// fio with verification under a priority object splitting at `split`:
+/// fio with verification (and `extra` arguments) under `policy`:
 /// (requests, bytes) the stage counted.
-fn fio_run(dir: &Path, engine: &str, split: &str) -> (u64, u64) {
-    let policy = split_policy(dir, split);
-    let args = [
+fn fio_run(dir: &Path, engine: &str, policy: &Path, extra: &[&str]) -> (u64, u64) {
+    let engine = format!("--ioengine={engine}");
+    let mut args = vec![
         "fio",
         "--name=job",
-        &format!("--ioengine={engine}"),
+        &engine,
         "--rw=randrw",
         "--bs=256k",
         "--size=8m",
@@ -206,6 +176,7 @@ fn fio_run(dir: &Path, engine: &str, split: &str) -> (u64, u64) {
         "--filename=fio.dat",
         "--output-format=terse",
     ];
+    args.extend_from_slice(extra);
     let out = run(
         dir,
         &args,
@@ -233,8 +204,8 @@ fn fio_run(dir: &Path, engine: &str, split: &str) -> (u64, u64) {
 fn fio_split(engine: &str) {
     require("fio");
     let dir = scratch(&format!("split-fio-{engine}"));
-    let (split_ops, split_bytes) = fio_run(&dir, engine, "4KiB");
-    let (whole_ops, whole_bytes) = fio_run(&dir, engine, "0B");
+    let (split_ops, split_bytes) = fio_run(&dir, engine, &split_policy(&dir, "4KiB"), &[]);
+    let (whole_ops, whole_bytes) = fio_run(&dir, engine, &split_policy(&dir, "0B"), &[]);
     // 8 MiB of 256 KiB calls (reads, writes, then verification reads):
     // as 4 KiB pieces, at least 63 more requests per 256 KiB of data.
     assert!(split_bytes >= 8 << 20, "fio {engine}: {split_bytes} bytes");

@@ -23,27 +23,14 @@
 
 #define MIB (1 << 20)
 
-static uint32_t sum(const unsigned char *p, size_t n) {
-    uint32_t s = 2166136261u;
-    for (size_t i = 0; i < n; i++) s = (s ^ p[i]) * 16777619u;
-    return s;
-}
-
-#define SHOW(name, expr, buf)                                                 \
-    do {                                                                      \
-        errno = 777;                                                          \
-        ssize_t r_ = (expr);                                                  \
-        int e_ = errno;                                                       \
-        printf("%s %zd %d %08x\n", name, r_, e_,                              \
-               (buf) && r_ > 0 ? sum((const unsigned char *)(buf), r_) : 0u); \
-    } while (0)
+#include "show.h"
 
 static int rings(void) {
     int n = 0;
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -1;
     struct dirent *e;
-    char path[64], link[64];
+    char path[300], link[64];
     while ((e = readdir(d))) {
         snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
         ssize_t l = readlink(path, link, sizeof link - 1);

@@ -15,20 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static uint32_t sum(const unsigned char *p, size_t n) {
-    uint32_t s = 2166136261u;
-    for (size_t i = 0; i < n; i++) s = (s ^ p[i]) * 16777619u;
-    return s;
-}
-
-#define SHOW(name, expr, buf, n)                                              \
-    do {                                                                      \
-        errno = 777;                                                          \
-        ssize_t r_ = (expr);                                                  \
-        int e_ = errno;                                                       \
-        printf("%s %zd %d %08x\n", name, r_, e_,                              \
-               (buf) && r_ > 0 ? sum((const unsigned char *)(buf), r_) : 0u); \
-    } while (0)
+#include "show.h"
 
 int main(void) {
     long page = sysconf(_SC_PAGESIZE);
@@ -40,22 +27,22 @@ int main(void) {
     unsigned char *buf = malloc(1 << 20);
 
     /* Short read at end of file: 64 KiB asked, 10,000 there. */
-    SHOW("pread-eof", pread(fd, buf, 65536, 0), buf, 0);
-    SHOW("pread-mid", pread(fd, buf, 65536, 5000), buf, 0);
-    SHOW("pread-past", pread(fd, buf, 65536, 20000), buf, 0);
+    SHOW("pread-eof", pread(fd, buf, 65536, 0), buf);
+    SHOW("pread-mid", pread(fd, buf, 65536, 5000), buf);
+    SHOW("pread-past", pread(fd, buf, 65536, 20000), buf);
     /* Writes of 40 KiB in the middle, read back whole. */
-    SHOW("pwrite", pwrite(fd, pattern, 40960, 3000), pattern, 0);
-    SHOW("pread-back", pread(fd, buf, 65536, 0), buf, 0);
+    SHOW("pwrite", pwrite(fd, pattern, 40960, 3000), pattern);
+    SHOW("pread-back", pread(fd, buf, 65536, 0), buf);
 
     /* Vectored: three buffers of odd sizes crossing piece boundaries. */
     struct iovec iov[3] = {{buf, 5000}, {buf + 10000, 9000}, {buf + 30000, 20000}};
-    SHOW("preadv", preadv(fd, iov, 3, 100), buf, 0);
+    SHOW("preadv", preadv(fd, iov, 3, 100), buf);
     printf("preadv-sums %08x %08x %08x\n", sum(buf, 5000), sum(buf + 10000, 9000),
            sum(buf + 30000, 20000));
     struct iovec wiov[2] = {{pattern, 7000}, {pattern + 20000, 30000}};
-    SHOW("pwritev", pwritev(fd, wiov, 2, 50000), pattern, 0);
-    SHOW("preadv2-flags0", preadv2(fd, iov, 3, 49000, 0), buf, 0);
-    SHOW("preadv2-hipri", preadv2(fd, iov, 3, 49000, RWF_HIPRI), buf, 0);
+    SHOW("pwritev", pwritev(fd, wiov, 2, 50000), pattern);
+    SHOW("preadv2-flags0", preadv2(fd, iov, 3, 49000, 0), buf);
+    SHOW("preadv2-hipri", preadv2(fd, iov, 3, 49000, RWF_HIPRI), buf);
 
     /* An error after progress: the second page of the buffer is not
      * writable, so the kernel stops there. */
@@ -63,24 +50,24 @@ int main(void) {
                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return 2;
     mprotect(m + page, page, PROT_NONE);
-    SHOW("pread-fault-after", pread(fd, m, 3 * page, 0), m, 0);
+    SHOW("pread-fault-after", pread(fd, m, 3 * page, 0), m);
     /* ... and before any: the first page is not writable. */
-    SHOW("pread-fault-before", pread(fd, m + page, 2 * page, 0), NULL, 0);
+    SHOW("pread-fault-before", pread(fd, m + page, 2 * page, 0), NULL);
     /* A bad descriptor and a bad offset. */
-    SHOW("pread-ebadf", pread(9999, buf, 65536, 0), NULL, 0);
-    SHOW("pread-einval", pread(fd, buf, 65536, -1), NULL, 0);
+    SHOW("pread-ebadf", pread(9999, buf, 65536, 0), NULL);
+    SHOW("pread-einval", pread(fd, buf, 65536, -1), NULL);
 
     /* O_APPEND: positional writes append whatever the offset (Linux), so
      * the call must go as one. */
     int afd = open("append.bin", O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0644);
-    SHOW("pwrite-append1", pwrite(afd, pattern, 40000, 0), pattern, 0);
-    SHOW("pwrite-append2", pwrite(afd, pattern + 1000, 40000, 0), pattern + 1000, 0);
-    SHOW("pread-append", pread(afd, buf, 1 << 20, 0), buf, 0);
+    SHOW("pwrite-append1", pwrite(afd, pattern, 40000, 0), pattern);
+    SHOW("pwrite-append2", pwrite(afd, pattern + 1000, 40000, 0), pattern + 1000);
+    SHOW("pread-append", pread(afd, buf, 1 << 20, 0), buf);
 
     /* A pipe is never split. */
     int p[2];
     if (pipe(p) != 0) return 3;
-    SHOW("pipe-write", write(p[1], pattern, 1000), pattern, 0);
-    SHOW("pipe-read", read(p[0], buf, 65536), buf, 0);
+    SHOW("pipe-write", write(p[1], pattern, 1000), pattern);
+    SHOW("pipe-read", read(p[0], buf, 65536), buf);
     return 0;
 }

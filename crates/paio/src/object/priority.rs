@@ -121,8 +121,9 @@ pub struct PriorityConfig {
 #[serde(rename_all = "snake_case")]
 pub enum SplitWhen {
     /// Only while critical I/O is active (here, or in another process per
-    /// the board), the default: the pieces of one call are issued one after
-    /// another, which costs background throughput, and are worth it only
+    /// the board), the default: pieces keep fewer bytes of a call in flight
+    /// (one piece at a time, except direct calls under the interposer),
+    /// which costs background throughput, and are worth it only
     /// when a critical request may be waiting behind the call. A call that
     /// starts whole while nothing is critical stays whole.
     #[default]
@@ -849,7 +850,7 @@ impl EnforcementObject for Priority {
     /// `split` for a non-critical request larger than it while critical I/O
     /// is active (here, or in another process per the board): splitting
     /// bounds how long a critical request waits behind it, and costs
-    /// throughput (pieces are issued one after another), so a request is
+    /// throughput (fewer bytes in flight per call), so a request is
     /// issued whole when nothing critical runs. Critical requests are never
     /// split.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
