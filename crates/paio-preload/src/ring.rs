@@ -197,8 +197,13 @@ impl Held {
             return Err(Broken);
         }
         loop {
-            match ring.submit() {
-                Ok(n) if n >= 1 => return Ok(()),
+            let r = ring.submit();
+            // Taken by the kernel: it will complete. Not taken after a
+            // failure: it never will, as the ring is not entered again.
+            if ring.submission().is_empty() {
+                return Ok(());
+            }
+            match r {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 _ => return Err(Broken),
             }

@@ -888,12 +888,68 @@ fn split_call(
     }
 }
 
-/// One piece of a [`concurrent_call`] in its window.
+/// The pieces of a [`concurrent_call`] issued and not yet counted into its
+/// result, numbered in issue order (`head..tail`), with their admissions.
+struct Window {
+    pieces: [Piece; crate::ring::MAX_IN_FLIGHT],
+    admissions: [Option<Admission>; crate::ring::MAX_IN_FLIGHT],
+    head: usize,
+    tail: usize,
+    /// Pieces submitted to the ring and not reaped.
+    in_flight: usize,
+}
+
+/// One piece of a [`concurrent_call`].
 #[derive(Clone, Copy)]
 struct Piece {
+    /// Offset into the call.
+    at: u64,
     len: u64,
     /// Bytes moved, or `-errno`; `None` while in flight.
     result: Option<i64>,
+}
+
+/// Errors only a ring returns (a request cancelled with its ring, an
+/// operation the ring does not offer for this file): the piece is issued
+/// again as a plain call.
+fn ring_only(res: i32) -> bool {
+    matches!(-res, libc::ECANCELED | libc::EOPNOTSUPP | libc::EAGAIN)
+}
+
+impl Window {
+    const N: usize = crate::ring::MAX_IN_FLIGHT;
+
+    /// Puts piece number `tail` (`len` bytes at `at`) in the window.
+    fn push(&mut self, at: u64, len: u64, admission: Option<Admission>) -> usize {
+        let slot = self.tail % Self::N;
+        self.pieces[slot] = Piece {
+            at,
+            len,
+            result: None,
+        };
+        self.admissions[slot] = admission;
+        self.tail += 1;
+        slot
+    }
+
+    /// Piece `slot` returned `r` (bytes, or `-errno`): completes its
+    /// admission in the stage.
+    fn settle(
+        &mut self,
+        slot: usize,
+        r: i64,
+        stage: &'static Stage,
+        thread: ThreadRef<'static>,
+        cfg: &Config,
+    ) {
+        self.pieces[slot].result = Some(r);
+        if let Some(guard) = Guard::reenter(thread) {
+            if let Some(a) = self.admissions[slot].take() {
+                let _ = stage.complete_on_thread(guard.thread, a, r.max(0) as u64);
+            }
+            maybe_push(&guard, cfg);
+        }
+    }
 }
 
 /// [`split_call`] for a direct call on one buffer, with several pieces in
@@ -920,7 +976,6 @@ fn concurrent_call(
     ring: crate::ring::Held,
     piece: &mut dyn FnMut(u64, u64) -> i64,
 ) -> i64 {
-    const N: usize = crate::ring::MAX_IN_FLIGHT;
     let caller_errno = g.saved_errno();
     let thread = g.thread;
     // Nothing of this library is held while pieces wait or run.
@@ -928,21 +983,43 @@ fn concurrent_call(
     let mut ring = Some(ring);
     let write = ctx.request_type == RequestType::WRITE;
     let total = ctx.size.min(MAX_RW_COUNT);
-    let mut window = [Piece {
-        len: 0,
-        result: None,
-    }; N];
-    let mut admissions: [Option<Admission>; N] = [const { None }; N];
-    // Pieces are numbered in issue order; `head..tail` are in the window.
-    let (mut head, mut tail) = (0usize, 0usize);
+    let mut w = Window {
+        pieces: [Piece {
+            at: 0,
+            len: 0,
+            result: None,
+        }; Window::N],
+        admissions: [const { None }; Window::N],
+        head: 0,
+        tail: 0,
+        in_flight: 0,
+    };
+    // Piece `slot` is in with the ring's result `res`; with `None` (no
+    // ring) or an error only a ring returns, it is issued as a plain call.
+    let mut finish = |w: &mut Window, slot: usize, res: Option<i32>| {
+        let r = match res {
+            Some(res) if !ring_only(res) => res.into(),
+            _ => {
+                let p = w.pieces[slot];
+                let r = piece(p.at, p.len);
+                if r < 0 {
+                    -i64::from(errno())
+                } else {
+                    r
+                }
+            }
+        };
+        w.settle(slot, r, stage, thread, cfg);
+    };
+    // A completion from the ring.
+    let slot_of = |tag: u64| tag as usize % Window::N;
     let mut issued = 0u64;
-    let mut in_flight = 0usize;
     let mut done = 0u64;
     let mut ended = false;
     let mut failed = None;
     loop {
         // Issue what may go now.
-        while !ended && issued < total && tail - head < N {
+        while !ended && issued < total && w.tail - w.head < Window::N {
             let pctx = next_piece(
                 stage,
                 thread,
@@ -957,7 +1034,7 @@ fn concurrent_call(
             let guard = Guard::reenter(thread);
             let admission = match &guard {
                 None => None,
-                Some(_) if in_flight == 0 => stage.admit_on_thread(thread, &pctx).ok(),
+                Some(_) if w.in_flight == 0 => stage.admit_on_thread(thread, &pctx).ok(),
                 Some(_) => match stage.try_admit_on_thread(thread, &pctx) {
                     Ok(a) => Some(a),
                     Err(paio::object::TryEnforceError::Wait(_)) => break,
@@ -965,66 +1042,45 @@ fn concurrent_call(
                 },
             };
             drop(guard);
-            let (slot, at) = (tail % N, issued);
-            window[slot] = Piece { len, result: None };
-            admissions[slot] = admission;
-            tail += 1;
+            let (at, tag) = (issued, w.tail as u64);
+            let slot = w.push(at, len, admission);
             issued += len;
-            let n = in_flight;
-            let mut reap = |tag: u64, res: i32| {
-                in_flight -= 1;
-                let s = tag as usize % N;
-                settle(
-                    stage,
-                    thread,
-                    cfg,
-                    &mut window[s],
-                    &mut admissions[s],
-                    res.into(),
-                );
-            };
-            let sent = match ring.as_mut() {
+            let sent = ring.as_mut().is_some_and(|r| {
                 // SAFETY: `at + len <= count`: the piece lies in the
                 // caller's buffer, which outlives this call; every
                 // submitted piece is reaped before it returns.
-                Some(r) => unsafe {
+                unsafe {
                     r.submit(
                         fd,
                         write,
                         b.buf.add(at as usize),
                         len as u32,
                         b.offset as u64 + at,
-                        (tail - 1) as u64,
+                        tag,
                     )
                 }
-                .is_ok(),
-                None => false,
-            };
+                .is_ok()
+            });
             if sent {
-                in_flight += 1;
+                w.in_flight += 1;
                 continue;
             }
             // No ring (any more): the pieces in flight are drained and this
             // one and the rest go one after another.
             if let Some(r) = ring.take() {
-                r.abandon(n, &mut reap);
+                let n = w.in_flight;
+                r.abandon(n, |tag, res| {
+                    w.in_flight -= 1;
+                    finish(&mut w, slot_of(tag), Some(res));
+                });
             }
-            let r = piece(at, len);
-            let r = if r < 0 { -i64::from(errno()) } else { r };
-            settle(
-                stage,
-                thread,
-                cfg,
-                &mut window[slot],
-                &mut admissions[slot],
-                r,
-            );
+            finish(&mut w, slot, None);
         }
         // The leading pieces that are in make the call's result.
-        while head < tail {
-            let p = window[head % N];
+        while w.head < w.tail {
+            let p = w.pieces[w.head % Window::N];
             let Some(r) = p.result else { break };
-            head += 1;
+            w.head += 1;
             if ended {
                 continue;
             }
@@ -1036,30 +1092,24 @@ fn concurrent_call(
                 ended = (r as u64) < p.len;
             }
         }
-        if head == tail && (ended || issued >= total) {
+        if w.head == w.tail && (ended || issued >= total) {
             break;
         }
-        if in_flight == 0 {
-            continue;
-        }
-        // Wait for pieces of this call to complete.
-        let n = in_flight;
-        let mut reap = |tag: u64, res: i32| {
-            in_flight -= 1;
-            let s = tag as usize % N;
-            settle(
-                stage,
-                thread,
-                cfg,
-                &mut window[s],
-                &mut admissions[s],
-                res.into(),
-            );
-        };
-        let r = ring.as_mut().expect("pieces in flight have a ring");
-        if r.wait(&mut reap).is_err() {
-            if let Some(r) = ring.take() {
-                r.abandon(n, &mut reap);
+        // Wait for pieces of this call to complete (with none in flight,
+        // the next piece waits in the stage instead).
+        if w.in_flight > 0 {
+            // A failed wait handled no completion: all are still out.
+            let n = w.in_flight;
+            let mut reaped = |tag: u64, res: i32| {
+                w.in_flight -= 1;
+                finish(&mut w, slot_of(tag), Some(res));
+            };
+            if let Some(r) = ring.as_mut() {
+                if r.wait(&mut reaped).is_err() {
+                    if let Some(r) = ring.take() {
+                        r.abandon(n, &mut reaped);
+                    }
+                }
             }
         }
     }
@@ -1076,25 +1126,6 @@ fn concurrent_call(
             set_errno(caller_errno);
             done as i64
         }
-    }
-}
-
-/// A piece of a [`concurrent_call`] returned `r` (bytes, or `-errno`):
-/// completes its admission in the stage.
-fn settle(
-    stage: &'static Stage,
-    thread: ThreadRef<'static>,
-    cfg: &Config,
-    p: &mut Piece,
-    admission: &mut Option<Admission>,
-    r: i64,
-) {
-    p.result = Some(r);
-    if let Some(guard) = Guard::reenter(thread) {
-        if let Some(a) = admission.take() {
-            let _ = stage.complete_on_thread(guard.thread, a, r.max(0) as u64);
-        }
-        maybe_push(&guard, cfg);
     }
 }
 

@@ -8,8 +8,9 @@
  *
  * With the argument "rings" it prints instead how many io_uring
  * descriptors the process has after a large direct read, and again after
- * closefrom(3) and a loop of close() over every descriptor from 3 up, each
- * followed by a read whose checksum is printed. */
+ * closefrom(3), a loop of close() over every descriptor from 3 up and
+ * close_range(3, ~0U, 0), each followed by a read whose checksum is
+ * printed. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -87,6 +88,13 @@ int main(int argc, char **argv) {
         fd = open_direct("direct.bin");
         SHOW("read-after-close-loop", pread(fd, buf, MIB, 8192), buf);
         printf("rings-after-close-loop %d\n", rings());
+        /* Two descriptors on either side of the ring's number go too. */
+        int lo = open("direct.bin", O_RDONLY), hi = fcntl(lo, F_DUPFD, 1000);
+        SHOW("close-range", close_range(3, ~0U, 0), NULL);
+        SHOW("closed", (ssize_t)(fcntl(lo, F_GETFD) + fcntl(hi, F_GETFD)), NULL);
+        fd = open_direct("direct.bin");
+        SHOW("read-after-close-range", pread(fd, buf, MIB, 12288), buf);
+        printf("rings-after-close-range %d\n", rings());
         return 0;
     }
 
