@@ -662,6 +662,17 @@ pub(crate) struct Buffer {
     pub(crate) offset: i64,
 }
 
+/// A data call being split into pieces ([`split_call`],
+/// [`concurrent_call`]): `ctx` is the whole call's context, `piece_size`
+/// its object's first answer.
+struct SplitCall<'a> {
+    cfg: &'a Config,
+    stage: &'static Stage,
+    fd: c_int,
+    ctx: Context,
+    piece_size: u64,
+}
+
 /// What [`splittable`] found out about a descriptor.
 struct Regular {
     direct: bool,
@@ -708,12 +719,19 @@ pub(crate) fn data_call(
         if let Some(p) = stage.split_size_on_thread(g.thread, &ctx) {
             if p > 0 && size > p {
                 if let Some(file) = splittable(fd) {
+                    let call = SplitCall {
+                        cfg,
+                        stage,
+                        fd,
+                        ctx,
+                        piece_size: p,
+                    };
                     if let Split::Buffer(b) = split {
                         if let Some(ring) = concurrent(rt, &b, size, &file) {
-                            return concurrent_call(g, cfg, stage, fd, ctx, p, b, ring, &mut piece);
+                            return concurrent_call(g, call, b, ring, &mut piece);
                         }
                     }
-                    return split_call(g, cfg, stage, fd, ctx, p, &mut piece);
+                    return split_call(g, call, &mut piece);
                 }
             }
         }
@@ -831,15 +849,14 @@ fn concurrent(rt: RequestType, b: &Buffer, size: u64, file: &Regular) -> Option<
 /// progress with the caller's errno untouched; an error before any returns
 /// -1 with the real errno.
 #[cold]
-fn split_call(
-    g: Guard,
-    cfg: &Config,
-    stage: &'static Stage,
-    fd: c_int,
-    ctx: Context,
-    piece_size: u64,
-    piece: &mut dyn FnMut(u64, u64) -> i64,
-) -> i64 {
+fn split_call(g: Guard, call: SplitCall<'_>, piece: &mut dyn FnMut(u64, u64) -> i64) -> i64 {
+    let SplitCall {
+        cfg,
+        stage,
+        fd,
+        ctx,
+        piece_size,
+    } = call;
     let caller_errno = g.saved_errno();
     let total = ctx.size;
     let mut g = Some(g);
@@ -964,18 +981,20 @@ impl Window {
 /// kernel's own large direct calls, issued as several device requests, may
 /// too); a write never ends beyond the file ([`concurrent`]).
 #[cold]
-#[allow(clippy::too_many_arguments)]
 fn concurrent_call(
     g: Guard,
-    cfg: &Config,
-    stage: &'static Stage,
-    fd: c_int,
-    ctx: Context,
-    piece_size: u64,
+    call: SplitCall<'_>,
     b: Buffer,
     ring: crate::ring::Held,
     piece: &mut dyn FnMut(u64, u64) -> i64,
 ) -> i64 {
+    let SplitCall {
+        cfg,
+        stage,
+        fd,
+        ctx,
+        piece_size,
+    } = call;
     let caller_errno = g.saved_errno();
     let thread = g.thread;
     // Nothing of this library is held while pieces wait or run.
