@@ -831,16 +831,11 @@ fn splittable(fd: c_int) -> Option<Regular> {
 /// failing piece never leaves the file longer than what the call
 /// returns), with a ring free.
 fn concurrent(rt: RequestType, b: &Buffer, size: u64, file: &Regular) -> Option<crate::ring::Held> {
-    let fits = rt == RequestType::READ
-        || u64::try_from(b.offset)
-            .ok()
-            .and_then(|o| o.checked_add(size))
-            .is_some_and(|end| end <= file.size);
-    if file.direct && fits && b.offset >= 0 {
-        crate::ring::take()
-    } else {
-        None
-    }
+    // A negative offset fails as a plain call would (EINVAL).
+    let offset = u64::try_from(b.offset).ok()?;
+    let fits =
+        rt == RequestType::READ || offset.checked_add(size).is_some_and(|end| end <= file.size);
+    (file.direct && fits).then(crate::ring::take)?
 }
 
 /// Issues the call as pieces of `piece_size` bytes, each admitted and
