@@ -183,6 +183,15 @@ fn stdout(o: &Output) -> String {
 }
 
 fn scratch(name: &str) -> PathBuf {
+    // Tests run in parallel: two sharing a name would remove each other's.
+    static NAMES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        !names.iter().any(|n| n == name),
+        "scratch(\"{name}\") is taken by another test: give each test its own name"
+    );
+    names.push(name.to_owned());
+    drop(names);
     let d = built().dir.join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -1281,7 +1290,7 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
 /// `--control` alone, `--control=default` and a relative path.
 #[test]
 fn control_without_a_value_or_default_means_paiods_default_socket() {
-    let d = scratch("control");
+    let d = scratch("control-default");
     let show = ["sh", "-c", "printf %s \"$PAIO_CONTROL\""];
     let default = paio::control::default_socket_path();
     for flag in [&["--control"][..], &["--control=default"][..]] {

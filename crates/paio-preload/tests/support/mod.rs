@@ -32,6 +32,15 @@ pub fn lib() -> &'static Path {
 /// A fresh scratch directory for one test: removed when the test ends,
 /// unless it fails (then kept for a look, and its path printed).
 pub fn scratch(name: &str) -> Scratch {
+    // Tests run in parallel: two sharing a name would remove each other's.
+    static NAMES: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    assert!(
+        !names.iter().any(|n| n == name),
+        "scratch(\"{name}\") is taken by another test: give each test its own name"
+    );
+    names.push(name.to_owned());
+    drop(names);
     let dir = std::env::temp_dir().join(format!("paio-preload-{}-{}", name, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
