@@ -275,8 +275,9 @@ struct RunArgs {
     /// of the statistics, written by each process every second).
     #[arg(long, value_name = "INTERVAL", value_parser = duration)]
     progress: Option<Duration>,
-    /// Record each channel's bandwidth, wait and latency every second into
-    /// FILE (one JSON line per second, truncated first), for `paio plot`.
+    /// Record each channel's bandwidth, wait and latency into FILE (truncated
+    /// first): one JSON line per statistics period, about one a second,
+    /// for `paio plot`.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
     /// Register the stage with paiod (PAIO_CONTROL) at SOCKET, or at paiod's
@@ -429,15 +430,14 @@ impl Periodic {
     }
 }
 
-/// Reads the statistics files matching `pattern` written since `since`,
-/// saying each unreadable one once (for `flag`), not leaving it out quietly.
-fn read_stats(
+/// Reads the statistics files of `reader`, saying each unreadable one once
+/// (for `flag`), not leaving it out quietly.
+fn read_stats<'r>(
     flag: &str,
-    pattern: &OsString,
-    since: SystemTime,
+    reader: &'r mut summary::StatsReader,
     said: &mut std::collections::HashSet<String>,
-) -> Vec<summary::StatsFile> {
-    let (files, errors) = summary::read_all(pattern, Some(since));
+) -> Vec<&'r summary::StatsFile> {
+    let (files, errors) = reader.read();
     for e in errors {
         let e = e.to_string();
         if said.insert(e.clone()) {
@@ -456,11 +456,12 @@ fn start_progress(
 ) -> Periodic {
     let mut last = ((0u64, 0u64), started);
     let mut said = std::collections::HashSet::new();
+    let mut reader = summary::StatsReader::new(&pattern, Some(since));
     Periodic::start(every, move |end| {
         if end {
             return;
         }
-        let files = read_stats("--progress", &pattern, since, &mut said);
+        let files = read_stats("--progress", &mut reader, &mut said);
         let now = Instant::now();
         let (line, totals) = summary::progress_line(&files, now - started, last.0, now - last.1);
         stderr(&line);
@@ -468,9 +469,15 @@ fn start_progress(
     })
 }
 
-/// `--record`: a recording line every second (the period of the
-/// statistics files) and one when the command ends; a write error is said
-/// then.
+/// How often `--record` reads the statistics files: four times per default
+/// period of theirs, so that a stage's rewrite is seen before its next one
+/// unless the machine holds this thread back for most of a period.
+const RECORD_POLL: Duration = Duration::from_millis(250);
+
+/// `--record`: a recording line whenever a process's stage has written a
+/// new period (about one a second, [`summary::FileSampler`]), read every
+/// [`RECORD_POLL`] and once more when the command ends; a write error is
+/// said then.
 fn start_record(
     recorder: paio_control::record::Recorder,
     pattern: OsString,
@@ -479,11 +486,18 @@ fn start_record(
 ) -> Periodic {
     let mut sampler = summary::FileSampler::default();
     let mut said = std::collections::HashSet::new();
+    let mut reader = summary::StatsReader::new(&pattern, Some(since));
     let mut recorder = Some(recorder);
-    Periodic::start(Duration::from_secs(1), move |end| {
-        let files = read_stats("--record", &pattern, since, &mut said);
+    Periodic::start(RECORD_POLL, move |end| {
+        let files = read_stats("--record", &mut reader, &mut said);
         let sample = sampler.sample(&files, started.elapsed().as_secs_f64(), SystemTime::now());
-        if let Some(Err(e)) = recorder.as_mut().map(|r| r.record(sample)) {
+        // A line only when some stage wrote a new period since the last one.
+        let fresh = !sample.channels.is_empty();
+        if let Some(Err(e)) = recorder
+            .as_mut()
+            .filter(|_| fresh)
+            .map(|r| r.record(sample))
+        {
             stderr(&format!(
                 "paio: warning: --record: {e}; the recording stops here\n"
             ));

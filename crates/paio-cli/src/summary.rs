@@ -40,30 +40,64 @@ impl StatsFile {
 }
 
 /// Turns the statistics files of a `paio run --record` into recording
-/// samples, each process's period once: a file whose stage has not
-/// collected since the previous sample is left out of the next.
+/// samples, each process's collection once: a file whose stage has not
+/// collected since the previous sample is left out of the next. When
+/// collections were missed between two samples (the stage rewrote its file
+/// more than once), a channel's rates cover the whole time since the
+/// collection seen before, from the stage's cumulative counts, so no bytes
+/// or operations are lost from the recording; its wait and latency figures
+/// are those of the last period.
 #[derive(Debug, Default)]
 pub struct FileSampler {
-    seen: std::collections::HashMap<u32, u64>,
+    seen: std::collections::HashMap<u32, Seen>,
+}
+
+/// A process's last collection taken into a sample.
+#[derive(Debug)]
+struct Seen {
+    at_ns: u64,
+    /// Each channel's cumulative (operations, bytes) then.
+    totals: std::collections::HashMap<String, (u64, u64)>,
 }
 
 impl FileSampler {
     /// The sample at `t_s` seconds of the run, from `files`.
-    pub fn sample(&mut self, files: &[StatsFile], t_s: f64, now: SystemTime) -> Sample {
+    pub fn sample(&mut self, files: &[&StatsFile], t_s: f64, now: SystemTime) -> Sample {
         let mut channels = Vec::new();
         for f in files {
-            let at = f.stats.collected_at_ns;
-            if self.seen.insert(f.pid, at) == Some(at) {
+            let at_ns = f.stats.collected_at_ns;
+            let totals = f
+                .stats
+                .channels
+                .iter()
+                .map(|c| (c.name.clone(), (c.counts.ops, c.counts.bytes)))
+                .collect();
+            let before = self.seen.insert(f.pid, Seen { at_ns, totals });
+            if before.as_ref().is_some_and(|b| b.at_ns == at_ns) {
                 continue;
             }
+            // The stage's own previous collection was after the one seen.
+            let missed = before
+                .filter(|b| at_ns.saturating_sub(f.stats.interval_ns) > b.at_ns)
+                .map(|b| (b.totals, (at_ns - b.at_ns) as f64 / 1e9));
             let stage = f.stage_label();
-            channels.extend(f.stats.channels.iter().map(|c| ChannelSample {
-                stage: stage.clone(),
-                channel: c.name.clone(),
-                bytes_per_sec: c.counts.bytes_per_sec,
-                ops_per_sec: c.counts.ops_per_sec,
-                wait: c.counts.wait,
-                latency: c.counts.latency,
+            channels.extend(f.stats.channels.iter().map(|c| {
+                let (ops_per_sec, bytes_per_sec) = missed
+                    .as_ref()
+                    .and_then(|(totals, secs)| {
+                        let &(ops, bytes) = totals.get(&c.name)?;
+                        let per_sec = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+                        Some((per_sec(c.counts.ops, ops), per_sec(c.counts.bytes, bytes)))
+                    })
+                    .unwrap_or((c.counts.ops_per_sec, c.counts.bytes_per_sec));
+                ChannelSample {
+                    stage: stage.clone(),
+                    channel: c.name.clone(),
+                    bytes_per_sec,
+                    ops_per_sec,
+                    wait: c.counts.wait,
+                    latency: c.counts.latency,
+                }
             }));
         }
         Sample {
@@ -135,19 +169,45 @@ pub fn expand(pattern: &OsStr, pid: u32) -> OsString {
 /// only) modified at or after `since` (if given), sorted by name. Without
 /// `%p`, the file itself if it exists.
 pub fn find_files(pattern: &OsStr, since: Option<SystemTime>) -> Result<Vec<PathBuf>, StatsError> {
+    Ok(find_stamped(pattern, since)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect())
+}
+
+/// What tells one version of a file from another: a rewrite by rename is a
+/// new inode, one in place a new modification time or length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: SystemTime,
+}
+
+/// [`find_files`], each path with its [`Stamp`].
+fn find_stamped(
+    pattern: &OsStr,
+    since: Option<SystemTime>,
+) -> Result<Vec<(PathBuf, Stamp)>, StatsError> {
+    use std::os::unix::fs::MetadataExt;
     let path = Path::new(pattern);
-    let fresh = |p: &Path| match (since, std::fs::metadata(p).and_then(|m| m.modified())) {
-        (_, Err(_)) => false,
-        (None, Ok(_)) => true,
-        (Some(s), Ok(m)) => m >= s,
+    let stamp = |p: &Path| {
+        let m = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
+        let mtime = m.modified().ok()?;
+        since.is_none_or(|s| mtime >= s).then_some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime,
+        })
     };
     let name = path.file_name().map(OsStr::as_bytes).unwrap_or_default();
     if !name.windows(2).any(|w| w == b"%p") {
-        return Ok(if fresh(path) {
-            vec![path.to_path_buf()]
-        } else {
-            Vec::new()
-        });
+        return Ok(stamp(path)
+            .map(|s| (path.to_path_buf(), s))
+            .into_iter()
+            .collect());
     }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -158,13 +218,15 @@ pub fn find_files(pattern: &OsStr, since: Option<SystemTime>) -> Result<Vec<Path
         path: dir.clone(),
         source,
     })?;
-    let mut out: Vec<PathBuf> = entries
+    let mut out: Vec<(PathBuf, Stamp)> = entries
         .filter_map(Result::ok)
         .filter(|e| matches_parts(e.file_name().as_bytes(), &parts))
-        .map(|e| e.path())
-        .filter(|p| p.is_file() && fresh(p))
+        .filter_map(|e| {
+            let p = e.path();
+            stamp(&p).map(|s| (p, s))
+        })
         .collect();
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -200,21 +262,61 @@ pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
 /// Reads every file matching `pattern` (see [`find_files`]): the files read,
 /// sorted by pid, and the errors of those that could not be.
 pub fn read_all(pattern: &OsStr, since: Option<SystemTime>) -> (Vec<StatsFile>, Vec<StatsError>) {
-    let mut errors = Vec::new();
-    let mut files = Vec::new();
-    match find_files(pattern, since) {
-        Err(e) => errors.push(e),
-        Ok(paths) => {
-            for p in paths {
-                match read_file(&p) {
-                    Ok(f) => files.push(f),
-                    Err(e) => errors.push(e),
-                }
-            }
+    let mut reader = StatsReader::new(pattern, since);
+    let (files, errors) = reader.read();
+    (files.into_iter().cloned().collect(), errors)
+}
+
+/// Reads the statistics files matching a pattern again and again (`paio run
+/// --record` and `--progress`), parsing a file again only when it was
+/// rewritten since the previous read: for a run of a thousand processes a
+/// read is a directory scan and a `stat` per file, not a thousand JSON
+/// documents.
+#[derive(Debug)]
+pub struct StatsReader {
+    pattern: OsString,
+    since: Option<SystemTime>,
+    parsed: std::collections::HashMap<PathBuf, (Stamp, StatsFile)>,
+}
+
+impl StatsReader {
+    /// A reader of the files matching `pattern` modified at or after
+    /// `since` (see [`find_files`]).
+    pub fn new(pattern: &OsStr, since: Option<SystemTime>) -> StatsReader {
+        StatsReader {
+            pattern: pattern.to_os_string(),
+            since,
+            parsed: std::collections::HashMap::new(),
         }
     }
-    files.sort_by_key(|f| f.pid);
-    (files, errors)
+
+    /// The files as they are now, sorted by pid, and the errors of those
+    /// that could not be read (said again at every read while they last).
+    pub fn read(&mut self) -> (Vec<&StatsFile>, Vec<StatsError>) {
+        let mut errors = Vec::new();
+        let found = find_stamped(&self.pattern, self.since).unwrap_or_else(|e| {
+            errors.push(e);
+            Vec::new()
+        });
+        let mut now = std::collections::HashMap::with_capacity(found.len());
+        for (path, stamp) in found {
+            match self.parsed.remove(&path) {
+                Some((s, f)) if s == stamp => {
+                    now.insert(path, (s, f));
+                }
+                _ => match read_file(&path) {
+                    Ok(f) => {
+                        now.insert(path, (stamp, f));
+                    }
+                    Err(e) => errors.push(e),
+                },
+            }
+        }
+        self.parsed = now;
+        let mut files: Vec<&StatsFile> = self.parsed.values().map(|(_, f)| f).collect();
+        files.sort_by_key(|f| f.pid);
+        (files, errors)
+    }
 }
 
 /// `n` bytes with a binary unit: `0 B`, `512 B`, `4.00 KiB`, `1.50 GiB`.
@@ -248,7 +350,7 @@ pub fn human_ns(ns: u64) -> String {
 /// since `previous` (the totals of the last line, `elapsed_prev` earlier).
 /// Returns the line and the new totals `(read, written)`.
 pub fn progress_line(
-    files: &[StatsFile],
+    files: &[&StatsFile],
     elapsed: Duration,
     previous: (u64, u64),
     since_previous: Duration,
@@ -517,20 +619,48 @@ mod tests {
         let mut a = sample(10, "/usr/bin/dd");
         let b = sample(11, "cat");
         let mut fs = FileSampler::default();
-        let first = fs.sample(&[a.clone(), b.clone()], 1.0, SystemTime::UNIX_EPOCH);
+        let first = fs.sample(&[&a, &b], 1.0, SystemTime::UNIX_EPOCH);
         let per_file = a.stats.channels.len();
         assert!(per_file > 0);
         assert_eq!(first.channels.len(), 2 * per_file);
         assert_eq!(first.channels[0].stage, format!("{}[dd] 10", a.stats.stage));
         // Neither collected again: nothing; then only `a` did.
         assert!(fs
-            .sample(&[a.clone(), b.clone()], 2.0, SystemTime::UNIX_EPOCH)
+            .sample(&[&a, &b], 2.0, SystemTime::UNIX_EPOCH)
             .channels
             .is_empty());
         a.stats.collected_at_ns += 1_000_000_000;
-        let third = fs.sample(&[a, b], 3.0, SystemTime::UNIX_EPOCH);
+        let third = fs.sample(&[&a, &b], 3.0, SystemTime::UNIX_EPOCH);
         assert_eq!(third.channels.len(), per_file);
         assert!(third.channels.iter().all(|c| c.stage.ends_with("] 10")));
+    }
+
+    #[test]
+    fn a_missed_collection_is_averaged_not_lost() {
+        let mut a = sample(10, "/usr/bin/dd");
+        let mut fs = FileSampler::default();
+        fs.sample(&[&a], 1.0, SystemTime::UNIX_EPOCH);
+        let period = |a: &mut StatsFile, bytes: u64, ops: u64| {
+            a.stats.collected_at_ns += 1_000_000_000;
+            let read = &mut a.stats.channels[0].counts;
+            read.bytes += bytes;
+            read.ops += ops;
+            read.bytes_per_sec = bytes as f64;
+            read.ops_per_sec = ops as f64;
+        };
+        // One period seen: the stage's own figures.
+        period(&mut a, 4 << 20, 64);
+        let s = fs.sample(&[&a], 2.0, SystemTime::UNIX_EPOCH);
+        assert_eq!(s.channels[0].bytes_per_sec, (4 << 20) as f64);
+        // Two periods (4 MiB, then 2 MiB) with only the second seen: both
+        // over the two seconds since the collection seen before.
+        period(&mut a, 4 << 20, 64);
+        period(&mut a, 2 << 20, 32);
+        let s = fs.sample(&[&a], 4.0, SystemTime::UNIX_EPOCH);
+        assert_eq!(s.channels[0].channel, "read");
+        assert_eq!(s.channels[0].bytes_per_sec, (3 << 20) as f64);
+        assert_eq!(s.channels[0].ops_per_sec, 48.0);
+        assert_eq!(s.channels[1].bytes_per_sec, 0.0);
     }
 
     #[test]
@@ -660,5 +790,51 @@ total over 1 process
         assert_eq!((files.len(), errors.len()), (1, 0));
         let (files, errors) = read_all(dir.path().join("none").as_os_str(), None);
         assert_eq!((files.len(), errors.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_reader_parses_only_rewritten_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("s.%p.json");
+        let path = PathBuf::from(expand(pattern.as_os_str(), 7));
+        let json = |at: u64| {
+            let mut f = sample(7, "/bin/x");
+            f.stats.collected_at_ns = at;
+            serde_json::to_string(&f).unwrap()
+        };
+        // Rewritten as the interposer does: a new file renamed over the old.
+        let rewrite = |text: &str| {
+            let tmp = dir.path().join("s.7.json.tmp");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        };
+        let mut reader = StatsReader::new(pattern.as_os_str(), None);
+        rewrite(&json(1_000_000_000));
+        let at = |r: &mut StatsReader| {
+            let (files, errors) = r.read();
+            assert!(errors.is_empty(), "{errors:?}");
+            files
+                .iter()
+                .map(|f| f.stats.collected_at_ns)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(at(&mut reader), [1_000_000_000]);
+        // Bytes changed in place with the same length and time: not parsed
+        // again (the garbage would be an error).
+        let old = std::fs::metadata(&path).unwrap();
+        let garbage = "x".repeat(old.len() as usize);
+        std::fs::write(&path, &garbage).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old.modified().unwrap())
+            .unwrap();
+        assert_eq!(at(&mut reader), [1_000_000_000]);
+        // A rewrite is read; a removed file is gone.
+        rewrite(&json(2_000_000_000));
+        assert_eq!(at(&mut reader), [2_000_000_000]);
+        std::fs::remove_file(&path).unwrap();
+        assert!(at(&mut reader).is_empty());
     }
 }
