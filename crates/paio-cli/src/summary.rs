@@ -66,6 +66,9 @@ impl FileSampler {
         let mut channels = Vec::new();
         for f in files {
             let at_ns = f.stats.collected_at_ns;
+            if self.seen.get(&f.pid).is_some_and(|b| b.at_ns == at_ns) {
+                continue;
+            }
             let totals = f
                 .stats
                 .channels
@@ -73,21 +76,21 @@ impl FileSampler {
                 .map(|c| (c.name.clone(), (c.counts.ops, c.counts.bytes)))
                 .collect();
             let before = self.seen.insert(f.pid, Seen { at_ns, totals });
-            if before.as_ref().is_some_and(|b| b.at_ns == at_ns) {
-                continue;
-            }
             // The stage's own previous collection was after the one seen.
             let missed = before
                 .filter(|b| at_ns.saturating_sub(f.stats.interval_ns) > b.at_ns)
                 .map(|b| (b.totals, (at_ns - b.at_ns) as f64 / 1e9));
             let stage = f.stage_label();
             channels.extend(f.stats.channels.iter().map(|c| {
+                let (ops, bytes) = (c.counts.ops, c.counts.bytes);
                 let (ops_per_sec, bytes_per_sec) = missed
                     .as_ref()
                     .and_then(|(totals, secs)| {
-                        let &(ops, bytes) = totals.get(&c.name)?;
-                        let per_sec = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
-                        Some((per_sec(c.counts.ops, ops), per_sec(c.counts.bytes, bytes)))
+                        // Counts that went back belong to another stage (a
+                        // pid used again) or a channel made anew.
+                        let &(ops0, bytes0) = totals.get(&c.name)?;
+                        (ops >= ops0 && bytes >= bytes0)
+                            .then(|| ((ops - ops0) as f64 / secs, (bytes - bytes0) as f64 / secs))
                     })
                     .unwrap_or((c.counts.ops_per_sec, c.counts.bytes_per_sec));
                 ChannelSample {
@@ -661,6 +664,13 @@ mod tests {
         assert_eq!(s.channels[0].bytes_per_sec, (3 << 20) as f64);
         assert_eq!(s.channels[0].ops_per_sec, 48.0);
         assert_eq!(s.channels[1].bytes_per_sec, 0.0);
+        // Counts that went back (another process with this pid): the
+        // stage's own figures, not a difference with the old counts.
+        a.stats.collected_at_ns += 5_000_000_000;
+        a.stats.channels[0].counts.bytes = 1 << 20;
+        a.stats.channels[0].counts.bytes_per_sec = (1 << 20) as f64;
+        let s = fs.sample(&[&a], 9.0, SystemTime::UNIX_EPOCH);
+        assert_eq!(s.channels[0].bytes_per_sec, (1 << 20) as f64);
     }
 
     #[test]
