@@ -534,7 +534,7 @@ fn top(a: TopArgs) -> Result<i32, Failure> {
         });
     }
     let source = match a.stats {
-        Some(p) => paio_cli::top::Source::StatsFiles(p),
+        Some(p) => paio_cli::top::Source::StatsFiles(summary::StatsReader::new(&p, None)),
         None => paio_cli::top::Source::Paiod(paiod_socket(a.socket)),
     };
     paio_cli::top::run(source, interval)

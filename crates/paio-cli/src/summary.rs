@@ -271,7 +271,7 @@ pub fn read_all(pattern: &OsStr, since: Option<SystemTime>) -> (Vec<StatsFile>, 
 }
 
 /// Reads the statistics files matching a pattern again and again (`paio run
-/// --record` and `--progress`), parsing a file again only when it was
+/// --record` and `--progress`, `paio top --stats`), parsing a file again only when it was
 /// rewritten since the previous read: for a run of a thousand processes a
 /// read is a directory scan and a `stat` per file, not a thousand JSON
 /// documents.
@@ -291,6 +291,11 @@ impl StatsReader {
             since,
             parsed: std::collections::HashMap::new(),
         }
+    }
+
+    /// The pattern the files match.
+    pub fn pattern(&self) -> &OsStr {
+        &self.pattern
     }
 
     /// The files as they are now, sorted by pid, and the errors of those

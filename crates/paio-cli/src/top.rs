@@ -9,7 +9,7 @@
 //! `q` or Esc quits.
 
 use std::collections::{HashMap, VecDeque};
-use std::ffi::OsString;
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,12 +20,13 @@ use paio_control::ctl::{self, CtlCommand, StatusReport};
 use crate::summary::{human_bytes, human_ns};
 
 /// Where `paio top` reads its figures.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Source {
     /// paiod's status at this socket.
     Paiod(PathBuf),
-    /// Statistics files matching this `paio run --stats` pattern (`%p`).
-    StatsFiles(OsString),
+    /// Statistics files matching a `paio run --stats` pattern (`%p`), each
+    /// parsed again only when rewritten.
+    StatsFiles(crate::summary::StatsReader),
 }
 
 /// One channel of one stage, as of one refresh.
@@ -129,7 +130,7 @@ pub fn frame_of_report(r: &StatusReport, socket: &std::path::Path) -> Frame {
 }
 
 /// The rows of the statistics files of a `paio run --stats PATTERN`.
-pub fn frame_of_files(files: &[crate::summary::StatsFile], pattern: &OsString) -> Frame {
+pub fn frame_of_files(files: &[&crate::summary::StatsFile], pattern: &OsStr) -> Frame {
     let mut rows = Vec::new();
     for f in files {
         for c in &f.stats.channels {
@@ -161,7 +162,7 @@ pub fn frame_of_files(files: &[crate::summary::StatsFile], pattern: &OsString) -
 }
 
 /// Reads one frame from `source`.
-pub fn read(source: &Source) -> Result<Frame, ReadError> {
+pub fn read(source: &mut Source) -> Result<Frame, ReadError> {
     match source {
         Source::Paiod(socket) => {
             let reply = ctl::request(socket, CtlCommand::Status, Duration::from_secs(5))
@@ -171,18 +172,19 @@ pub fn read(source: &Source) -> Result<Frame, ReadError> {
                 .ok_or_else(|| ReadError("paiod sent no status".into()))?;
             Ok(frame_of_report(&report, socket))
         }
-        Source::StatsFiles(pattern) => {
-            let (files, errors) = crate::summary::read_all(pattern, None);
+        Source::StatsFiles(reader) => {
+            let pattern = reader.pattern().to_os_string();
+            let (files, errors) = reader.read();
             if files.is_empty() {
                 return Err(ReadError(match errors.first() {
                     Some(e) => e.to_string(),
                     None => format!(
                         "no statistics file matches {} yet",
-                        std::path::Path::new(pattern).display()
+                        std::path::Path::new(&pattern).display()
                     ),
                 }));
             }
-            Ok(frame_of_files(&files, pattern))
+            Ok(frame_of_files(&files, &pattern))
         }
     }
 }
@@ -342,7 +344,7 @@ pub const HEADERS: [&str; 10] = [
 ];
 
 /// Runs the view until the user quits. Needs a terminal.
-pub fn run(source: Source, interval: Duration) -> std::io::Result<()> {
+pub fn run(mut source: Source, interval: Duration) -> std::io::Result<()> {
     use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind};
     use ratatui::layout::{Constraint, Layout};
     use ratatui::style::{Modifier, Style};
@@ -353,7 +355,7 @@ pub fn run(source: Source, interval: Duration) -> std::io::Result<()> {
     let mut history = History::default();
     let mut by = SortBy::Bandwidth;
     let mut reverse = false;
-    let mut last: Result<Frame, ReadError> = read(&source);
+    let mut last: Result<Frame, ReadError> = read(&mut source);
     if let Ok(f) = &last {
         history.add(f);
     }
@@ -431,7 +433,7 @@ pub fn run(source: Source, interval: Duration) -> std::io::Result<()> {
                 Ok(_) => {}
             },
             Ok(false) => {
-                last = read(&source);
+                last = read(&mut source);
                 if let Ok(f) = &last {
                     history.add(f);
                 }
