@@ -168,16 +168,6 @@ pub fn expand(pattern: &OsStr, pid: u32) -> OsString {
     OsString::from_vec(out)
 }
 
-/// The files matching `pattern` (`%p` standing for a pid, in the file name
-/// only) modified at or after `since` (if given), sorted by name. Without
-/// `%p`, the file itself if it exists.
-pub fn find_files(pattern: &OsStr, since: Option<SystemTime>) -> Result<Vec<PathBuf>, StatsError> {
-    Ok(find_stamped(pattern, since)?
-        .into_iter()
-        .map(|(p, _)| p)
-        .collect())
-}
-
 /// What tells one version of a file from another: a rewrite by rename is a
 /// new inode, one in place a new modification time or length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +178,9 @@ struct Stamp {
     mtime: SystemTime,
 }
 
-/// [`find_files`], each path with its [`Stamp`].
+/// The files matching `pattern` (`%p` standing for a pid, in the file name
+/// only) modified at or after `since` (if given), sorted by name, each with
+/// its [`Stamp`]. Without `%p`, the file itself if it exists.
 fn find_stamped(
     pattern: &OsStr,
     since: Option<SystemTime>,
@@ -262,7 +254,7 @@ pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
     })
 }
 
-/// Reads every file matching `pattern` (see [`find_files`]): the files read,
+/// Reads every file matching `pattern` (see [`StatsReader`]): the files read,
 /// sorted by pid, and the errors of those that could not be.
 pub fn read_all(pattern: &OsStr, since: Option<SystemTime>) -> (Vec<StatsFile>, Vec<StatsError>) {
     let mut reader = StatsReader::new(pattern, since);
@@ -284,7 +276,8 @@ pub struct StatsReader {
 
 impl StatsReader {
     /// A reader of the files matching `pattern` modified at or after
-    /// `since` (see [`find_files`]).
+    /// `since`: `%p` in the file name stands for a pid; without `%p`, the
+    /// file itself.
     pub fn new(pattern: &OsStr, since: Option<SystemTime>) -> StatsReader {
         StatsReader {
             pattern: pattern.to_os_string(),
