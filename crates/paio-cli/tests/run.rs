@@ -721,6 +721,21 @@ fn warns_about_static_binaries() {
         e.starts_with("paio: warning: ") && e.contains("statically linked"),
         "{e}"
     );
+    // A recording of it would be empty: said too.
+    let rec = d.join("r.jsonl");
+    let o = run(&[
+        "run",
+        "--record",
+        rec.to_str().unwrap(),
+        "--",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--record: no process wrote statistics, the recording is empty"),
+        "{e}"
+    );
     // Dynamic programs and scripts: no warning.
     let o = run(&["run", "--", "true"]);
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
