@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -136,11 +137,29 @@ def markdown(summary):
     return "\n".join(lines) + "\n\n" + expt.RATIO_NOTE + "\n"
 
 
-def paiod_config(target, percentile):
+def paiod_config(target, percentile, depths):
     """paiod's configuration in the paio-target setup: the criticality
-    policy with a latency target at `percentile`."""
+    policy with a latency target at `percentile`, starting from and never
+    above the background policy's `depths` ((depth, busy_depth), from
+    `priority_depths`): the policy owns those settings, and its own
+    defaults (4, 1) would otherwise replace the policy's."""
+    depth, busy = depths
     return ("period = \"100ms\"\n[policy]\nkind = \"criticality\"\n"
-            f"latency_target = \"{target}\"\npercentile = {percentile:g}\n")
+            f"latency_target = \"{target}\"\npercentile = {percentile:g}\n"
+            f"max_depth = {depth}\nbusy_depth = {busy}\n")
+
+
+def priority_depths(policy_text, where):
+    """(depth, busy_depth) of the priority objects of a stage policy (the
+    highest of each; the stage's defaults 4 and 1 where unset); an error
+    naming `where` if it has none."""
+    objects = [o for ch in tomllib.loads(policy_text).get("channel", [])
+               for o in ch.get("object", []) if o.get("kind") == "priority"]
+    if not objects:
+        raise DriverError(f"{where}: no priority object (kind = \"priority\"), "
+                          "so the paio-target setup would have nothing to control")
+    return (max(o.get("depth", 4) for o in objects),
+            max(o.get("busy_depth", 1) for o in objects))
 
 
 def stages_that_left(log_text):
@@ -236,7 +255,9 @@ class Run:
             return None
         a = self.args
         cfg = self.out / "raw" / "paiod.toml"
-        cfg.write_text(paiod_config(a.target, a.target_percentile))
+        policy = Path(a.paio_policy)
+        depths = priority_depths(policy.read_text(), policy)
+        cfg.write_text(paiod_config(a.target, a.target_percentile, depths))
         log = open(self.out / "raw" / "paiod.log", "a")
         self.paiod_log_start = log.tell()
         p = subprocess.Popen([str(Path(a.bin_dir) / "paiod"), "--config", str(cfg),

@@ -93,10 +93,22 @@ def test_summary_medians_extremes_and_ratios_against_vanilla():
 
 
 def test_paiod_config_is_a_criticality_policy_with_the_target():
-    text = run.paiod_config("1ms", 99.9)
+    text = run.paiod_config("1ms", 99.9, (4, 3))
     assert 'kind = "criticality"' in text
     assert 'latency_target = "1ms"' in text
     assert "percentile = 99.9" in text
+    assert "max_depth = 4\nbusy_depth = 3\n" in text
+
+
+def test_the_target_keeps_the_background_policys_depths():
+    shipped = (run.HERE / "background.toml").read_text()
+    assert run.priority_depths(shipped, "background.toml") == (4, 3)
+    two = ('[[channel]]\nname = "a"\n[[channel.object]]\nname = "p"\nkind = "priority"\n'
+           '[[channel]]\nname = "b"\n[[channel.object]]\nname = "q"\nkind = "priority"\n'
+           'depth = 8\n[[channel.object]]\nname = "d"\nkind = "drl"\nrate = "1MiB/s"\n')
+    assert run.priority_depths(two, "two.toml") == (8, 1)
+    with pytest.raises(run.DriverError, match="none.toml: no priority object"):
+        run.priority_depths('[[channel]]\nname = "a"\n', "none.toml")
 
 
 def test_paio_target_is_a_setup():
