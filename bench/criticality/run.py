@@ -137,16 +137,18 @@ def markdown(summary):
     return "\n".join(lines) + "\n\n" + expt.RATIO_NOTE + "\n"
 
 
-def paiod_config(target, percentile, depths):
+def paiod_config(target, percentile, depths, decrease=None):
     """paiod's configuration in the paio-target setup: the criticality
     policy with a latency target at `percentile`, starting from and never
     above the background policy's `depths` ((depth, busy_depth), from
     `priority_depths`): the policy owns those settings, and its own
-    defaults (4, 1) would otherwise replace the policy's."""
+    defaults (4, 1) would otherwise replace the policy's. `decrease`: the
+    rate a missed window keeps (None: paiod's default)."""
     depth, busy = depths
     return ("period = \"100ms\"\n[policy]\nkind = \"criticality\"\n"
             f"latency_target = \"{target}\"\npercentile = {percentile:g}\n"
-            f"max_depth = {depth}\nbusy_depth = {busy}\n")
+            f"max_depth = {depth}\nbusy_depth = {busy}\n"
+            + (f"decrease = {decrease:g}\n" if decrease is not None else ""))
 
 
 def priority_depths(policy_text, where):
@@ -257,7 +259,8 @@ class Run:
         cfg = self.out / "raw" / "paiod.toml"
         policy = Path(a.paio_policy)
         depths = priority_depths(policy.read_text(), policy)
-        cfg.write_text(paiod_config(a.target, a.target_percentile, depths))
+        cfg.write_text(paiod_config(a.target, a.target_percentile, depths,
+                                    a.target_decrease))
         log = open(self.out / "raw" / "paiod.log", "a")
         self.paiod_log_start = log.tell()
         p = subprocess.Popen([str(Path(a.bin_dir) / "paiod"), "--config", str(cfg),
@@ -471,6 +474,9 @@ def parse_args(argv):
                          "(300us: chosen on fio, docs/performance.md)")
     ap.add_argument("--target-percentile", type=float, default=99.9,
                     help="paio-target: the percentile the target applies to")
+    ap.add_argument("--target-decrease", type=float, default=None,
+                    help="paio-target: the fraction of the background's rate a missed "
+                         "window keeps (paiod's `decrease`; default paiod's, 0.5)")
     ap.add_argument("--static-read", default="200MiB/s")
     ap.add_argument("--static-write", default="100MiB/s")
     ap.add_argument("--crit-mib", type=int, default=512)

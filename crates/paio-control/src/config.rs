@@ -61,6 +61,7 @@
 //! max_depth = 4                    # depth when the target is met (default 4)
 //! busy_depth = 1                   # busy_depth ceiling (default 1)
 //! min_rate = "1MiB/s"              # lowest background rate (default 1MiB/s)
+//! decrease = 0.5                   # rate kept after a missed window (default 0.5)
 //! ```
 //!
 //! Unknown fields are rejected, and so are fields the chosen kind does not
@@ -397,6 +398,7 @@ struct RawPolicy {
     max_depth: Option<Spanned<u32>>,
     busy_depth: Option<Spanned<u32>>,
     min_rate: Option<Spanned<Rate>>,
+    decrease: Option<Spanned<f64>>,
     #[serde(default)]
     group: Vec<Spanned<RawGroup>>,
 }
@@ -463,6 +465,7 @@ impl RawPolicy {
             ("max_depth", self.max_depth.as_ref().map(|x| x.span())),
             ("busy_depth", self.busy_depth.as_ref().map(|x| x.span())),
             ("min_rate", self.min_rate.as_ref().map(|x| x.span())),
+            ("decrease", self.decrease.as_ref().map(|x| x.span())),
         ])
     }
 }
@@ -1056,6 +1059,9 @@ fn criticality_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, Confi
     if let Some(v) = &p.min_rate {
         t.min_rate = cx.rate(v, "policy.min_rate")?;
     }
+    if let Some(v) = &p.decrease {
+        t.decrease = *v.get_ref();
+    }
     if let Err(e) = t.validate() {
         // The field the message starts with is the one to blame.
         let fields = p.criticality_fields();
@@ -1437,7 +1443,8 @@ rules = [{ rule = "create_channel", name = "x" }]
     fn criticality_config() {
         let c = parse(
             "[policy]\nkind = \"criticality\"\nlatency_target = \"2ms\"\npercentile = 99.9\n\
-             window = \"1s\"\nmax_depth = 8\nbusy_depth = 0\nmin_rate = \"4MiB/s\"\n",
+             window = \"1s\"\nmax_depth = 8\nbusy_depth = 0\nmin_rate = \"4MiB/s\"\n\
+             decrease = 0.75\n",
         )
         .unwrap();
         assert_eq!(c.policy.kind, PolicyKind::Criticality);
@@ -1445,6 +1452,7 @@ rules = [{ rule = "create_channel", name = "x" }]
         assert_eq!(t.target, Duration::from_millis(2));
         assert_eq!((t.percentile, t.window), (99.9, Duration::from_secs(1)));
         assert_eq!((t.max_depth, t.busy_depth, t.min_rate), (8, 0, 4.0 * MIB));
+        assert_eq!(t.decrease, 0.75);
         let mut p = c.policy.build();
         assert_eq!(p.kind(), "criticality");
         assert_eq!(p.latency().unwrap().target_ns, 2_000_000);
@@ -1497,6 +1505,12 @@ rules = [{ rule = "create_channel", name = "x" }]
             4,
             "policy.min_rate",
             "byte rate",
+        );
+        case(
+            &format!("{t}decrease = 1.0\n"),
+            4,
+            "policy.decrease",
+            "between 0 and 1",
         );
         case(&format!("{t}max_depth = -1\n"), 4, "policy.max_depth", "");
         // Fields of other kinds, and the criticality fields elsewhere.

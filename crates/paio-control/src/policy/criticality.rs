@@ -25,8 +25,8 @@
 //!   ([`common::split_by_demand`]).
 //!
 //! After a window that **missed** the target, depth is halved; once depth
-//! is 1, the rate is halved instead (the first cut starts from the
-//! background's rate measured over the window). After a window that **met**
+//! is 1, the rate is multiplied by `decrease` instead (default ½; the
+//! first cut starts from the background's rate measured over the window). After a window that **met**
 //! it, the rate grows by a tenth of the rate measured at the first cut and
 //! is lifted when it reaches it; once unlimited, depth grows by 1 up to
 //! `max_depth`. The depth is cut first because it is cheap for the
@@ -68,6 +68,9 @@ pub const DEFAULT_MIN_RATE: f64 = 1024.0 * 1024.0;
 /// background rate measured at the first cut.
 pub const RATE_STEP: f64 = 0.1;
 
+/// Default `decrease`: a missed window halves the rate.
+pub const DEFAULT_DECREASE: f64 = 0.5;
+
 /// The `criticality` policy's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyTarget {
@@ -84,6 +87,11 @@ pub struct LatencyTarget {
     pub busy_depth: u32,
     /// The lowest total non-critical rate, bytes/s.
     pub min_rate: f64,
+    /// What a missed window multiplies the rate by, in (0, 1). Higher keeps
+    /// more background throughput on average (the rate saws between
+    /// `decrease` × and 1 × where the target starts to be missed) at the
+    /// cost of more missed windows, each cut smaller.
+    pub decrease: f64,
 }
 
 impl LatencyTarget {
@@ -96,6 +104,7 @@ impl LatencyTarget {
             max_depth: DEFAULT_MAX_DEPTH,
             busy_depth: DEFAULT_BUSY_DEPTH,
             min_rate: DEFAULT_MIN_RATE,
+            decrease: DEFAULT_DECREASE,
         }
     }
 
@@ -124,6 +133,13 @@ impl LatencyTarget {
         }
         if !(self.min_rate.is_finite() && self.min_rate > 0.0) {
             return Err(PolicyError::new("min_rate must be a positive byte rate"));
+        }
+        if !(self.decrease > 0.0 && self.decrease < 1.0) {
+            return Err(PolicyError::new(format!(
+                "decrease must be between 0 and 1 (exclusive: the fraction of the rate a \
+                 missed window keeps), got {}",
+                self.decrease
+            )));
         }
         Ok(())
     }
@@ -269,7 +285,7 @@ impl CriticalityPolicy {
                         self.reference
                     }
                 };
-                self.rate = Some((from / 2.0).max(floor));
+                self.rate = Some((from * self.settings.decrease).max(floor));
             }
             Verdict::Met | Verdict::Idle => match self.rate {
                 Some(r) => {
@@ -450,7 +466,7 @@ impl ControlPolicy for CriticalityPolicy {
     }
 
     /// `set * KEY=VALUE` with KEY one of `latency_target`, `percentile`,
-    /// `window`, `max_depth`, `busy_depth`, `min_rate`. A lower `max_depth`
+    /// `window`, `max_depth`, `busy_depth`, `min_rate`, `decrease`. A lower `max_depth`
     /// takes effect at once; a higher one is reached by additive increase.
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         if group != "*" {
@@ -477,10 +493,15 @@ impl ControlPolicy for CriticalityPolicy {
             "min_rate" => {
                 s.min_rate = common::parse_byte_rate(value).map_err(|e| bad(e.message))?
             }
+            "decrease" => {
+                s.decrease = value
+                    .parse()
+                    .map_err(|_| bad(format!("expected a number such as 0.75, got {value:?}")))?
+            }
             other => {
                 return Err(PolicyError::new(format!(
                     "unknown key {other:?} (expected latency_target, percentile, window, \
-                     max_depth, busy_depth or min_rate)"
+                     max_depth, busy_depth, min_rate or decrease)"
                 )))
             }
         }
@@ -733,6 +754,23 @@ mod tests {
     }
 
     #[test]
+    fn decrease_sets_the_cut_of_the_rate_not_of_the_depth() {
+        let mut t = LatencyTarget::new(Duration::from_millis(2));
+        t.decrease = 0.75;
+        let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t).unwrap(), 1);
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(config(&views[0]).depth, 2, "depth is still halved");
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(rate(&views[0]), Some((75.0 * MIB) as u64));
+        window(&mut p, &mut now, &mut views, 75.0 * MIB, 5 * MS);
+        assert_eq!(rate(&views[0]), Some((0.75 * 75.0 * MIB) as u64));
+        // Given back by the same step as with the default.
+        window(&mut p, &mut now, &mut views, 50.0 * MIB, MS);
+        assert_eq!(rate(&views[0]), Some(((0.75 * 75.0 + 10.0) * MIB) as u64));
+    }
+
+    #[test]
     fn rules_go_out_only_on_change() {
         let (mut p, mut views, mut now) = started(policy(), 1);
         for _ in 0..5 {
@@ -842,6 +880,8 @@ mod tests {
         p.set("*", "window", "1s").unwrap();
         p.set("*", "min_rate", "8MiB/s").unwrap();
         p.set("*", "busy_depth", "0").unwrap();
+        p.set("*", "decrease", "0.8").unwrap();
+        assert_eq!(p.settings.decrease, 0.8);
         now += PERIOD;
         let rules = p.period(now, &views);
         apply(&mut views, rules);
@@ -854,6 +894,8 @@ mod tests {
             ("percentile", "high", "a number"),
             ("latency_target", "soon", "latency_target"),
             ("min_rate", "5 iops", "byte rate"),
+            ("decrease", "0", "between 0 and 1"),
+            ("decrease", "half", "a number"),
             ("depth", "2", "unknown key"),
         ] {
             let e = p.set("*", key, value).unwrap_err();
