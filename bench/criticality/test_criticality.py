@@ -222,3 +222,26 @@ def test_stop_kills_what_ignores_sigterm():
     run.expt.stop(p, timeout=0.3)
     assert p.returncode == -signal.SIGKILL
     assert time.monotonic() - t0 < 5
+
+
+def test_rotate_runs_each_setup_once_per_round_in_rotated_order(tmp_path):
+    out = subprocess.run(
+        ["bash", str(run.HERE / "rotate.sh"), str(tmp_path / "o"), "2", "fio",
+         "a=--setups vanilla", "b=--setups paio-target --target 3ms"],
+        env={**os.environ, "DRY": "1", "BIN": "/bin"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [ln.split("--out ")[1].rsplit("/", 1)[1] for ln in lines[:-1]] == \
+        ["r0-a", "r0-b", "r1-b", "r1-a"]
+    assert "--setups paio-target --target 3ms --no-plot" in lines[1]
+    assert "--workloads fio --bin-dir /bin" in lines[0] and lines[-1] == "ALLDONE"
+    assert not (tmp_path / "o").exists(), "a dry run makes nothing"
+
+
+def test_rotate_refuses_a_setup_without_its_arguments(tmp_path):
+    out = subprocess.run(["bash", str(run.HERE / "rotate.sh"), str(tmp_path), "1", "fio", "a"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "expected NAME=ARGS, got 'a'" in out.stderr
+    out = subprocess.run(["bash", str(run.HERE / "rotate.sh"), str(tmp_path)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "usage:" in out.stderr
