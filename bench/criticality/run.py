@@ -137,18 +137,20 @@ def markdown(summary):
     return "\n".join(lines) + "\n\n" + expt.RATIO_NOTE + "\n"
 
 
-def paiod_config(target, percentile, depths, decrease=None):
+def paiod_config(target, percentile, depths, decrease=None, min_depth=None):
     """paiod's configuration in the paio-target setup: the criticality
     policy with a latency target at `percentile`, starting from and never
     above the background policy's `depths` ((depth, busy_depth), from
     `priority_depths`): the policy owns those settings, and its own
     defaults (4, 1) would otherwise replace the policy's. `decrease`: the
-    rate a missed window keeps (None: paiod's default)."""
+    rate a missed window keeps; `min_depth`: the lowest depth a miss cuts
+    to before the rate (None: paiod's defaults)."""
     depth, busy = depths
     return ("period = \"100ms\"\n[policy]\nkind = \"criticality\"\n"
             f"latency_target = \"{target}\"\npercentile = {percentile:g}\n"
             f"max_depth = {depth}\nbusy_depth = {busy}\n"
-            + (f"decrease = {decrease:g}\n" if decrease is not None else ""))
+            + (f"decrease = {decrease:g}\n" if decrease is not None else "")
+            + (f"min_depth = {min_depth}\n" if min_depth is not None else ""))
 
 
 def priority_depths(policy_text, where):
@@ -260,7 +262,7 @@ class Run:
         policy = Path(a.paio_policy)
         depths = priority_depths(policy.read_text(), policy)
         cfg.write_text(paiod_config(a.target, a.target_percentile, depths,
-                                    a.target_decrease))
+                                    a.target_decrease, a.target_min_depth))
         log = open(self.out / "raw" / "paiod.log", "a")
         self.paiod_log_start = log.tell()
         p = subprocess.Popen([str(Path(a.bin_dir) / "paiod"), "--config", str(cfg),
@@ -477,6 +479,9 @@ def parse_args(argv):
     ap.add_argument("--target-decrease", type=float, default=None,
                     help="paio-target: the fraction of the background's rate a missed "
                          "window keeps (paiod's `decrease`; default paiod's, 0.5)")
+    ap.add_argument("--target-min-depth", type=int, default=None,
+                    help="paio-target: the lowest depth a missed window cuts to before "
+                         "it cuts the rate (paiod's `min_depth`; default paiod's, 1)")
     ap.add_argument("--static-read", default="200MiB/s")
     ap.add_argument("--static-write", default="100MiB/s")
     ap.add_argument("--crit-mib", type=int, default=512)

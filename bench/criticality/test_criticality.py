@@ -99,6 +99,7 @@ def test_paiod_config_is_a_criticality_policy_with_the_target():
     assert "percentile = 99.9" in text
     assert "max_depth = 4\nbusy_depth = 3\n" in text and "decrease" not in text
     assert "decrease = 0.75\n" in run.paiod_config("1ms", 99.9, (4, 3), 0.75)
+    assert "min_depth = 3\n" in run.paiod_config("1ms", 99.9, (4, 3), min_depth=3)
 
 
 def test_the_target_keeps_the_background_policys_depths():

@@ -59,6 +59,7 @@
 //! percentile = 99                  # judged percentile (default 99)
 //! window = "500ms"                 # evaluation window (default 500ms)
 //! max_depth = 4                    # depth when the target is met (default 4)
+//! min_depth = 1                    # lowest depth before the rate is cut (default 1)
 //! busy_depth = 1                   # busy_depth ceiling (default 1)
 //! min_rate = "1MiB/s"              # lowest background rate (default 1MiB/s)
 //! decrease = 0.5                   # rate kept after a missed window (default 0.5)
@@ -396,6 +397,7 @@ struct RawPolicy {
     percentile: Option<Spanned<f64>>,
     window: Option<Spanned<HumanDuration>>,
     max_depth: Option<Spanned<u32>>,
+    min_depth: Option<Spanned<u32>>,
     busy_depth: Option<Spanned<u32>>,
     min_rate: Option<Spanned<Rate>>,
     decrease: Option<Spanned<f64>>,
@@ -463,6 +465,7 @@ impl RawPolicy {
             ("percentile", self.percentile.as_ref().map(|x| x.span())),
             ("window", self.window.as_ref().map(|x| x.span())),
             ("max_depth", self.max_depth.as_ref().map(|x| x.span())),
+            ("min_depth", self.min_depth.as_ref().map(|x| x.span())),
             ("busy_depth", self.busy_depth.as_ref().map(|x| x.span())),
             ("min_rate", self.min_rate.as_ref().map(|x| x.span())),
             ("decrease", self.decrease.as_ref().map(|x| x.span())),
@@ -1053,6 +1056,9 @@ fn criticality_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, Confi
     if let Some(v) = &p.max_depth {
         t.max_depth = *v.get_ref();
     }
+    if let Some(v) = &p.min_depth {
+        t.min_depth = *v.get_ref();
+    }
     if let Some(v) = &p.busy_depth {
         t.busy_depth = *v.get_ref();
     }
@@ -1444,7 +1450,7 @@ rules = [{ rule = "create_channel", name = "x" }]
         let c = parse(
             "[policy]\nkind = \"criticality\"\nlatency_target = \"2ms\"\npercentile = 99.9\n\
              window = \"1s\"\nmax_depth = 8\nbusy_depth = 0\nmin_rate = \"4MiB/s\"\n\
-             decrease = 0.75\n",
+             decrease = 0.75\nmin_depth = 2\n",
         )
         .unwrap();
         assert_eq!(c.policy.kind, PolicyKind::Criticality);
@@ -1452,7 +1458,7 @@ rules = [{ rule = "create_channel", name = "x" }]
         assert_eq!(t.target, Duration::from_millis(2));
         assert_eq!((t.percentile, t.window), (99.9, Duration::from_secs(1)));
         assert_eq!((t.max_depth, t.busy_depth, t.min_rate), (8, 0, 4.0 * MIB));
-        assert_eq!(t.decrease, 0.75);
+        assert_eq!((t.decrease, t.min_depth), (0.75, 2));
         let mut p = c.policy.build();
         assert_eq!(p.kind(), "criticality");
         assert_eq!(p.latency().unwrap().target_ns, 2_000_000);
@@ -1505,6 +1511,12 @@ rules = [{ rule = "create_channel", name = "x" }]
             4,
             "policy.min_rate",
             "byte rate",
+        );
+        case(
+            &format!("{t}min_depth = 5\n"),
+            4,
+            "policy.min_depth",
+            "between 1 and max_depth (4)",
         );
         case(
             &format!("{t}decrease = 1.0\n"),

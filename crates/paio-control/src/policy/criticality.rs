@@ -16,7 +16,7 @@
 //! `busy_depth` and `rate` (their other settings stay as the stage
 //! configured them). It keeps one state for the machine:
 //!
-//! - `depth`, from `max_depth` down to 1: the non-critical requests each
+//! - `depth`, from `max_depth` down to `min_depth` (1): the non-critical requests each
 //!   object lets in flight while nothing critical runs, which is the queue a
 //!   critical request finds when it arrives; each object's `busy_depth` is
 //!   `min(busy_depth, depth)`;
@@ -24,8 +24,9 @@
 //!   second of all objects together, split among them by measured demand
 //!   ([`common::split_by_demand`]).
 //!
-//! After a window that **missed** the target, depth is halved; once depth
-//! is 1, the rate is multiplied by `decrease` instead (default ½; the
+//! After a window that **missed** the target, depth is halved (never below
+//! `min_depth`); once depth is `min_depth`, the rate is multiplied by
+//! `decrease` instead (default ½; the
 //! first cut starts from the background's rate measured over the window). After a window that **met**
 //! it, the rate grows by a tenth of the rate measured at the first cut and
 //! is lifted when it reaches it; once unlimited, depth grows by 1 up to
@@ -71,6 +72,9 @@ pub const RATE_STEP: f64 = 0.1;
 /// Default `decrease`: a missed window halves the rate.
 pub const DEFAULT_DECREASE: f64 = 0.5;
 
+/// Default `min_depth`: the depth may be cut to one request.
+pub const DEFAULT_MIN_DEPTH: u32 = 1;
+
 /// The `criticality` policy's settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyTarget {
@@ -83,6 +87,11 @@ pub struct LatencyTarget {
     pub window: Duration,
     /// The non-critical depth when critical requests meet the target.
     pub max_depth: u32,
+    /// The lowest depth a miss cuts to before it cuts the rate, in
+    /// [1, `max_depth`]. Higher keeps more pieces of the background in
+    /// flight (and `busy_depth` up to it) and leaves the cuts to the rate;
+    /// lower shortens the queue a critical request finds first.
+    pub min_depth: u32,
     /// The objects' `busy_depth`, never above the current depth.
     pub busy_depth: u32,
     /// The lowest total non-critical rate, bytes/s.
@@ -102,6 +111,7 @@ impl LatencyTarget {
             percentile: DEFAULT_PERCENTILE,
             window: DEFAULT_WINDOW,
             max_depth: DEFAULT_MAX_DEPTH,
+            min_depth: DEFAULT_MIN_DEPTH,
             busy_depth: DEFAULT_BUSY_DEPTH,
             min_rate: DEFAULT_MIN_RATE,
             decrease: DEFAULT_DECREASE,
@@ -124,6 +134,12 @@ impl LatencyTarget {
         }
         if self.max_depth == 0 {
             return Err(PolicyError::new("max_depth must be at least 1"));
+        }
+        if self.min_depth == 0 || self.min_depth > self.max_depth {
+            return Err(PolicyError::new(format!(
+                "min_depth must be between 1 and max_depth ({}), got {}",
+                self.max_depth, self.min_depth
+            )));
         }
         if self.busy_depth > self.max_depth {
             return Err(PolicyError::new(format!(
@@ -276,7 +292,9 @@ impl CriticalityPolicy {
         let floor = self.settings.min_rate;
         let before = (self.depth, self.rate);
         match verdict {
-            Verdict::Missed if self.depth > 1 => self.depth = (self.depth / 2).max(1),
+            Verdict::Missed if self.depth > self.settings.min_depth => {
+                self.depth = (self.depth / 2).max(self.settings.min_depth)
+            }
             Verdict::Missed => {
                 let from = match self.rate {
                     Some(r) => r,
@@ -466,7 +484,7 @@ impl ControlPolicy for CriticalityPolicy {
     }
 
     /// `set * KEY=VALUE` with KEY one of `latency_target`, `percentile`,
-    /// `window`, `max_depth`, `busy_depth`, `min_rate`, `decrease`. A lower `max_depth`
+    /// `window`, `max_depth`, `min_depth`, `busy_depth`, `min_rate`, `decrease`. A lower `max_depth`
     /// takes effect at once; a higher one is reached by additive increase.
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         if group != "*" {
@@ -489,6 +507,7 @@ impl ControlPolicy for CriticalityPolicy {
                     .map_err(|_| bad(format!("expected a number such as 99.9, got {value:?}")))?
             }
             "max_depth" => s.max_depth = count(value)?,
+            "min_depth" => s.min_depth = count(value)?,
             "busy_depth" => s.busy_depth = count(value)?,
             "min_rate" => {
                 s.min_rate = common::parse_byte_rate(value).map_err(|e| bad(e.message))?
@@ -501,13 +520,15 @@ impl ControlPolicy for CriticalityPolicy {
             other => {
                 return Err(PolicyError::new(format!(
                     "unknown key {other:?} (expected latency_target, percentile, window, \
-                     max_depth, busy_depth, min_rate or decrease)"
+                     max_depth, min_depth, busy_depth, min_rate or decrease)"
                 )))
             }
         }
         s.validate()?;
         self.settings = s;
-        self.depth = self.depth.min(self.settings.max_depth);
+        self.depth = self
+            .depth
+            .clamp(self.settings.min_depth, self.settings.max_depth);
         if let Some(r) = self.rate {
             self.rate = Some(r.max(self.settings.min_rate));
         }
@@ -771,6 +792,34 @@ mod tests {
     }
 
     #[test]
+    fn min_depth_leaves_the_cuts_below_it_to_the_rate() {
+        let mut t = LatencyTarget::new(Duration::from_millis(2));
+        t.busy_depth = 3;
+        t.min_depth = 3;
+        let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t).unwrap(), 1);
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        let c = config(&views[0]);
+        assert_eq!(
+            (c.depth, c.busy_depth, c.rate),
+            (3, 3, None),
+            "4 / 2 = 2, held at 3"
+        );
+        window(&mut p, &mut now, &mut views, 100.0 * MIB, 5 * MS);
+        assert_eq!(config(&views[0]).depth, 3);
+        assert_eq!(rate(&views[0]), Some((50.0 * MIB) as u64), "then the rate");
+        // Met: the rate comes back, then the depth up to max_depth.
+        for _ in 0..5 {
+            window(&mut p, &mut now, &mut views, 50.0 * MIB, MS);
+        }
+        assert_eq!(rate(&views[0]), None);
+        window(&mut p, &mut now, &mut views, 50.0 * MIB, MS);
+        assert_eq!(config(&views[0]).depth, 4);
+        // Raising min_depth at run time lifts the depth at once.
+        p.set("*", "min_depth", "4").unwrap();
+        assert_eq!(p.status().depth, 4);
+    }
+
+    #[test]
     fn rules_go_out_only_on_change() {
         let (mut p, mut views, mut now) = started(policy(), 1);
         for _ in 0..5 {
@@ -889,6 +938,8 @@ mod tests {
         assert_eq!((c.depth, c.busy_depth), (2, 0), "a lower max_depth at once");
         for (key, value, says) in [
             ("max_depth", "0", "at least 1"),
+            ("min_depth", "0", "between 1 and max_depth"),
+            ("min_depth", "3", "between 1 and max_depth (2)"),
             ("busy_depth", "3", "at most max_depth"),
             ("percentile", "100", "between 0 and 100"),
             ("percentile", "high", "a number"),
