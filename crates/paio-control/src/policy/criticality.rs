@@ -16,23 +16,26 @@
 //! `busy_depth` and `rate` (their other settings stay as the stage
 //! configured them). It keeps one state for the machine:
 //!
-//! - `depth`, from `max_depth` down to `min_depth` (1): the non-critical requests each
-//!   object lets in flight while nothing critical runs, which is the queue a
-//!   critical request finds when it arrives; each object's `busy_depth` is
-//!   `min(busy_depth, depth)`;
+//! - `depth`, from `max_depth` down to `min_depth` (default 1): the
+//!   non-critical requests each object lets in flight while nothing
+//!   critical runs, which is the queue a critical request finds when it
+//!   arrives; each object's `busy_depth` is `min(busy_depth, depth)`;
 //! - `rate`, unlimited or at least `min_rate`: the non-critical bytes per
 //!   second of all objects together, split among them by measured demand
 //!   ([`common::split_by_demand`]).
 //!
 //! After a window that **missed** the target, depth is halved (never below
 //! `min_depth`); once depth is `min_depth`, the rate is multiplied by
-//! `decrease` instead (default ½; the
-//! first cut starts from the background's rate measured over the window). After a window that **met**
-//! it, the rate grows by a tenth of the rate measured at the first cut and
-//! is lifted when it reaches it; once unlimited, depth grows by 1 up to
-//! `max_depth`. The depth is cut first because it is cheap for the
-//! background (the board already holds it to `busy_depth` while critical
-//! I/O runs) and the rate last because it costs throughput all the time.
+//! `decrease` instead (default ½; the first cut starts from the
+//! background's rate measured over the window). After a window that
+//! **met** it, the rate grows by a tenth of the rate measured at the first
+//! cut and is lifted when it reaches it; once unlimited, depth grows by 1
+//! up to `max_depth`. The depth is cut first because it shortens the queue
+//! a critical request finds at once; the rate last because it costs
+//! throughput all the time. Cutting the depth also lowers `busy_depth`,
+//! which bounds the background while critical I/O runs: `min_depth` keeps
+//! it where the background's pieces in flight matter more (measured in
+//! docs/performance.md, "A 3 ms target beside the others").
 //!
 //! Stages keep the last configuration they were sent when paiod goes away.
 
@@ -97,9 +100,9 @@ pub struct LatencyTarget {
     /// The lowest total non-critical rate, bytes/s.
     pub min_rate: f64,
     /// What a missed window multiplies the rate by, in (0, 1). Higher keeps
-    /// more background throughput on average (the rate saws between
-    /// `decrease` × and 1 × where the target starts to be missed) at the
-    /// cost of more missed windows, each cut smaller.
+    /// the rate higher on average (it saws between `decrease` × and 1 × the
+    /// rate where the target starts to be missed) at the cost of more
+    /// missed windows, each cut smaller.
     pub decrease: f64,
 }
 
@@ -484,8 +487,9 @@ impl ControlPolicy for CriticalityPolicy {
     }
 
     /// `set * KEY=VALUE` with KEY one of `latency_target`, `percentile`,
-    /// `window`, `max_depth`, `min_depth`, `busy_depth`, `min_rate`, `decrease`. A lower `max_depth`
-    /// takes effect at once; a higher one is reached by additive increase.
+    /// `window`, `max_depth`, `min_depth`, `busy_depth`, `min_rate`,
+    /// `decrease`. A lower `max_depth` or a higher `min_depth` takes effect
+    /// at once; a higher `max_depth` is reached by additive increase.
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         if group != "*" {
             return Err(PolicyError::new(format!(

@@ -71,7 +71,7 @@
 //! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
 //!    `compaction/ln` (and `compaction/reads`, with
 //!    [`SilkPolicy::read_split`] as its `split`), only for rates that moved by more than
-//!    [`DEADBAND`](super::common::DEADBAND) since the last one sent to that
+//!    [`DEADBAND`] since the last one sent to that
 //!    object, and never below [`RATE_FLOOR`](super::common::RATE_FLOOR).
 //!
 //! Choices:
