@@ -39,7 +39,7 @@
 //!
 //! Stages keep the last configuration they were sent when paiod goes away.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use paio::object::PriorityConfig;
@@ -226,11 +226,15 @@ pub struct CriticalityPolicy {
     /// Whether the warning that there is nothing to control was given for
     /// the current stretch of periods without priority objects.
     said_idle: bool,
+    /// The objects whose own depths were compared with the policy's when
+    /// first seen (kept while they are registered).
+    compared: BTreeSet<(StageId, String, String)>,
 }
 
 /// One priority object of one stage.
 struct Controlled<'a> {
     stage: StageId,
+    stage_name: &'a str,
     channel: &'a str,
     object: &'a str,
     config: &'a PriorityConfig,
@@ -256,6 +260,7 @@ impl CriticalityPolicy {
             objects: 0,
             stages: 0,
             said_idle: false,
+            compared: BTreeSet::new(),
         })
     }
 
@@ -339,6 +344,35 @@ impl CriticalityPolicy {
         }
     }
 
+    /// Warns once per object, when first seen, if the depths its stage
+    /// configured differ from the ones this policy will give it: the policy
+    /// owns them, and a stage's `busy_depth = 3` silently becoming 1 would
+    /// change what its background can move.
+    fn compare_own_depths(&mut self, objects: &[Controlled<'_>]) {
+        let (max, busy) = (self.settings.max_depth, self.settings.busy_depth);
+        let mut present = BTreeSet::new();
+        for o in objects {
+            let key = (o.stage, o.channel.to_string(), o.object.to_string());
+            if !self.compared.contains(&key) && (o.config.depth, o.config.busy_depth) != (max, busy)
+            {
+                tracing::warn!(
+                    "stage {} ({}) object {}/{} has depth {} and busy_depth {}: the \
+                     criticality policy replaces them with max_depth {max} and busy_depth \
+                     {busy} (set max_depth and busy_depth in paiod's [policy] to keep the \
+                     stage's)",
+                    o.stage,
+                    o.stage_name,
+                    o.channel,
+                    o.object,
+                    o.config.depth,
+                    o.config.busy_depth
+                );
+            }
+            present.insert(key);
+        }
+        self.compared = present;
+    }
+
     /// The configuration `c` should have now, given its share of the rate.
     fn wanted(&self, c: &PriorityConfig, share: Option<f64>) -> PriorityConfig {
         PriorityConfig {
@@ -383,6 +417,7 @@ fn controlled(stages: &[StageView]) -> Vec<Controlled<'_>> {
                 });
                 out.push(Controlled {
                     stage: s.id,
+                    stage_name: &s.info.identity.name,
                     channel: &ch.name,
                     object: &o.name,
                     config,
@@ -407,6 +442,7 @@ impl ControlPolicy for CriticalityPolicy {
 
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
         let objects = controlled(stages);
+        self.compare_own_depths(&objects);
         let background: f64 = objects.iter().filter_map(|o| o.demand.achieved).sum();
         // Each stage's new critical latencies: its cumulative histogram less
         // the one seen last period (a stage seen for the first time only
@@ -961,8 +997,8 @@ mod tests {
         assert_eq!(p.status().depth, 2, "a refused set changes nothing");
     }
 
-    #[test]
-    fn stages_without_priority_objects_are_warned_about_once() {
+    /// What `f` logs through `tracing`.
+    fn logged(f: impl FnOnce()) -> String {
         use std::sync::{Arc, Mutex};
         #[derive(Clone, Default)]
         struct Log(Arc<Mutex<Vec<u8>>>);
@@ -980,7 +1016,14 @@ mod tests {
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, || {
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn stages_without_priority_objects_are_warned_about_once() {
+        let text = logged(|| {
             let mut p = policy();
             let mut plain = stage(1);
             plain.info.channels.clear();
@@ -988,7 +1031,6 @@ mod tests {
                 p.period(PERIOD * i, std::slice::from_ref(&plain));
             }
         });
-        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
             text.matches("none has a priority object").count(),
             1,
@@ -996,19 +1038,67 @@ mod tests {
         );
     }
 
+    #[test]
+    fn replacing_a_stages_own_depths_is_warned_about_once_per_object() {
+        let text = logged(|| {
+            let mut p = policy();
+            // Stage 1 has the policy's depths (4, 1); stage 2 asks for 3 in
+            // flight while critical I/O runs.
+            let same = stage(1);
+            let mut own = stage(2);
+            if let Some(ObjectConfig::Priority(c)) = &mut own.info.channels[0].objects[0].config {
+                c.busy_depth = 3;
+            }
+            let mut views = vec![same, own];
+            for i in 1..=3 {
+                let rules = p.period(PERIOD * i, &views);
+                apply(&mut views, rules);
+            }
+            assert_eq!(
+                config(&views[1]).busy_depth,
+                1,
+                "the policy's, as documented"
+            );
+            // Registered again (a new id, its own settings again): said again.
+            views[1].id = 3;
+            if let Some(ObjectConfig::Priority(c)) =
+                &mut views[1].info.channels[0].objects[0].config
+            {
+                c.busy_depth = 3;
+            }
+            p.period(PERIOD * 4, &views);
+            p.period(PERIOD * 5, &views);
+        });
+        let said: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("replaces them"))
+            .collect();
+        assert_eq!(said.len(), 2, "{text}");
+        assert!(
+            said[0].contains("stage 2 (s2) object bg/yield has depth 4 and busy_depth 3")
+                && said[0].contains("max_depth 4 and busy_depth 1"),
+            "{text}"
+        );
+        assert!(said[1].contains("stage 3 (s2)"), "{text}");
+    }
+
     proptest! {
         /// Whatever critical latencies arrive, depth stays in
-        /// [1, max_depth], busy_depth at most depth, and the rate is
+        /// [min_depth, max_depth], busy_depth at most depth, and the rate is
         /// unlimited or at least min_rate; every object gets exactly that.
         #[test]
         fn control_stays_within_its_bounds(
             latencies in proptest::collection::vec((0u64..30, 0u64..5_000), 1..80),
             max_depth in 1u32..9,
+            min_depth in 1u32..9,
             busy in 0u32..3,
+            decrease in 0.05f64..0.95,
         ) {
             let mut t = LatencyTarget::new(Duration::from_millis(2));
             t.max_depth = max_depth;
+            t.min_depth = min_depth.min(max_depth);
             t.busy_depth = busy.min(max_depth);
+            t.decrease = decrease;
             t.window = PERIOD;
             let (mut p, mut views, mut now) = started(CriticalityPolicy::new(t.clone()).unwrap(), 2);
             for (n, mib) in latencies {
@@ -1018,7 +1108,7 @@ mod tests {
                 let rules = p.period(now, &views);
                 apply(&mut views, rules);
                 let s = p.status();
-                prop_assert!((1..=max_depth).contains(&s.depth));
+                prop_assert!((t.min_depth..=max_depth).contains(&s.depth));
                 prop_assert!(s.busy_depth <= s.depth && s.busy_depth <= t.busy_depth);
                 prop_assert!(s.rate_bytes_per_sec.is_none_or(|r| r >= t.min_rate));
                 for v in &views {
