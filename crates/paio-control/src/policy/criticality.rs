@@ -226,9 +226,9 @@ pub struct CriticalityPolicy {
     /// Whether the warning that there is nothing to control was given for
     /// the current stretch of periods without priority objects.
     said_idle: bool,
-    /// The objects whose own depths were compared with the policy's when
-    /// first seen (kept while they are registered).
-    compared: BTreeSet<(StageId, String, String)>,
+    /// The registered stages whose priority objects' own depths were
+    /// compared with the policy's, at the first period they were seen.
+    compared: BTreeSet<StageId>,
 }
 
 /// One priority object of one stage.
@@ -344,16 +344,16 @@ impl CriticalityPolicy {
         }
     }
 
-    /// Warns once per object, when first seen, if the depths its stage
-    /// configured differ from the ones this policy will give it: the policy
-    /// owns them, and a stage's `busy_depth = 3` silently becoming 1 would
-    /// change what its background can move.
-    fn compare_own_depths(&mut self, objects: &[Controlled<'_>]) {
+    /// Warns once per object, at its stage's first period (before this
+    /// policy's rules change it), if the depths the stage configured differ
+    /// from the ones this policy will give it: the policy owns them, and a
+    /// stage's `busy_depth = 3` silently becoming 1 would change what its
+    /// background can move.
+    fn compare_own_depths(&mut self, stages: &[StageView], objects: &[Controlled<'_>]) {
         let (max, busy) = (self.settings.max_depth, self.settings.busy_depth);
-        let mut present = BTreeSet::new();
         for o in objects {
-            let key = (o.stage, o.channel.to_string(), o.object.to_string());
-            if !self.compared.contains(&key) && (o.config.depth, o.config.busy_depth) != (max, busy)
+            if !self.compared.contains(&o.stage)
+                && (o.config.depth, o.config.busy_depth) != (max, busy)
             {
                 tracing::warn!(
                     "stage {} ({}) object {}/{} has depth {} and busy_depth {}: the \
@@ -368,9 +368,8 @@ impl CriticalityPolicy {
                     o.config.busy_depth
                 );
             }
-            present.insert(key);
         }
-        self.compared = present;
+        self.compared = stages.iter().map(|s| s.id).collect();
     }
 
     /// The configuration `c` should have now, given its share of the rate.
@@ -442,7 +441,7 @@ impl ControlPolicy for CriticalityPolicy {
 
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)> {
         let objects = controlled(stages);
-        self.compare_own_depths(&objects);
+        self.compare_own_depths(stages, &objects);
         let background: f64 = objects.iter().filter_map(|o| o.demand.achieved).sum();
         // Each stage's new critical latencies: its cumulative histogram less
         // the one seen last period (a stage seen for the first time only
@@ -1039,7 +1038,7 @@ mod tests {
     }
 
     #[test]
-    fn replacing_a_stages_own_depths_is_warned_about_once_per_object() {
+    fn replacing_a_stages_own_depths_is_warned_about_once_per_registration() {
         let text = logged(|| {
             let mut p = policy();
             // Stage 1 has the policy's depths (4, 1); stage 2 asks for 3 in
