@@ -488,13 +488,13 @@ fn start_record(
     let mut said = std::collections::HashSet::new();
     let mut reader = summary::StatsReader::new(&pattern, Some(since));
     let mut recorder = Some(recorder);
-    let mut lines = 0u64;
+    let mut wrote_any = false;
     Periodic::start(RECORD_POLL, move |end| {
         let files = read_stats("--record", &mut reader, &mut said);
         let sample = sampler.sample(&files, started.elapsed().as_secs_f64(), SystemTime::now());
         // A line only when some stage wrote a new period since the last one.
         let fresh = !sample.channels.is_empty();
-        lines += u64::from(fresh);
+        wrote_any |= fresh;
         if let Some(Err(e)) = recorder
             .as_mut()
             .filter(|_| fresh)
@@ -504,7 +504,7 @@ fn start_record(
                 "paio: warning: --record: {e}; the recording stops here\n"
             ));
         }
-        if end && lines == 0 {
+        if end && !wrote_any {
             stderr(
                 "paio: warning: --record: no process wrote statistics, the recording is empty \
                  (was the interposer loaded?)\n",
