@@ -6,7 +6,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <map>
 #include <string>
 
 #include <rocksdb/file_system.h>
@@ -105,11 +105,15 @@ class PaioListener : public rocksdb::EventListener {
                          rocksdb::Status*) override;
   // Stall inheritance: while a column family's writes are delayed or
   // stopped, its flush and L0 compaction are what the foreground waits for.
+  // Counted by transition (the info's previous and current condition), per
+  // column-family name: several DBs sharing this listener may each have a
+  // "default" stalled at once, and one recovering leaves the others counted.
   void OnStallConditionsChanged(const rocksdb::WriteStallInfo& info) override;
 
  private:
   std::mutex mu_;
-  std::set<std::string> stalled_;  // column families stalled now
+  // Column families stalled now, by name (a name counts once per DB).
+  std::map<std::string, int> stalled_;
 };
 
 }  // namespace internal

@@ -527,20 +527,26 @@ int StalledColumnFamilies() {
 
 PaioListener::~PaioListener() {
   std::lock_guard<std::mutex> g(mu_);
-  stalled_column_families.fetch_sub(static_cast<int>(stalled_.size()),
-                                    std::memory_order_relaxed);
+  int held = 0;
+  for (const auto& cf : stalled_) held += cf.second;
+  stalled_column_families.fetch_sub(held, std::memory_order_relaxed);
 }
 
 void PaioListener::OnStallConditionsChanged(
     const rocksdb::WriteStallInfo& info) {
-  bool stalled = info.condition.cur != rocksdb::WriteStallCondition::kNormal;
+  using rocksdb::WriteStallCondition;
+  bool now = info.condition.cur != WriteStallCondition::kNormal;
+  bool was = info.condition.prev != WriteStallCondition::kNormal;
   std::lock_guard<std::mutex> g(mu_);
-  bool was = stalled_.count(info.cf_name) != 0;
-  if (stalled && !was) {
-    stalled_.insert(info.cf_name);
+  if (now && !was) {
+    ++stalled_[info.cf_name];
     stalled_column_families.fetch_add(1, std::memory_order_relaxed);
-  } else if (!stalled && was) {
-    stalled_.erase(info.cf_name);
+  } else if (was && !now) {
+    // A recovery this listener never saw start (installed mid-stall) has
+    // nothing to take back.
+    auto it = stalled_.find(info.cf_name);
+    if (it == stalled_.end()) return;
+    if (--it->second == 0) stalled_.erase(it);
     stalled_column_families.fetch_sub(1, std::memory_order_relaxed);
   }
 }

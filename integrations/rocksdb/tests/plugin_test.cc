@@ -742,7 +742,8 @@ TEST(Rates, BackgroundIsOneBudgetForFlushAndCompaction) {
 // Foreground requests carry criticality "critical" (a policy routes them by
 // it); flush, compaction and the WAL do not. With critical_foreground off,
 // nothing is critical. Two phases: a completed request's call latency is in
-// the statistics.
+// the statistics. Stall inheritance is off here: on a slow disk the load
+// stalls writes, which rightly makes flushes critical (tested below).
 namespace {
 void RunCriticalityRouting(bool critical_foreground, uint64_t* critical_ops,
                            uint64_t* normal_bytes, uint64_t* latency_ops) {
@@ -761,6 +762,7 @@ void RunCriticalityRouting(bool critical_foreground, uint64_t* critical_ops,
   paio_rocksdb::PluginOptions po;
   po.policy_file = policy;
   po.critical_foreground = critical_foreground;
+  po.critical_during_stalls = false;
   std::string err;
   auto plugin = paio_rocksdb::Plugin::Create(po, &err);
   ASSERT_TRUE(plugin) << err;
@@ -844,6 +846,7 @@ uint64_t CriticalBytesAroundAStall(bool inherit, uint64_t* normal_bytes) {
     FlushJobInfo fi;
     listener->OnFlushBegin(nullptr, fi);
     append(1000);  // before the stall: normal
+    stall.condition.prev = WriteStallCondition::kNormal;
     stall.condition.cur = WriteStallCondition::kStopped;
     listener->OnStallConditionsChanged(stall);
     EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 1);
@@ -892,6 +895,7 @@ TEST(Criticality, AListenerGoneDuringAStallLeavesNothing) {
     paio_rocksdb::internal::PaioListener l;
     WriteStallInfo stall;
     stall.cf_name = "a";
+    stall.condition.prev = WriteStallCondition::kNormal;
     stall.condition.cur = WriteStallCondition::kDelayed;
     l.OnStallConditionsChanged(stall);
     stall.cf_name = "b";
@@ -899,4 +903,30 @@ TEST(Criticality, AListenerGoneDuringAStallLeavesNothing) {
     EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 2);
   }
   EXPECT_EQ(paio_rocksdb::internal::StalledColumnFamilies(), 0);
+}
+
+// Several DBs may share one plugin, so one listener can see two "default"
+// column families stalled at once: one recovering leaves the other counted,
+// a slower stall of a stalled family is still one, and a recovery the
+// listener never saw start (installed mid-stall) takes nothing back.
+TEST(Criticality, StallsOfTwoDbsWithOneNameAreCountedApart) {
+  paio_rocksdb::internal::PaioListener l;
+  auto change = [&](WriteStallCondition prev, WriteStallCondition cur) {
+    WriteStallInfo info;
+    info.cf_name = "default";
+    info.condition.prev = prev;
+    info.condition.cur = cur;
+    l.OnStallConditionsChanged(info);
+    return paio_rocksdb::internal::StalledColumnFamilies();
+  };
+  using C = WriteStallCondition;
+  EXPECT_EQ(change(C::kNormal, C::kNormal), 0);
+  EXPECT_EQ(change(C::kDelayed, C::kNormal), 0) << "never saw it start";
+  EXPECT_EQ(change(C::kNormal, C::kDelayed), 1);   // DB a
+  EXPECT_EQ(change(C::kNormal, C::kStopped), 2);   // DB b
+  EXPECT_EQ(change(C::kDelayed, C::kStopped), 2);  // DB a, slower
+  EXPECT_EQ(change(C::kStopped, C::kNormal), 1);   // DB a recovers
+  EXPECT_EQ(change(C::kStopped, C::kDelayed), 1);  // DB b, faster
+  EXPECT_EQ(change(C::kDelayed, C::kNormal), 0);   // DB b recovers
+  EXPECT_EQ(change(C::kDelayed, C::kNormal), 0) << "not below zero";
 }
