@@ -187,9 +187,12 @@ pub fn format_status(r: &StatusReport) -> String {
                 let config = match &o.config {
                     Some(paio::ObjectConfig::Drl(d)) => format!("drl {}", d.rate),
                     Some(paio::ObjectConfig::Priority(p)) => format!(
-                        "priority depth {} busy {}{}",
+                        "priority depth {} busy {}{}{}",
                         p.depth,
                         p.busy_depth,
+                        p.shared_busy_depth
+                            .map(|s| format!(" shared {s}"))
+                            .unwrap_or_default(),
                         p.rate.map(|r| format!(" rate {r}")).unwrap_or_default()
                     ),
                     Some(other) => other.kind().to_string(),
@@ -454,6 +457,7 @@ mod tests {
                         kind: "priority".into(),
                         config: Some(paio::ObjectConfig::Priority(paio::object::PriorityConfig {
                             depth: 1,
+                            shared_busy_depth: Some(2),
                             rate: Some(paio::Rate::bytes_per_sec(4 << 20)),
                             ..Default::default()
                         })),
@@ -477,7 +481,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("priority depth 1 busy 1 rate 4194304 B/s"),
+            text.contains("priority depth 1 busy 1 shared 2 rate 4194304 B/s"),
             "{text}"
         );
     }

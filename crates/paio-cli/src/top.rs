@@ -76,9 +76,12 @@ fn limits(objects: &[(String, String, Option<ObjectConfig>)]) -> String {
         .filter_map(|(name, kind, config)| match config {
             Some(ObjectConfig::Drl(d)) => Some(format!("{name} {}", human_rate(d.rate))),
             Some(ObjectConfig::Priority(p)) => Some(format!(
-                "{name} depth {}/{}{}",
+                "{name} depth {}/{}{}{}",
                 p.depth,
                 p.busy_depth,
+                p.shared_busy_depth
+                    .map(|s| format!(" shared {s}"))
+                    .unwrap_or_default(),
                 p.rate
                     .map(|r| format!(" {}", human_rate(r)))
                     .unwrap_or_default()
@@ -448,6 +451,27 @@ pub fn run(mut source: Source, interval: Duration) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_name_each_objects_depths_and_rate() {
+        let p = paio::object::PriorityConfig {
+            busy_depth: 3,
+            shared_busy_depth: Some(2),
+            rate: Some(paio::Rate::bytes_per_sec(1 << 20)),
+            ..Default::default()
+        };
+        let objects = vec![
+            (
+                "y".to_string(),
+                "priority".to_string(),
+                Some(ObjectConfig::Priority(p)),
+            ),
+            ("n".to_string(), "noop".to_string(), None),
+        ];
+        let text = limits(&objects);
+        assert!(text.starts_with("y depth 4/3 shared 2 "), "{text}");
+        assert_eq!(limits(&objects[1..]), "-", "noop objects are left out");
+    }
 
     fn row(stage: &str, channel: &str, bw: f64, p99: u64) -> Row {
         Row {

@@ -4,25 +4,30 @@
 //! in flight, with no message and no system call on the request path
 //! ([`paio::CriticalBoard`]; docs/criticality.md).
 //!
-//! The file is `$PAIO_BOARD`, else `/dev/shm/paio-<uid>.board`: one page of
-//! 64-bit words, all accessed atomically.
+//! The file is `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v2.board`: one page of
+//! 64-bit words, all accessed atomically. The name carries the layout's
+//! version, so a new layout never meets an older paio's board (a board
+//! named explicitly in another layout is refused).
 //!
 //! | words | content |
 //! |---|---|
-//! | 0 | magic (`PAIOBRD1`), stored last by the creator |
+//! | 0 | magic (`PAIOBRD2`), stored last by the creator |
 //! | 1 | number of slots |
 //! | 2 | critical requests in flight, all processes |
 //! | 3 | `CLOCK_MONOTONIC` ns of the latest critical completion |
 //! | 4 | pid of the process that completed it |
-//! | 8.. | slots of two words: pid, that process's critical requests in flight |
+//! | 5 | `CLOCK_MONOTONIC` ns of the latest scan for dead processes |
+//! | 6 | `shared_busy_depth` tokens taken, all processes |
+//! | 8.. | slots of two words: pid; that process's critical requests in flight (low 32 bits) and tokens (high 32 bits) |
 //!
-//! Each process claims a slot (by pid) and counts its own requests there as
-//! well as in the total, so it can tell others' activity from its own and so
-//! a process that dies with requests in flight can be subtracted: when the
-//! total stays non-zero, a reader checks at most once a second which slot
-//! owners are gone (`kill(pid, 0)`) and takes their counts back. A process
-//! that finds no free slot still counts in the total (and is then never
-//! reclaimed: the board has 252 slots).
+//! Each process claims a slot (by pid) and counts its own requests and
+//! tokens there as well as in the totals, so it can tell others' activity
+//! from its own and so a process that dies with requests in flight or
+//! tokens taken can be subtracted: when a total stays non-zero (critical
+//! I/O of others, or a full pool), a reader checks at most once a second
+//! which slot owners are gone (`kill(pid, 0)`) and takes their counts back.
+//! A process that finds no free slot still counts in the totals (and is
+//! then never reclaimed: the board has 252 slots).
 //!
 //! Trust: the file must belong to the user and be readable by nobody else
 //! (created 0600 with `O_EXCL`, opened with `O_NOFOLLOW`, owner and mode
@@ -34,7 +39,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"PAIOBRD1");
+const MAGIC: u64 = u64::from_le_bytes(*b"PAIOBRD2");
 const SIZE: usize = 4096;
 const WORDS: usize = SIZE / 8;
 const HEADER: usize = 8;
@@ -45,6 +50,12 @@ const W_INFLIGHT: usize = 2;
 const W_LAST_NS: usize = 3;
 const W_LAST_PID: usize = 4;
 const W_SCAN_NS: usize = 5;
+const W_TOKENS: usize = 6;
+
+/// A slot's count word: critical requests in the low half, tokens in the
+/// high half.
+const ONE_TOKEN: u64 = 1 << 32;
+const CRITICAL_MASK: u64 = ONE_TOKEN - 1;
 
 /// Nanoseconds between two scans for dead processes.
 const SCAN_EVERY_NS: u64 = 1_000_000_000;
@@ -75,12 +86,14 @@ pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The board's path: `$PAIO_BOARD`, else `/dev/shm/paio-<uid>.board`.
+/// The board's path: `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v2.board`.
 pub(crate) fn default_path(env: Option<&str>) -> PathBuf {
     match env.filter(|s| !s.is_empty()) {
         Some(p) => PathBuf::from(p),
         // SAFETY: getuid has no preconditions.
-        None => PathBuf::from(format!("/dev/shm/paio-{}.board", unsafe { libc::getuid() })),
+        None => PathBuf::from(format!("/dev/shm/paio-{}-v2.board", unsafe {
+            libc::getuid()
+        })),
     }
 }
 
@@ -194,7 +207,10 @@ impl Board {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
             if !ready || words[W_SLOTS].load(Ordering::Relaxed) != SLOTS as u64 {
-                return Err(error(path, "not a paio board of this version: remove it"));
+                return Err(error(
+                    path,
+                    "not a paio board of this version (an older paio's?): remove it",
+                ));
             }
         }
         let board = Board {
@@ -253,10 +269,16 @@ impl Board {
                     .compare_exchange(pid, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
-                // Only this reader won the slot: return its count, free it.
+                // Only this reader won the slot: return its counts, free it.
                 let n = self.words[i + 1].swap(0, Ordering::AcqRel);
-                if n > 0 {
-                    self.words[W_INFLIGHT].fetch_sub(n, Ordering::AcqRel);
+                for (word, count) in [(W_INFLIGHT, n & CRITICAL_MASK), (W_TOKENS, n >> 32)] {
+                    if count > 0 {
+                        let _ = self.words[word].fetch_update(
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                            |v| Some(v.saturating_sub(count)),
+                        );
+                    }
                 }
                 self.words[i].store(0, Ordering::Release);
             }
@@ -265,9 +287,36 @@ impl Board {
 
     /// Critical requests in flight, this process's and everyone's.
     fn in_flight(&self) -> (u64, u64) {
-        let own = self.own().map_or(0, |o| o.load(Ordering::Relaxed));
+        let own = self
+            .own()
+            .map_or(0, |o| o.load(Ordering::Relaxed) & CRITICAL_MASK);
         (own, self.words[W_INFLIGHT].load(Ordering::Relaxed))
     }
+
+    /// Scans for dead processes if none did in the last second; whether
+    /// this call did.
+    fn scan_if_due(&self) -> bool {
+        let now = monotonic_ns();
+        let last_scan = self.words[W_SCAN_NS].load(Ordering::Relaxed);
+        if now.saturating_sub(last_scan) >= SCAN_EVERY_NS
+            && self.words[W_SCAN_NS]
+                .compare_exchange(last_scan, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.reclaim();
+            return true;
+        }
+        false
+    }
+}
+
+/// Subtracts `one` from a slot's count word unless the half it counts in
+/// (`mask`) is zero: never below zero, even if a reclaim raced with a live
+/// process.
+fn slot_sub(word: &AtomicU64, one: u64, mask: u64) {
+    let _ = word.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        (v & mask != 0).then(|| v - one)
+    });
 }
 
 impl paio::CriticalBoard for Board {
@@ -283,8 +332,7 @@ impl paio::CriticalBoard for Board {
         self.words[W_LAST_NS].fetch_max(now, Ordering::Relaxed);
         self.words[W_LAST_PID].store(self.pid.load(Ordering::Relaxed), Ordering::Relaxed);
         if let Some(o) = self.own() {
-            // Never below zero, even if a reclaim raced with a live process.
-            let _ = o.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+            slot_sub(o, 1, CRITICAL_MASK);
         }
         let _ = self.words[W_INFLIGHT]
             .fetch_update(Ordering::Release, Ordering::Relaxed, |v| v.checked_sub(1));
@@ -293,14 +341,7 @@ impl paio::CriticalBoard for Board {
     fn others_active(&self, window_ns: u64) -> bool {
         let (own, all) = self.in_flight();
         if all > own {
-            let now = monotonic_ns();
-            let last_scan = self.words[W_SCAN_NS].load(Ordering::Relaxed);
-            if now.saturating_sub(last_scan) >= SCAN_EVERY_NS
-                && self.words[W_SCAN_NS]
-                    .compare_exchange(last_scan, now, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                self.reclaim();
+            if self.scan_if_due() {
                 let (own, all) = self.in_flight();
                 return all > own;
             }
@@ -310,5 +351,25 @@ impl paio::CriticalBoard for Board {
         last != 0
             && self.words[W_LAST_PID].load(Ordering::Relaxed) != self.pid.load(Ordering::Relaxed)
             && monotonic_ns() < last.saturating_add(window_ns)
+    }
+
+    fn normal_take(&self, limit: Option<u32>) -> bool {
+        let tokens = &self.words[W_TOKENS];
+        let taken = paio::criticality::take_below(tokens, limit)
+            || (self.scan_if_due() && paio::criticality::take_below(tokens, limit));
+        if taken {
+            if let Some(o) = self.own() {
+                o.fetch_add(ONE_TOKEN, Ordering::Relaxed);
+            }
+        }
+        taken
+    }
+
+    fn normal_release(&self) {
+        if let Some(o) = self.own() {
+            slot_sub(o, ONE_TOKEN, !CRITICAL_MASK);
+        }
+        let _ = self.words[W_TOKENS]
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |v| v.checked_sub(1));
     }
 }

@@ -434,6 +434,141 @@ fn a_dead_critical_program_is_reclaimed() {
     background_and_critical(true);
 }
 
+/// The board's 64-bit word `i` (0 if the board is not there yet).
+fn board_word(board: &Path, i: usize) -> u64 {
+    let words = std::fs::read(board).unwrap_or_default();
+    if words.len() != 4096 {
+        return 0;
+    }
+    u64::from_le_bytes(words[8 * i..8 * i + 8].try_into().unwrap())
+}
+
+/// Waits up to 20 s until the board's word `i` is `value`.
+fn await_board_word(board: &Path, i: usize, value: u64, what: &str) {
+    let t0 = std::time::Instant::now();
+    while board_word(board, i) != value {
+        assert!(
+            t0.elapsed().as_secs() < 20,
+            "{what}: word {i} never became {value}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// `shared_busy_depth` across programs: one background program holds the
+/// pool's only token (a read blocked on a FIFO, taken while nothing was
+/// critical), a critical read is in flight in a second program, and a third
+/// program's background reads wait although its own object would admit
+/// them; they go once the holder's token comes back, when its read
+/// completes or when it is killed (the board takes a dead process's tokens
+/// back within a second).
+fn shared_pool(kill_holder: bool) {
+    use std::io::Write;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let dir = scratch(if kill_holder { "pool-kill" } else { "pool" });
+    let board = dir.join("test.board");
+    random_file(&dir.join("in.bin"), 40_960);
+    std::fs::write(
+        dir.join("bg.toml"),
+        r#"
+[[channel]]
+name = "all"
+match = {}
+default_object = "p"
+[[channel.object]]
+name = "p"
+kind = "priority"
+depth = 4
+busy_depth = 4
+shared_busy_depth = 1
+starvation = "60s"
+"#,
+    )
+    .unwrap();
+    for f in ["held", "crit"] {
+        assert!(Command::new("mkfifo")
+            .arg(dir.join(f))
+            .status()
+            .unwrap()
+            .success());
+    }
+    let dd = |fifo: &str| {
+        let mut c = Command::new("dd");
+        c.args([&format!("if={fifo}"), "of=/dev/null", "bs=1", "count=1"])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_BOARD", &board)
+            .stderr(Stdio::null());
+        c
+    };
+    let mut holder = dd("held")
+        .env("PAIO_POLICY", dir.join("bg.toml"))
+        .spawn()
+        .unwrap();
+    let mut held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("held"))
+        .unwrap();
+    await_board_word(&board, 6, 1, "the holder's token");
+    let mut critical = dd("crit").env("PAIO_CRITICAL", "1").spawn().unwrap();
+    let mut crit = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("crit"))
+        .unwrap();
+    await_board_word(&board, 2, 1, "the critical read");
+    let mut background = Command::new("dd")
+        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_POLICY", dir.join("bg.toml"))
+        .env("PAIO_BOARD", &board)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        background.try_wait().unwrap().is_none(),
+        "the background read went ahead with the pool full"
+    );
+    if kill_holder {
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+    } else {
+        held.write_all(b"x").unwrap();
+        assert!(holder.wait().unwrap().success());
+    }
+    drop(held);
+    let t1 = Instant::now();
+    let status = loop {
+        if let Some(s) = background.try_wait().unwrap() {
+            break s;
+        }
+        // The starvation guard would release it only after 60 s.
+        assert!(
+            t1.elapsed() < Duration::from_secs(30),
+            "background still held"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(status.success());
+    assert_eq!(board_word(&board, 6), 0, "every token given back");
+    crit.write_all(b"x").unwrap();
+    drop(crit);
+    assert!(critical.wait().unwrap().success());
+}
+
+#[test]
+fn a_full_shared_pool_holds_other_programs_background() {
+    shared_pool(false);
+}
+
+/// A background program killed holding tokens does not shrink the pool.
+#[test]
+fn a_dead_programs_tokens_are_reclaimed() {
+    shared_pool(true);
+}
+
 #[test]
 fn a_board_others_can_read_is_refused() {
     let dir = scratch("board-mode");

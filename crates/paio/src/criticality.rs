@@ -373,6 +373,38 @@ pub trait CriticalBoard: Send + Sync + fmt::Debug {
     /// Whether critical I/O of *another* process is in flight, or completed
     /// less than `window_ns` ago.
     fn others_active(&self, window_ns: u64) -> bool;
+    /// Takes a token of the machine's pool of non-critical requests in
+    /// flight ([`PriorityConfig::shared_busy_depth`](crate::object::PriorityConfig::shared_busy_depth)):
+    /// always when `limit` is `None`, else only while fewer than `limit`
+    /// are taken. Returns whether it took one. Never blocks.
+    fn normal_take(&self, limit: Option<u32>) -> bool;
+    /// Returns a token [`CriticalBoard::normal_take`] took.
+    fn normal_release(&self);
+}
+
+/// The pool of [`CriticalBoard::normal_take`] in a process without a board:
+/// the tokens of its own objects.
+static LOCAL_TOKENS: AtomicU64 = AtomicU64::new(0);
+
+/// [`CriticalBoard::normal_take`] on the process's own pool.
+pub(crate) fn local_normal_take(limit: Option<u32>) -> bool {
+    take_below(&LOCAL_TOKENS, limit)
+}
+
+/// [`CriticalBoard::normal_release`] on the process's own pool.
+pub(crate) fn local_normal_release() {
+    let _ = LOCAL_TOKENS.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| v.checked_sub(1));
+}
+
+/// Adds one to `count` if `limit` is `None` or `count` is below it; whether
+/// it did. The pools' one rule, for boards to share.
+pub fn take_below(count: &AtomicU64, limit: Option<u32>) -> bool {
+    count
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| match limit {
+            Some(l) if v >= u64::from(l) => None,
+            _ => Some(v + 1),
+        })
+        .is_ok()
 }
 
 /// The critical requests of one stage, whichever channel and object they

@@ -167,6 +167,7 @@ struct ObjectSection {
     depth: Option<Spanned<u32>>,
     busy_depth: Option<Spanned<u32>>,
     critical_depth: Option<Spanned<u32>>,
+    shared_busy_depth: Option<Spanned<u32>>,
     window: Option<Spanned<HumanDuration>>,
     starvation: Option<Spanned<HumanDuration>>,
     split: Option<Spanned<Size>>,
@@ -201,6 +202,7 @@ impl Kind {
                 "depth",
                 "busy_depth",
                 "critical_depth",
+                "shared_busy_depth",
                 "window",
                 "starvation",
                 "rate",
@@ -627,6 +629,9 @@ fn object_config(
         obj.critical_depth
             .as_ref()
             .map(|v| (v.span(), "critical_depth")),
+        obj.shared_busy_depth
+            .as_ref()
+            .map(|v| (v.span(), "shared_busy_depth")),
         obj.window.as_ref().map(|v| (v.span(), "window")),
         obj.starvation.as_ref().map(|v| (v.span(), "starvation")),
         obj.split.as_ref().map(|v| (v.span(), "split")),
@@ -664,6 +669,7 @@ fn object_config(
                     .as_ref()
                     .map_or(d.busy_depth, |v| *v.get_ref()),
                 critical_depth: obj.critical_depth.as_ref().map(|v| *v.get_ref()),
+                shared_busy_depth: obj.shared_busy_depth.as_ref().map(|v| *v.get_ref()),
                 window: obj.window.as_ref().map_or(d.window, |v| *v.get_ref()),
                 starvation: obj
                     .starvation
@@ -1285,7 +1291,7 @@ name = "fg"
         let text = format!(
             "{OBJ}kind = \"priority\"\n\
              [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\ndepth = 8\nbusy_depth = 0\n\
-             critical_depth = 16\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\nsplit_when = \"always\"\n"
+             critical_depth = 16\nshared_busy_depth = 2\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\nsplit_when = \"always\"\n"
         );
         let stage = Stage::from_policy_str(&text, "t.toml").unwrap();
         let info = stage.info();
@@ -1303,6 +1309,7 @@ name = "fg"
                 depth: 8,
                 busy_depth: 0,
                 critical_depth: Some(16),
+                shared_busy_depth: Some(2),
                 window: HumanDuration(std::time::Duration::from_micros(500)),
                 starvation: HumanDuration(std::time::Duration::from_millis(20)),
                 rate: Some(Rate::bytes_per_sec(10 << 20)),
@@ -1405,6 +1412,13 @@ name = "fg"
                 18,
                 "critical_depth",
                 "omit it for no limit",
+            ),
+            (
+                "shared_busy_depth = 0\n",
+                6,
+                21,
+                "shared_busy_depth",
+                "omit it for no shared bound",
             ),
             ("starvation = \"0ms\"\n", 6, 14, "starvation", "more than 0"),
             ("burst = 10\n", 6, 9, "burst", "needs a rate"),

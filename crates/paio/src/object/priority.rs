@@ -81,6 +81,22 @@ pub struct PriorityConfig {
     /// critical requests from flooding the device itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub critical_depth: Option<u32>,
+    /// Most non-critical requests outstanding while critical I/O is active,
+    /// counted over every process on the machine's board (and every object
+    /// in them) that sets it: FastResponse's per-device tokens. `busy_depth`
+    /// bounds each object alone, so N background processes put up to N ×
+    /// `busy_depth` requests ahead of a critical one; this bounds their sum.
+    /// Every non-critical request of such an object holds a token while
+    /// outstanding (tokens are free while nothing critical is active), so
+    /// requests already in the device count too. Smaller shortens the queue
+    /// a critical request finds and slows background work more while
+    /// critical I/O runs; all objects sharing it should give the same value
+    /// (each compares the count with its own). A process without a board
+    /// (`PAIO_BOARD=off`, or the Rust API without one installed) counts
+    /// over its own objects. Absent (the default): no shared bound. At
+    /// least 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_busy_depth: Option<u32>,
     /// How long critical I/O stays active after the last critical request
     /// completed. It should cover the gap between a critical thread's
     /// requests (its think time); longer protects a bursty critical stream
@@ -162,6 +178,7 @@ impl Default for PriorityConfig {
             depth: default_depth(),
             busy_depth: default_busy_depth(),
             critical_depth: None,
+            shared_busy_depth: None,
             window: default_window(),
             starvation: default_starvation(),
             rate: None,
@@ -200,6 +217,13 @@ impl PriorityConfig {
             return invalid(
                 "critical_depth",
                 "must be at least 1 (omit it for no limit)",
+            );
+        }
+        if self.shared_busy_depth == Some(0) {
+            return invalid(
+                "shared_busy_depth",
+                "must be at least 1 (omit it for no shared bound; busy_depth 0 holds \
+                 this object's background work back entirely)",
             );
         }
         if self.starvation.0.is_zero() {
@@ -244,9 +268,13 @@ pub struct PriorityStatus {
     pub promotions: u64,
 }
 
-/// Note bits: the slot class taken, and whether the rate limiter charged it.
+/// Note bits: the slot class taken, whether the rate limiter charged it,
+/// and which pool's `shared_busy_depth` token it holds (the board's, or the
+/// process's own when it has none).
 const NOTE_CRITICAL: u32 = 1;
 const NOTE_RATED: u32 = 2;
+const NOTE_TOKEN: u32 = 4;
+const NOTE_TOKEN_LOCAL: u32 = 8;
 
 #[derive(Debug)]
 struct Waiter {
@@ -413,10 +441,8 @@ impl State {
                 starved: false,
             };
         }
-        let starvation = self.config.starvation.0.as_nanos() as u64;
-        let starved_at = since_ns.max(self.last_normal_ns).saturating_add(starvation);
-        let guard_slots = self.config.busy_depth.max(1);
-        if now >= starved_at && load.outstanding[0] < guard_slots {
+        let starved_at = self.starved_at(since_ns);
+        if self.starved(since_ns, now, load) {
             return Verdict::Admit {
                 critical: false,
                 starved: true,
@@ -439,6 +465,19 @@ impl State {
         Verdict::Wait(deadline)
     }
 
+    /// When a non-critical request queued since `since_ns` falls due for
+    /// the starvation guard.
+    fn starved_at(&self, since_ns: u64) -> u64 {
+        let starvation = self.config.starvation.0.as_nanos() as u64;
+        since_ns.max(self.last_normal_ns).saturating_add(starvation)
+    }
+
+    /// Whether the starvation guard admits a non-critical request queued
+    /// since `since_ns` now, with `load` outstanding.
+    fn starved(&self, since_ns: u64, now: u64, load: Load) -> bool {
+        now >= self.starved_at(since_ns) && load.outstanding[0] < self.config.busy_depth.max(1)
+    }
+
     /// Bookkeeping of a queued request's admission.
     fn take(&mut self, critical: bool, starved: bool, now: u64) {
         if !critical {
@@ -456,6 +495,8 @@ impl State {
 struct Limits {
     depth: AtomicU32,
     busy_depth: AtomicU32,
+    /// `shared_busy_depth` (0: none).
+    shared: AtomicU32,
     critical: AtomicU32,
     window_ns: AtomicU64,
     /// `split` in bytes (0: off).
@@ -469,6 +510,7 @@ impl Limits {
         let l = Self {
             depth: AtomicU32::new(0),
             busy_depth: AtomicU32::new(0),
+            shared: AtomicU32::new(0),
             critical: AtomicU32::new(0),
             window_ns: AtomicU64::new(0),
             split: AtomicU64::new(0),
@@ -481,6 +523,8 @@ impl Limits {
     fn set(&self, c: &PriorityConfig) {
         self.depth.store(c.depth, Ordering::Relaxed);
         self.busy_depth.store(c.busy_depth, Ordering::Relaxed);
+        self.shared
+            .store(c.shared_busy_depth.unwrap_or(0), Ordering::Relaxed);
         self.critical.store(c.critical_limit(), Ordering::Relaxed);
         self.window_ns
             .store(c.window.0.as_nanos() as u64, Ordering::Relaxed);
@@ -590,10 +634,66 @@ impl Priority {
         {
             return true;
         }
-        self.board
-            .as_ref()
-            .or_else(|| criticality::board())
-            .is_some_and(|b| b.others_active(window_ns))
+        self.board().is_some_and(|b| b.others_active(window_ns))
+    }
+
+    /// The board this object asks: its own, else the process's.
+    fn board(&self) -> Option<&Arc<dyn CriticalBoard>> {
+        self.board.as_ref().or_else(|| criticality::board())
+    }
+
+    /// Takes a `shared_busy_depth` token (see [`CriticalBoard::normal_take`])
+    /// from the board, or the process's pool without one; the note bit that
+    /// records which, or `None` if the pool is full.
+    fn take_token(&self, limit: Option<u32>) -> Option<u32> {
+        match self.board() {
+            Some(b) => b.normal_take(limit).then_some(NOTE_TOKEN),
+            None => criticality::local_normal_take(limit).then_some(NOTE_TOKEN_LOCAL),
+        }
+    }
+
+    /// Returns the token that `note` records, if any.
+    fn release_token(&self, note: u32) {
+        if note & NOTE_TOKEN != 0 {
+            if let Some(b) = self.board() {
+                b.normal_release();
+            }
+        } else if note & NOTE_TOKEN_LOCAL != 0 {
+            criticality::local_normal_release();
+        }
+    }
+
+    /// The bound on the shared pool for a non-critical request admitted
+    /// with `w` outstanding, as of now: `shared_busy_depth` while critical
+    /// I/O is active (here, in the stage, or in another process), none
+    /// while it is not.
+    fn shared_limit(&self, w: u64) -> Option<u32> {
+        let shared = self.limits.shared.load(Ordering::Relaxed);
+        let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
+        let load = self.load(w);
+        let active = load.outstanding[1] > 0
+            || window_end(load, window_ns).is_some_and(|e| self.clock.now_ns() < e)
+            || self.others_active(window_ns);
+        active.then_some(shared)
+    }
+
+    /// Gives back a slot of class `critical` (never one it does not hold)
+    /// and wakes the waiters, if any, to look at the counts again.
+    fn release_slot(&self, critical: bool) {
+        let class = usize::from(critical);
+        let before = self
+            .counts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (counts::outstanding(w)[class] > 0).then(|| w - counts::one(critical))
+            })
+            .unwrap_or_else(|w| w);
+        // Waking costs a system call even with nobody asleep: only if
+        // someone waits. The lock orders the wake after a waiter that
+        // looked at the counts before this release is asleep.
+        if counts::waiting(before) > 0 {
+            drop(self.lock());
+            self.changed.notify_all();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -676,41 +776,53 @@ impl Priority {
             && !self.others_active(window_ns)
     }
 
-    /// Takes a slot for a request of class `critical`, waiting as long as the
-    /// semantics demand. Returns whether it was admitted as critical (it may
-    /// have been promoted while waiting) and how long it waited (0: not at
-    /// all).
+    /// Takes a slot for a request of class `critical` (and a shared token
+    /// for a non-critical one, with `shared_busy_depth`), waiting as long as
+    /// the semantics demand. Returns whether it was admitted as critical (it
+    /// may have been promoted while waiting), how long it waited (0: not at
+    /// all) and the token's note bit (0: none).
     #[inline]
-    fn acquire(&self, ctx: &Context, critical: bool) -> (bool, u64) {
-        if self.acquire_now(critical) {
-            return (critical, 0);
+    fn acquire(&self, ctx: &Context, critical: bool) -> (bool, u64, u32) {
+        if let Some(token) = self.acquire_now(critical) {
+            return (critical, 0, token);
         }
         self.acquire_queued(ctx, critical)
     }
 
     /// Takes a slot for a request of class `critical` if nobody waits and
-    /// it may go at once: one compare-and-swap. Returns whether it did.
+    /// it may go at once: one compare-and-swap (then a shared token, for a
+    /// non-critical request of an object with `shared_busy_depth`; the
+    /// slot is given back if the pool is full). Returns the token's note
+    /// bit (0: none) if it did.
     #[inline]
-    fn acquire_now(&self, critical: bool) -> bool {
+    fn acquire_now(&self, critical: bool) -> Option<u32> {
         let mut w = self.counts.load(Ordering::Acquire);
         while counts::waiting(w) == 0 && self.may_go_now(w, critical) {
-            match self.counts.compare_exchange_weak(
-                w,
-                w + counts::one(critical),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return true,
+            let taken = w + counts::one(critical);
+            match self
+                .counts
+                .compare_exchange_weak(w, taken, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if critical || self.limits.shared.load(Ordering::Relaxed) == 0 {
+                        return Some(0);
+                    }
+                    let token = self.take_token(self.shared_limit(taken));
+                    if token.is_none() {
+                        self.release_slot(false);
+                    }
+                    return token;
+                }
                 Err(now) => w = now,
             }
         }
-        false
+        None
     }
 
     /// [`Priority::acquire`] behind other waiters, or when the request must
     /// wait: it queues, and sleeps until its verdict admits it.
     #[cold]
-    fn acquire_queued(&self, ctx: &Context, critical: bool) -> (bool, u64) {
+    fn acquire_queued(&self, ctx: &Context, critical: bool) -> (bool, u64, u32) {
         let mut st = self.lock();
         let arrival = self.clock.now_ns();
         // Only more than a million threads waiting at once fill the queue.
@@ -747,6 +859,40 @@ impl Priority {
             let w = self.counts.load(Ordering::Acquire);
             match st.verdict(seq, class, arrival, now, self.load(w), others) {
                 Verdict::Admit { critical, starved } => {
+                    // A shared token first (the starvation guard's admission
+                    // takes one whatever the pool holds); with the pool
+                    // full, the board is read again after a poll interval
+                    // (nothing notifies across processes), or when the
+                    // guard falls due.
+                    let mut token = 0;
+                    let mut starved = starved;
+                    let shared = st.config.shared_busy_depth;
+                    if let (false, Some(shared)) = (critical, shared) {
+                        let load = self.load(w);
+                        let active = others || st.critical_active(load, now, false);
+                        let mut taken = self.take_token((active && !starved).then_some(shared));
+                        if taken.is_none() && st.starved(arrival, now, load) {
+                            starved = true;
+                            taken = self.take_token(None);
+                        }
+                        match taken {
+                            Some(t) => token = t,
+                            None => {
+                                slept = true;
+                                st = if real_time {
+                                    let due = st.starved_at(arrival).saturating_sub(now);
+                                    let ns = st.board_poll_ns().min(due).max(1);
+                                    self.changed
+                                        .wait_timeout(st, Duration::from_nanos(ns))
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .0
+                                } else {
+                                    self.changed.wait(st).unwrap_or_else(|e| e.into_inner())
+                                };
+                                continue;
+                            }
+                        }
+                    }
                     // Only completions change the counts meanwhile (nobody
                     // else admits while a waiter is counted, and other
                     // waiters hold the lock): look again if one did.
@@ -756,6 +902,7 @@ impl Priority {
                         .compare_exchange(w, taken, Ordering::AcqRel, Ordering::Acquire)
                         .is_err()
                     {
+                        self.release_token(token);
                         continue;
                     }
                     st.waiting.remove(pos);
@@ -772,7 +919,7 @@ impl Priority {
                     } else {
                         0
                     };
-                    return (critical, waited);
+                    return (critical, waited, token);
                 }
                 Verdict::Wait(Some(deadline)) if real_time => {
                     slept = true;
@@ -889,7 +1036,8 @@ impl EnforcementObject for Priority {
                 critical = crate::inheritance::calling_thread_holds_loan();
             }
         }
-        let (as_critical, queued_ns) = self.acquire(ctx, critical);
+        let (as_critical, queued_ns, token) = self.acquire(ctx, critical);
+        note |= token;
         if as_critical {
             note |= NOTE_CRITICAL;
         }
@@ -914,12 +1062,13 @@ impl EnforcementObject for Priority {
                 rated = Some(drl);
             }
         }
-        if !self.acquire_now(critical) {
+        let Some(token) = self.acquire_now(critical) else {
             if let Some(drl) = rated {
                 drl.give_back(ctx);
             }
             return Err(TryEnforceError::Wait(Duration::MAX));
-        }
+        };
+        note |= token;
         if critical {
             note |= NOTE_CRITICAL;
         }
@@ -939,21 +1088,8 @@ impl EnforcementObject for Priority {
             self.last_critical
                 .fetch_max(now.saturating_add(1), Ordering::AcqRel);
         }
-        // Saturating: a completion never takes a slot it did not hold.
-        let class = usize::from(critical);
-        let before = self
-            .counts
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                (counts::outstanding(w)[class] > 0).then(|| w - counts::one(critical))
-            })
-            .unwrap_or_else(|w| w);
-        // Waking costs a system call even with nobody asleep: only if
-        // someone waits. The lock orders the wake after a waiter that
-        // looked at the counts before this completion is asleep.
-        if counts::waiting(before) > 0 {
-            drop(self.lock());
-            self.changed.notify_all();
-        }
+        self.release_slot(critical);
+        self.release_token(note);
         if note & NOTE_RATED != 0 {
             if let Some(drl) = self.rate.load().as_ref() {
                 drl.refund(ctx, moved);
@@ -1095,10 +1231,17 @@ mod tests {
         hc.join().unwrap();
     }
 
-    /// A board whose answer the test sets.
+    /// A board whose answer the test sets, with a real token pool.
     #[derive(Debug, Default)]
     struct FakeBoard {
         others: std::sync::atomic::AtomicBool,
+        tokens: std::sync::atomic::AtomicU64,
+    }
+
+    impl FakeBoard {
+        fn tokens(&self) -> u64 {
+            self.tokens.load(Ordering::Relaxed)
+        }
     }
 
     impl CriticalBoard for FakeBoard {
@@ -1107,6 +1250,109 @@ mod tests {
         fn others_active(&self, _window_ns: u64) -> bool {
             self.others.load(Ordering::Relaxed)
         }
+        fn normal_take(&self, limit: Option<u32>) -> bool {
+            criticality::take_below(&self.tokens, limit)
+        }
+        fn normal_release(&self) {
+            self.tokens.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Two objects on one board, as two background processes would be:
+    /// while critical I/O is active their non-critical requests together
+    /// hold at most `shared_busy_depth` tokens, each below its own
+    /// `busy_depth`; while it is not, tokens are taken without a bound (so
+    /// requests already in flight count once it starts).
+    #[test]
+    fn shared_busy_depth_bounds_the_sum_over_objects_on_one_board() {
+        let board = Arc::new(FakeBoard::default());
+        let clock = FakeClock::new();
+        let config = PriorityConfig {
+            depth: 4,
+            busy_depth: 4,
+            shared_busy_depth: Some(2),
+            ..PriorityConfig::default()
+        };
+        let new = || {
+            let c = Arc::new(clock.clone());
+            Arc::new(Priority::with_board(config.clone(), c, board.clone()).unwrap())
+        };
+        let (a, b) = (new(), new());
+        let a1 = a.admit(&ctx(1, false, 1)).unwrap();
+        let a2 = a.admit(&ctx(1, false, 1)).unwrap();
+        let a3 = a.admit(&ctx(1, false, 1)).unwrap();
+        assert_eq!(a1.note, NOTE_TOKEN);
+        assert_eq!(board.tokens(), 3, "nothing critical: no bound");
+        board.others.store(true, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        let h = spawn_admit(&b, ctx(2, false, 1), 2, &tx);
+        no_more(&rx);
+        assert!(
+            matches!(
+                a.try_admit(&ctx(1, false, 1)),
+                Err(TryEnforceError::Wait(_))
+            ),
+            "the pool is full"
+        );
+        assert_eq!(a.status().normal_outstanding, 3, "the slot was given back");
+        // Critical requests take no token and are not held.
+        let c = b.admit(&ctx(3, true, 1)).unwrap();
+        assert_eq!(c.note, NOTE_CRITICAL);
+        b.complete(&ctx(3, true, 1), c.note, 1);
+        a.complete(&ctx(1, false, 1), a1.note, 1);
+        b.wake_waiters();
+        no_more(&rx);
+        assert_eq!(board.tokens(), 2);
+        a.complete(&ctx(1, false, 1), a2.note, 1);
+        b.wake_waiters();
+        assert_eq!(rx.recv().unwrap(), (2, NOTE_TOKEN), "a token freed");
+        h.join().unwrap();
+        assert_eq!(board.tokens(), 2);
+        // The starvation guard admits one anyway, beyond the pool.
+        let h = spawn_admit(&a, ctx(1, false, 1), 1, &tx);
+        no_more(&rx);
+        clock.advance(Duration::from_millis(10));
+        a.wake_waiters();
+        assert_eq!(rx.recv().unwrap(), (1, NOTE_TOKEN));
+        h.join().unwrap();
+        assert_eq!(board.tokens(), 3);
+        assert_eq!(a.status().starvation_admissions, 1);
+        a.complete(&ctx(1, false, 1), a3.note, 1);
+        a.complete(&ctx(1, false, 1), NOTE_TOKEN, 1);
+        b.complete(&ctx(2, false, 1), NOTE_TOKEN, 1);
+        assert_eq!(board.tokens(), 0, "every token given back");
+    }
+
+    /// Without `shared_busy_depth` no token is taken; without a board the
+    /// process's own pool is used.
+    #[test]
+    fn shared_tokens_only_when_asked_and_locally_without_a_board() {
+        let board = Arc::new(FakeBoard::default());
+        let clock: SharedClock = Arc::new(FakeClock::new());
+        let p =
+            Priority::with_board(PriorityConfig::default(), clock.clone(), board.clone()).unwrap();
+        let a = p.admit(&ctx(1, false, 1)).unwrap();
+        assert_eq!((a.note, board.tokens()), (0, 0));
+        p.complete(&ctx(1, false, 1), a.note, 1);
+        let config = PriorityConfig {
+            busy_depth: 4,
+            shared_busy_depth: Some(1),
+            ..PriorityConfig::default()
+        };
+        let local = Priority::new(config, clock).unwrap();
+        let a = local.admit(&ctx(1, false, 1)).unwrap();
+        assert_eq!(a.note, NOTE_TOKEN_LOCAL);
+        // Its own window after a critical request makes the bound apply.
+        let c = local.admit(&ctx(2, true, 1)).unwrap();
+        assert!(
+            local.try_admit(&ctx(1, false, 1)).is_err(),
+            "one token, taken"
+        );
+        local.complete(&ctx(2, true, 1), c.note, 1);
+        local.complete(&ctx(1, false, 1), a.note, 1);
+        let again = local.try_admit(&ctx(1, false, 1)).unwrap();
+        assert_eq!(again.note, NOTE_TOKEN_LOCAL, "the token came back");
+        local.complete(&ctx(1, false, 1), again.note, 1);
     }
 
     #[test]
@@ -1527,7 +1773,82 @@ mod tests {
         ]
     }
 
+    #[derive(Debug, Clone)]
+    enum PoolStep {
+        /// Object 0 or 1 tries to admit a request (critical or not).
+        Admit(usize, bool),
+        Complete(usize),
+        /// Other processes' critical I/O starts or stops.
+        Others(bool),
+        Advance(u64),
+    }
+
+    fn pool_step() -> impl Strategy<Value = PoolStep> {
+        prop_oneof![
+            4 => (0usize..2, any::<bool>()).prop_map(|(o, c)| PoolStep::Admit(o, c)),
+            3 => (0usize..16).prop_map(PoolStep::Complete),
+            1 => any::<bool>().prop_map(PoolStep::Others),
+            1 => (0u64..5_000_000).prop_map(PoolStep::Advance),
+        ]
+    }
+
     proptest! {
+        /// Two objects on one board (two background processes), driven by
+        /// `try_admit` over any sequence: the board's tokens always equal
+        /// the non-critical requests outstanding, a non-critical request is
+        /// admitted while critical I/O is active only with fewer than
+        /// `shared_busy_depth` tokens taken, and every token comes back.
+        #[test]
+        fn shared_tokens_follow_the_outstanding_background(
+            shared in 1u32..4,
+            steps in proptest::collection::vec(pool_step(), 1..80),
+        ) {
+            let board = Arc::new(FakeBoard::default());
+            let clock = FakeClock::new();
+            let config = PriorityConfig {
+                depth: 4,
+                busy_depth: 4,
+                shared_busy_depth: Some(shared),
+                ..PriorityConfig::default()
+            };
+            let objects: Vec<Priority> = (0..2)
+                .map(|_| {
+                    Priority::with_board(config.clone(), Arc::new(clock.clone()), board.clone())
+                        .unwrap()
+                })
+                .collect();
+            let mut outstanding: Vec<(usize, bool, u32)> = Vec::new();
+            for s in steps {
+                match s {
+                    PoolStep::Admit(o, critical) => {
+                        let before = board.tokens();
+                        let active = board.others.load(Ordering::Relaxed)
+                            || objects[o].status().critical_active;
+                        if let Ok(a) = objects[o].try_admit(&ctx(1, critical, 1)) {
+                            prop_assert_eq!(a.note & NOTE_TOKEN != 0, !critical);
+                            if !critical && active {
+                                prop_assert!(before < u64::from(shared), "pool bound broken");
+                            }
+                            outstanding.push((o, critical, a.note));
+                        }
+                    }
+                    PoolStep::Complete(i) if !outstanding.is_empty() => {
+                        let (o, critical, note) = outstanding.remove(i % outstanding.len());
+                        objects[o].complete(&ctx(1, critical, 1), note, 1);
+                    }
+                    PoolStep::Complete(_) => {}
+                    PoolStep::Others(on) => board.others.store(on, Ordering::Relaxed),
+                    PoolStep::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
+                }
+                let normal = outstanding.iter().filter(|r| !r.1).count() as u64;
+                prop_assert_eq!(board.tokens(), normal);
+            }
+            for (o, critical, note) in outstanding {
+                objects[o].complete(&ctx(1, critical, 1), note, 1);
+            }
+            prop_assert_eq!(board.tokens(), 0);
+        }
+
         /// Over any sequence of arrivals, completions and clock steps: the
         /// depth is never exceeded, background is never admitted past a
         /// waiting critical request except by the starvation guard, each
