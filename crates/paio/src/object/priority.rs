@@ -645,6 +645,7 @@ impl Priority {
     /// Takes a `shared_busy_depth` token (see [`CriticalBoard::normal_take`])
     /// from the board, or the process's pool without one; the note bit that
     /// records which, or `None` if the pool is full.
+    #[cold]
     fn take_token(&self, limit: Option<u32>) -> Option<u32> {
         match self.board() {
             Some(b) => b.normal_take(limit).then_some(NOTE_TOKEN),
@@ -653,7 +654,15 @@ impl Priority {
     }
 
     /// Returns the token that `note` records, if any.
+    #[inline]
     fn release_token(&self, note: u32) {
+        if note & (NOTE_TOKEN | NOTE_TOKEN_LOCAL) != 0 {
+            self.release_token_slow(note);
+        }
+    }
+
+    #[cold]
+    fn release_token_slow(&self, note: u32) {
         if note & NOTE_TOKEN != 0 {
             if let Some(b) = self.board() {
                 b.normal_release();
@@ -667,6 +676,7 @@ impl Priority {
     /// with `w` outstanding, as of now: `shared_busy_depth` while critical
     /// I/O is active (here, in the stage, or in another process), none
     /// while it is not.
+    #[cold]
     fn shared_limit(&self, w: u64) -> Option<u32> {
         let shared = self.limits.shared.load(Ordering::Relaxed);
         let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
@@ -679,6 +689,7 @@ impl Priority {
 
     /// Gives back a slot of class `critical` (never one it does not hold)
     /// and wakes the waiters, if any, to look at the counts again.
+    #[inline]
     fn release_slot(&self, critical: bool) {
         let class = usize::from(critical);
         let before = self
