@@ -327,113 +327,6 @@ fn thread_names_mark_threads_critical() {
     assert_eq!((c, n), (13_000, 750));
 }
 
-/// A background program under a priority object with `busy_depth = 0` holds
-/// its reads while another program's critical read is in flight (seen through
-/// the shared board), and goes on once it completed.
-fn background_and_critical(kill_critical: bool) {
-    use std::io::Write;
-    use std::time::{Duration, Instant};
-    let dir = scratch(if kill_critical { "board-kill" } else { "board" });
-    let board = dir.join("test.board");
-    let board = board.to_str().unwrap();
-    random_file(&dir.join("in.bin"), 40_960);
-    std::fs::write(
-        dir.join("bg.toml"),
-        r#"
-[[channel]]
-name = "all"
-match = {}
-default_object = "p"
-[[channel.object]]
-name = "p"
-kind = "priority"
-busy_depth = 0
-starvation = "60s"
-"#,
-    )
-    .unwrap();
-    let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    // The critical program blocks in read(2) on the FIFO: its request is
-    // admitted and in flight until the test writes.
-    let mut critical = Command::new("dd")
-        .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
-        .current_dir(&dir)
-        .env("LD_PRELOAD", lib())
-        .env("PAIO_CRITICAL", "1")
-        .env("PAIO_BOARD", board)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    // Wait until the critical read is on the board (its pid's slot counts
-    // one request in flight): poll the board's in-flight word.
-    let t0 = Instant::now();
-    loop {
-        let words = std::fs::read(dir.join("test.board")).unwrap_or_default();
-        if words.len() == 4096 && u64::from_le_bytes(words[16..24].try_into().unwrap()) == 1 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the critical read never showed on the board"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mut background = Command::new("dd")
-        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
-        .current_dir(&dir)
-        .env("LD_PRELOAD", lib())
-        .env("PAIO_POLICY", dir.join("bg.toml"))
-        .env("PAIO_BOARD", board)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        background.try_wait().unwrap().is_none(),
-        "the background read went ahead of the critical one in flight"
-    );
-    if kill_critical {
-        // Dies with its request in flight: the board takes it back.
-        critical.kill().unwrap();
-        critical.wait().unwrap();
-    } else {
-        writer.write_all(b"x").unwrap();
-        drop(writer);
-        assert!(critical.wait().unwrap().success());
-    }
-    let t1 = Instant::now();
-    let status = loop {
-        if let Some(s) = background.try_wait().unwrap() {
-            break s;
-        }
-        // The starvation guard would release it only after 60 s.
-        assert!(
-            t1.elapsed() < Duration::from_secs(30),
-            "background still held"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    assert!(status.success());
-}
-
-#[test]
-fn background_waits_for_another_programs_critical_io() {
-    background_and_critical(false);
-}
-
-/// A critical program killed with a request in flight does not hold the
-/// others back: readers reclaim a dead process's count (within a second).
-#[test]
-fn a_dead_critical_program_is_reclaimed() {
-    background_and_critical(true);
-}
-
 /// The board's 64-bit word `i` (0 if the board is not there yet).
 fn board_word(board: &Path, i: usize) -> u64 {
     let words = std::fs::read(board).unwrap_or_default();
@@ -455,6 +348,113 @@ fn await_board_word(board: &Path, i: usize, value: u64, what: &str) {
     }
 }
 
+/// A scratch directory `name` with a 40 KiB `in.bin` and `bg.toml`: one
+/// priority object with `settings` for everything, and a starvation guard
+/// of 60 s (so that it never releases a held request during a test).
+fn board_scratch(name: &str, settings: &str) -> Scratch {
+    let dir = scratch(name);
+    random_file(&dir.join("in.bin"), 40_960);
+    let policy = format!(
+        "[[channel]]\nname = \"all\"\nmatch = {{}}\ndefault_object = \"p\"\n\
+         [[channel.object]]\nname = \"p\"\nkind = \"priority\"\n{settings}\n\
+         starvation = \"60s\"\n"
+    );
+    std::fs::write(dir.join("bg.toml"), policy).unwrap();
+    dir
+}
+
+/// Starts a background `dd` reading `dir/in.bin` under `dir/bg.toml` and
+/// the board `board`, and checks that it is still held 500 ms later
+/// (`why`: what should hold it).
+fn held_background(dir: &Path, board: &Path, why: &str) -> std::process::Child {
+    let mut background = Command::new("dd")
+        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
+        .current_dir(dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_POLICY", dir.join("bg.toml"))
+        .env("PAIO_BOARD", board)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        background.try_wait().unwrap().is_none(),
+        "the background read went ahead with {why}"
+    );
+    background
+}
+
+/// Waits up to 30 s for a held background program to finish, and checks
+/// that it succeeded (a starvation guard of 60 s would release it only
+/// later).
+fn await_success(background: &mut std::process::Child) {
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = background.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed().as_secs() < 30, "background still held");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert!(status.success());
+}
+
+/// A background program under a priority object with `busy_depth = 0` holds
+/// its reads while another program's critical read is in flight (seen through
+/// the shared board), and goes on once it completed.
+fn background_and_critical(kill_critical: bool) {
+    use std::io::Write;
+    let dir = board_scratch(
+        if kill_critical { "board-kill" } else { "board" },
+        "busy_depth = 0",
+    );
+    let board = dir.join("test.board");
+    let board = board.to_str().unwrap();
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // The critical program blocks in read(2) on the FIFO: its request is
+    // admitted and in flight until the test writes.
+    let mut critical = Command::new("dd")
+        .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_CRITICAL", "1")
+        .env("PAIO_BOARD", board)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    // Wait until the critical read is on the board (its in-flight word).
+    await_board_word(Path::new(board), 2, 1, "the critical read");
+    let mut background = held_background(&dir, Path::new(board), "the critical one in flight");
+    if kill_critical {
+        // Dies with its request in flight: the board takes it back.
+        critical.kill().unwrap();
+        critical.wait().unwrap();
+    } else {
+        writer.write_all(b"x").unwrap();
+        drop(writer);
+        assert!(critical.wait().unwrap().success());
+    }
+    await_success(&mut background);
+}
+
+#[test]
+fn background_waits_for_another_programs_critical_io() {
+    background_and_critical(false);
+}
+
+/// A critical program killed with a request in flight does not hold the
+/// others back: readers reclaim a dead process's count (within a second).
+#[test]
+fn a_dead_critical_program_is_reclaimed() {
+    background_and_critical(true);
+}
+
 /// `shared_busy_depth` across programs: one background program holds the
 /// pool's only token (a read blocked on a FIFO, taken while nothing was
 /// critical), a critical read is in flight in a second program, and a third
@@ -465,27 +465,11 @@ fn await_board_word(board: &Path, i: usize, value: u64, what: &str) {
 fn shared_pool(kill_holder: bool) {
     use std::io::Write;
     use std::process::Stdio;
-    use std::time::{Duration, Instant};
-    let dir = scratch(if kill_holder { "pool-kill" } else { "pool" });
+    let dir = board_scratch(
+        if kill_holder { "pool-kill" } else { "pool" },
+        "depth = 4\nbusy_depth = 4\nshared_busy_depth = 1",
+    );
     let board = dir.join("test.board");
-    random_file(&dir.join("in.bin"), 40_960);
-    std::fs::write(
-        dir.join("bg.toml"),
-        r#"
-[[channel]]
-name = "all"
-match = {}
-default_object = "p"
-[[channel.object]]
-name = "p"
-kind = "priority"
-depth = 4
-busy_depth = 4
-shared_busy_depth = 1
-starvation = "60s"
-"#,
-    )
-    .unwrap();
     for f in ["held", "crit"] {
         assert!(Command::new("mkfifo")
             .arg(dir.join(f))
@@ -517,20 +501,7 @@ starvation = "60s"
         .open(dir.join("crit"))
         .unwrap();
     await_board_word(&board, 2, 1, "the critical read");
-    let mut background = Command::new("dd")
-        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
-        .current_dir(&dir)
-        .env("LD_PRELOAD", lib())
-        .env("PAIO_POLICY", dir.join("bg.toml"))
-        .env("PAIO_BOARD", &board)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        background.try_wait().unwrap().is_none(),
-        "the background read went ahead with the pool full"
-    );
+    let mut background = held_background(&dir, &board, "the pool full");
     if kill_holder {
         holder.kill().unwrap();
         holder.wait().unwrap();
@@ -539,19 +510,7 @@ starvation = "60s"
         assert!(holder.wait().unwrap().success());
     }
     drop(held);
-    let t1 = Instant::now();
-    let status = loop {
-        if let Some(s) = background.try_wait().unwrap() {
-            break s;
-        }
-        // The starvation guard would release it only after 60 s.
-        assert!(
-            t1.elapsed() < Duration::from_secs(30),
-            "background still held"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    assert!(status.success());
+    await_success(&mut background);
     assert_eq!(board_word(&board, 6), 0, "every token given back");
     crit.write_all(b"x").unwrap();
     drop(crit);
