@@ -679,12 +679,20 @@ impl Priority {
     #[cold]
     fn shared_limit(&self, w: u64) -> Option<u32> {
         let shared = self.limits.shared.load(Ordering::Relaxed);
+        self.active_now(w, || false).then_some(shared)
+    }
+
+    /// Whether critical I/O is active now, as of counts word `w`: a critical
+    /// request outstanding here, this object's window open, `waiting()` (a
+    /// critical request queued; asked only if neither), or critical I/O
+    /// outside the object. Cheapest first: the board last.
+    fn active_now(&self, w: u64, waiting: impl FnOnce() -> bool) -> bool {
         let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
         let load = self.load(w);
-        let active = load.outstanding[1] > 0
+        load.outstanding[1] > 0
             || window_end(load, window_ns).is_some_and(|e| self.clock.now_ns() < e)
-            || self.others_active(window_ns);
-        active.then_some(shared)
+            || waiting()
+            || self.others_active(window_ns)
     }
 
     /// Gives back a slot of class `critical` (never one it does not hold)
@@ -856,7 +864,6 @@ impl Priority {
             thread: crate::context::current_workflow(),
             critical,
         });
-        let real_time = self.clock.is_real_time();
         let mut slept = false;
         loop {
             let now = self.clock.now_ns();
@@ -890,16 +897,9 @@ impl Priority {
                             Some(t) => token = t,
                             None => {
                                 slept = true;
-                                st = if real_time {
-                                    let due = st.starved_at(arrival).saturating_sub(now);
-                                    let ns = st.board_poll_ns().min(due).max(1);
-                                    self.changed
-                                        .wait_timeout(st, Duration::from_nanos(ns))
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .0
-                                } else {
-                                    self.changed.wait(st).unwrap_or_else(|e| e.into_inner())
-                                };
+                                let poll = now.saturating_add(st.board_poll_ns());
+                                let deadline = poll.min(st.starved_at(arrival));
+                                st = self.sleep(st, Some(deadline), now);
                                 continue;
                             }
                         }
@@ -932,20 +932,33 @@ impl Priority {
                     };
                     return (critical, waited, token);
                 }
-                Verdict::Wait(Some(deadline)) if real_time => {
+                Verdict::Wait(deadline) => {
                     slept = true;
-                    let ns = deadline.saturating_sub(now).max(1);
-                    st = self
-                        .changed
-                        .wait_timeout(st, Duration::from_nanos(ns))
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0;
-                }
-                Verdict::Wait(_) => {
-                    slept = true;
-                    st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st = self.sleep(st, deadline, now);
                 }
             }
+        }
+    }
+
+    /// Sleeps on the condition variable until notified, or until `deadline`
+    /// (stage-clock ns; `None`: no deadline) with a real clock; a test's
+    /// clock does not move while the thread sleeps, so it waits until woken
+    /// ([`Priority::wake_waiters`]).
+    fn sleep<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<u64>,
+        now: u64,
+    ) -> MutexGuard<'a, State> {
+        match deadline {
+            Some(deadline) if self.clock.is_real_time() => {
+                let ns = deadline.saturating_sub(now).max(1);
+                self.changed
+                    .wait_timeout(st, Duration::from_nanos(ns))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            }
+            _ => self.changed.wait(st).unwrap_or_else(|e| e.into_inner()),
         }
     }
 }
@@ -1019,14 +1032,10 @@ impl EnforcementObject for Priority {
         if self.limits.split_always.load(Ordering::Relaxed) {
             return Some(n);
         }
-        let window_ns = self.limits.window_ns.load(Ordering::Relaxed);
         let w = self.counts.load(Ordering::Acquire);
-        let load = self.load(w);
-        let active = load.outstanding[1] > 0
-            || window_end(load, window_ns).is_some_and(|e| self.clock.now_ns() < e)
-            || (counts::waiting(w) > 0 && self.lock().waiting.iter().any(|w| w.critical))
-            || self.others_active(window_ns);
-        active.then_some(n)
+        let critical_queued =
+            || counts::waiting(w) > 0 && self.lock().waiting.iter().any(|w| w.critical);
+        self.active_now(w, critical_queued).then_some(n)
     }
 
     fn promote_thread(&self, thread: u64) -> u32 {
