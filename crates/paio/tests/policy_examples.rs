@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use paio::{Context, Policy, RequestContext, RequestType, Rule, Stage};
+use paio::{Context, ObjectConfig, Policy, RequestContext, RequestType, Rule, Stage};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -125,6 +125,31 @@ fn example_policies_route_as_their_comments_say() {
         route(&tenants, 3, T::WRITE, "none"),
         to("best-effort", "share")
     );
+
+    // Every request of a background program through one priority object;
+    // the shared variant also bounds all such programs together.
+    for (name, shared) in [
+        ("background.toml", None),
+        ("background-shared.toml", Some(2)),
+    ] {
+        let stage = load(name);
+        assert_eq!(route(&stage, 1, T::READ, "none"), to("background", "yield"));
+        assert_eq!(
+            route(&stage, 7, T::FSYNC, "none"),
+            to("background", "yield")
+        );
+        let info = stage.info();
+        let object = info.channels[0]
+            .objects
+            .iter()
+            .find(|o| o.name == "yield")
+            .unwrap();
+        let Some(ObjectConfig::Priority(p)) = &object.config else {
+            panic!("{name}: {object:?} is not a priority object");
+        };
+        assert_eq!((p.depth, p.busy_depth), (4, 1), "{name}");
+        assert_eq!(p.shared_busy_depth, shared, "{name}");
+    }
 
     let meta = load("metadata-ops.toml");
     assert_eq!(route(&meta, 1, T::OPEN, "none"), to("metadata", "lookups"));
