@@ -8,7 +8,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 use paio::context::{FileClass, ThreadRef};
-use paio::{Admission, Context, Policy, RequestContext, RequestType, Stage, StageStats};
+use paio::{
+    Admission, Context, Pattern, Policy, RequestContext, RequestType, Rule, Stage, StageStats,
+};
 
 use crate::board::{self, Board};
 use crate::fdtable;
@@ -23,24 +25,34 @@ static NAMES: std::sync::OnceLock<paio::CriticalNames> = std::sync::OnceLock::ne
 /// own name against [`NAMES`] at its next data call.
 static NAMES_GENERATION: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// The embedded policy used when `PAIO_POLICY` is not set: pass-through with
-/// statistics per kind of call.
-pub(crate) const DEFAULT_POLICY: &str = r#"
-[stage]
-name = "preload"
-default_channel = "metadata"
-
-[[channel]]
-name = "read"
-match = { request_type = "read" }
-
-[[channel]]
-name = "write"
-match = { request_type = "write" }
-
-[[channel]]
-name = "metadata"
-"#;
+/// The policy a process runs when `PAIO_POLICY` is not set: pass-through,
+/// with statistics per kind of call (reads, writes, everything else). Built
+/// from rules, not parsed: parsing a policy costs every process start about
+/// 0.1 ms (docs/performance.md, "Small files"). docs/preload.md shows it as
+/// a policy file, and a test checks that both build the same stage.
+fn default_policy() -> Policy {
+    let channel = |name: &str| Rule::CreateChannel { name: name.into() };
+    let route = |rt: RequestType, name: &str| Rule::MapChannel {
+        pattern: Pattern {
+            request_type: Some(rt),
+            ..Pattern::ANY
+        },
+        channel: name.into(),
+    };
+    Policy::from_rules(
+        Some("preload".into()),
+        vec![
+            channel("read"),
+            route(RequestType::READ, "read"),
+            channel("write"),
+            route(RequestType::WRITE, "write"),
+            channel("metadata"),
+            Rule::SetDefaultChannel {
+                channel: Some("metadata".into()),
+            },
+        ],
+    )
+}
 
 const UNINIT: u8 = 0;
 const ACTIVE: u8 = 1;
@@ -70,8 +82,8 @@ pub(crate) struct Config {
     adjusts: bool,
     /// paiod's socket (`PAIO_CONTROL`), when the stage registers with it.
     control: Option<std::path::PathBuf>,
-    policy_text: String,
-    policy_origin: String,
+    /// `PAIO_POLICY`'s (text, path); `None`: [`default_policy`].
+    policy_file: Option<(String, String)>,
     stage_name: Option<String>,
     labels: Vec<(String, String)>,
     workflow_process: bool,
@@ -432,13 +444,13 @@ impl Config {
     /// parser `paio run` validates with), the policy file read.
     fn from_env(env: &[(String, String)]) -> Result<Config, String> {
         let e = paio::env::parse(env).map_err(|e| e.to_string())?;
-        let (policy_text, policy_origin) = match &e.policy {
-            Some(path) => (
+        let policy_file = match &e.policy {
+            Some(path) => Some((
                 std::fs::read_to_string(path)
                     .map_err(|err| format!("PAIO_POLICY {}: {err}", path.display()))?,
                 path.display().to_string(),
-            ),
-            None => (DEFAULT_POLICY.to_string(), "<embedded default>".to_string()),
+            )),
+            None => None,
         };
         let control = e.control.map(|c| match c {
             paio::env::ControlSocket::Default => paio::control::default_socket_path_from(
@@ -476,8 +488,7 @@ impl Config {
                 || e.context != RequestContext::NONE
                 || !class_rules.is_empty(),
             control,
-            policy_text,
-            policy_origin,
+            policy_file,
             stage_name: e.stage_name,
             labels: e.labels,
             workflow_process: e.workflow_process,
@@ -493,8 +504,10 @@ impl Config {
     }
 
     fn build_stage(&self) -> Result<Stage, String> {
-        let policy =
-            Policy::parse(&self.policy_text, &self.policy_origin).map_err(|e| e.to_string())?;
+        let policy = match &self.policy_file {
+            Some((text, origin)) => Policy::parse(text, origin).map_err(|e| e.to_string())?,
+            None => default_policy(),
+        };
         // PAIO_STAGE_NAME, else the policy's `[stage] name`, else "preload".
         let name = (self.stage_name.clone())
             .or_else(|| policy.name.clone())

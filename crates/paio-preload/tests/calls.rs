@@ -462,6 +462,79 @@ fn stdio_charges_what_reaches_the_kernel() {
     assert!((2..=24).contains(&read_ops), "{read_ops} read operations");
 }
 
+/// The policy a process runs without `PAIO_POLICY` is built in code (no
+/// parsing at every start); docs/preload.md shows it as a policy file. Both
+/// must make the same stage: the same channels, counting the same calls.
+#[test]
+fn the_default_policy_is_the_one_docs_preload_md_shows() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/preload.md"
+    ))
+    .unwrap();
+    let at = doc
+        .find("The embedded default policy")
+        .expect("docs/preload.md describes the embedded default policy");
+    let block = &doc[at..];
+    let start = block.find("```toml\n").expect("followed by a toml block") + 8;
+    let end = start + block[start..].find("```").unwrap();
+    let dir = scratch("default-policy");
+    let policy = dir.join("default.toml");
+    std::fs::write(&policy, &block[start..end]).unwrap();
+    std::fs::write(dir.join("f"), "x".repeat(10_000)).unwrap();
+    let argv = [
+        "sh",
+        "-c",
+        "cat f f > g && cat g > /dev/null && stat -c %s g",
+    ];
+    let shape = |env: &[(&str, &str)]| {
+        let out = same(&dir, &argv, env);
+        let stats = take_stats(&dir);
+        // Per process (the shell and each command), in pid order: the
+        // stage's name, then every channel's name and counts.
+        let mut rows: Vec<(u64, String)> = stats
+            .iter()
+            .map(|s| {
+                let channels: Vec<String> = s.json["stats"]["channels"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| {
+                        let name = c["name"].as_str().unwrap();
+                        format!("{name}:{}:{}", c["ops"], c["bytes"])
+                    })
+                    .collect();
+                let unmatched = &s.json["stats"]["unmatched"];
+                let row = format!(
+                    "{} {} {} unmatched:{}:{}",
+                    s.exe,
+                    s.json["stats"]["stage"],
+                    channels.join(" "),
+                    unmatched["ops"],
+                    unmatched["bytes"]
+                );
+                (s.pid, row)
+            })
+            .collect();
+        rows.sort();
+        let _ = std::fs::remove_file(dir.join("g"));
+        (
+            out.stdout,
+            rows.into_iter().map(|(_, r)| r).collect::<Vec<_>>(),
+        )
+    };
+    let built = shape(&[]);
+    let parsed = shape(&[("PAIO_POLICY", policy.to_str().unwrap())]);
+    assert_eq!(built.0, parsed.0);
+    assert_eq!(built.1.len(), 4, "{:?}", built.1);
+    assert_eq!(built.1, parsed.1);
+    let read_all = |r: &String| {
+        r.split(' ')
+            .any(|c| c.starts_with("read:") && c.ends_with(":20000"))
+    };
+    assert!(built.1.iter().any(read_all), "{:?}", built.1);
+}
+
 /// docs/preload.md's table of interposed symbols names every symbol the
 /// library exports, and its heading counts them.
 #[test]

@@ -530,6 +530,32 @@ impl Policy {
         Ok(p)
     }
 
+    /// A policy of `rules`, applied in order, naming its stage `name`, with
+    /// no labels and every `[criticality]` setting at its default: what
+    /// [`Policy::parse`] gives for a file with only these channels, without
+    /// parsing (a program that builds its policy in code, or a default
+    /// built on every process start). Errors name the rule (`rule[2]`).
+    pub fn from_rules(name: Option<String>, rules: Vec<Rule>) -> Policy {
+        let sources = (0..rules.len())
+            .map(|i| Source {
+                span: 0..0,
+                field: format!("rule[{i}]"),
+            })
+            .collect();
+        Policy {
+            origin: "<rules>".to_string(),
+            text: String::new(),
+            name,
+            labels: BTreeMap::new(),
+            critical_names: CriticalNames::default(),
+            inherit: true,
+            dirty: DirtyLimits::default(),
+            helper_window: DEFAULT_HELPER_WINDOW,
+            rules,
+            sources,
+        }
+    }
+
     /// Reads and parses the policy file at `path`.
     pub fn from_file(path: &Path) -> Result<Policy, PolicyError> {
         let origin = path.display().to_string();
@@ -1373,6 +1399,39 @@ name = "fg"
             "{e}"
         );
         assert!(e.message.contains("at least 64 KiB"), "{e}");
+    }
+
+    #[test]
+    fn a_policy_from_rules_is_the_parsed_file_with_those_rules() {
+        let text = "[stage]\nname = \"s\"\n\n[[channel]]\nname = \"r\"\nmatch = { request_type = \"read\" }\n";
+        let parsed = Policy::parse(text, "<t>").unwrap();
+        let built = Policy::from_rules(Some("s".into()), parsed.rules().to_vec());
+        assert_eq!(built.name, parsed.name);
+        assert_eq!(built.labels, parsed.labels);
+        assert_eq!(built.critical_names, parsed.critical_names);
+        assert_eq!(built.inherit, parsed.inherit);
+        assert_eq!(built.dirty, parsed.dirty);
+        assert_eq!(built.helper_window, parsed.helper_window);
+        assert_eq!(built.rules(), parsed.rules());
+        let (a, b) = (built.new_stage().unwrap(), parsed.new_stage().unwrap());
+        assert_eq!(a.info(), b.info());
+        // A rule that cannot apply is named by its index.
+        let bad = Policy::from_rules(
+            None,
+            vec![
+                Rule::CreateChannel { name: "a".into() },
+                Rule::SetDefaultChannel {
+                    channel: Some("missing".into()),
+                },
+            ],
+        );
+        let e = bad.new_stage().unwrap_err();
+        assert_eq!(
+            (e.origin.as_str(), e.field.as_str()),
+            ("<rules>", "rule[1]"),
+            "{e}"
+        );
+        assert!(e.message.contains("missing"), "{e}");
     }
 
     #[test]
