@@ -196,3 +196,6 @@ echo "wrote $small_out" >&2
 # to /dev/null, CPU time with and without the interposer, paired.
 python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 6))}" \
     --out "${TAR_OUT:-$root/bench/results/preload-tar.csv}"
+# The library's start and exit alone: the same tar on an empty directory.
+python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" --empty \
+    --out "${START_OUT:-$root/bench/results/preload-start.csv}"

@@ -12,6 +12,10 @@ its extremes, with each side's median CPU time, and writes a CSV with the
 command, date, machine and commit.
 
     python3 bench/preload/tar_cpu.py --lib target/release/libpaio_preload.so --runs 30
+
+With --empty, tar archives an empty directory instead: what remains is the
+library's cost at each process start and exit (loading, the stage, the
+board), reported in ms added per process (bench/results/preload-start.csv).
 """
 
 import argparse
@@ -29,10 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DIRS, PER_DIR = 20, 1000
 
 
-def make_tree(base: Path) -> Path:
-    """20,000 files of 100 B to 2.4 KiB under base/files, written once."""
+def make_tree(base: Path, empty: bool) -> Path:
+    """20,000 files of 100 B to 2.4 KiB under base/files, written once (none
+    with `empty`)."""
     tree = base / "files"
-    for d in range(DIRS):
+    tree.mkdir()
+    for d in range(0 if empty else DIRS):
         sub = tree / f"d{d}"
         sub.mkdir(parents=True)
         for i in range(PER_DIR):
@@ -66,7 +72,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", type=Path, required=True, help="libpaio_preload.so")
     ap.add_argument("--runs", type=int, default=30, help="pairs of tar runs (default 30)")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/preload-tar.csv")
+    ap.add_argument("--empty", action="store_true",
+                    help="an empty directory: the library's start and exit alone")
+    ap.add_argument("--out", type=Path, help="CSV to write (default "
+                    "bench/results/preload-tar.csv, with --empty preload-start.csv)")
     args = ap.parse_args()
     tar = shutil.which("tar")
     if tar is None:
@@ -80,11 +89,11 @@ def main() -> int:
     base_env.pop("LD_PRELOAD", None)
     pre_env = dict(base_env, LD_PRELOAD=str(args.lib.resolve()))
     with tempfile.TemporaryDirectory(prefix="paio-tar-") as tmp:
-        tree = make_tree(Path(tmp))
+        tree = make_tree(Path(tmp), args.empty)
         # Warm the page cache and the dentry cache for both kinds.
         tar_cpu_ms(tar, tree, base_env)
         tar_cpu_ms(tar, tree, pre_env)
-        plain, preload, added = [], [], []
+        plain, preload, added, added_ms = [], [], [], []
         for i in range(args.runs):
             order = ("plain", "preload") if i % 2 == 0 else ("preload", "plain")
             got = {}
@@ -93,33 +102,43 @@ def main() -> int:
             plain.append(got["plain"])
             preload.append(got["preload"])
             added.append(100.0 * (got["preload"] / got["plain"] - 1.0))
+            added_ms.append(got["preload"] - got["plain"])
             if (i + 1) % 10 == 0:
                 print(f"tar_cpu: {i + 1}/{args.runs} pairs", file=sys.stderr)
-    med = statistics.median(added)
-    row = (f"{args.runs},{DIRS * PER_DIR},{statistics.median(plain):.2f},"
-           f"{statistics.median(preload):.2f},{med:.2f},{min(added):.2f},{max(added):.2f}")
+    med, med_ms = statistics.median(added), statistics.median(added_ms)
+    files = 0 if args.empty else DIRS * PER_DIR
+    row = (f"{args.runs},{files},{statistics.median(plain):.3f},"
+           f"{statistics.median(preload):.3f},{med_ms:.3f},{med:.2f},{min(added):.2f},"
+           f"{max(added):.2f}")
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        "# benchmark: CPU time (user + system) of `tar cf /dev/null` over 20,000 small files "
-        "(100 B-2.4 KiB, page-cached), without and with LD_PRELOAD=libpaio_preload.so "
+    out = args.out or ROOT / "bench/results" / (
+        "preload-start.csv" if args.empty else "preload-tar.csv")
+    what = ("an empty directory (the library's start and exit)" if args.empty else
+            "20,000 small files (100 B-2.4 KiB, page-cached)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        f"# benchmark: CPU time (user + system) of `tar cf /dev/null` over {what}, "
+        "without and with LD_PRELOAD=libpaio_preload.so "
         "(no policy: the interposer's pass-through default)\n"
-        f"# command: python3 bench/preload/tar_cpu.py --runs {args.runs}\n"
+        f"# command: python3 bench/preload/tar_cpu.py --runs {args.runs}"
+        f"{' --empty' if args.empty else ''}\n"
         f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
         f"# host: {platform.node()}\n"
         f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
         f"# kernel: {platform.release()}\n"
         f"# paio: commit {commit}\n"
         "# note: pairs of runs, one of each kind back to back, order alternating; "
-        "added_pct is the median over pairs of (with / without - 1), with its extremes; "
+        "added_ms and added_pct are medians over pairs of (with - without) and "
+        "(with / without - 1), the latter with its extremes; "
         "cpu_ms the median over runs of each kind\n"
-        "pairs,files,plain_cpu_ms,preload_cpu_ms,added_pct,added_pct_min,added_pct_max\n"
+        "pairs,files,plain_cpu_ms,preload_cpu_ms,added_ms,added_pct,added_pct_min,added_pct_max\n"
         f"{row}\n")
-    print(f"tar cf /dev/null, 20,000 files: {statistics.median(plain):.1f} ms CPU without, "
-          f"{statistics.median(preload):.1f} ms with the interposer: "
+    label = "empty directory" if args.empty else "20,000 files"
+    print(f"tar cf /dev/null, {label}: {statistics.median(plain):.2f} ms CPU without, "
+          f"{statistics.median(preload):.2f} ms with the interposer: +{med_ms:.3f} ms, "
           f"+{med:.2f} % (pairs {min(added):.2f} to {max(added):.2f} %)", file=sys.stderr)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -24,14 +24,28 @@ def test_writes_one_row_of_paired_figures(tmp_path):
     assert any(line.startswith("# command: python3 bench/preload/tar_cpu.py") for line in lines)
     assert any(line.startswith("# paio: commit ") for line in lines)
     header, row = [line for line in lines if not line.startswith("#")]
-    assert header == "pairs,files,plain_cpu_ms,preload_cpu_ms,added_pct,added_pct_min,added_pct_max"
+    assert header == ("pairs,files,plain_cpu_ms,preload_cpu_ms,added_ms,added_pct,"
+                      "added_pct_min,added_pct_max")
     fields = row.split(",")
     assert fields[:2] == ["2", "20000"]
     plain, preload = float(fields[2]), float(fields[3])
     assert plain > 0 and preload > 0
-    mid, lo, hi = map(float, fields[4:])
+    mid, lo, hi = map(float, fields[5:])
     assert lo <= mid <= hi
     assert "tar cf /dev/null, 20,000 files:" in r.stderr
+
+
+def test_an_empty_directory_measures_the_start_alone(tmp_path):
+    assert LIB.is_file(), f"{LIB} is missing: run `make release-bins` first"
+    out = tmp_path / "start.csv"
+    r = run("--lib", LIB, "--runs", 3, "--empty", "--out", out)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    assert any(line.endswith("tar_cpu.py --runs 3 --empty") for line in lines), lines
+    assert any("over an empty directory" in line for line in lines), lines
+    row = [line for line in lines if not line.startswith("#")][1]
+    assert row.split(",")[:2] == ["3", "0"]
+    assert "tar cf /dev/null, empty directory:" in r.stderr
 
 
 def test_a_missing_library_is_refused_with_how_to_build_it(tmp_path):
