@@ -834,7 +834,7 @@ impl Stage {
     /// anything or calls the C library (so it leaves errno alone): the
     /// interposer counts its metadata calls through it without entering its
     /// guard.
-    #[inline]
+    #[inline(always)]
     pub fn pass_on_thread(&self, thread: ThreadRef<'_>, ctx: &Context) -> bool {
         let t = thread.0;
         // A thread without a statistics slot claims one on the full path.

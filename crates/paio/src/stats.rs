@@ -80,7 +80,7 @@ impl ObjectCounters {
 
     /// [`ObjectCounters::record`] with the calling thread's slot index,
     /// already looked up (see [`thread_slot`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record_at(&self, i: usize, bytes: u64) {
         let slot = &self.slots[i];
         add_to_slot_word(&slot.ops, i, 1);
