@@ -9,10 +9,14 @@
 //! invariant and synchronised across CPUs). Otherwise ticks are monotonic
 //! nanoseconds. Ticks are converted to nanoseconds when statistics are
 //! collected at a rate measured between the clock's creation and the
-//! conversion (more precise the longer the process runs; at least 1 ms of
-//! measurement, waited for once if asked earlier). On the request path,
-//! the time since a critical request completed (its end tick) is converted
-//! at the rate of the first such conversion, kept from then on.
+//! conversion (more precise the longer the process runs). Each end of the
+//! measurement reads the counter on both sides of the monotonic clock and
+//! takes the middle, so at the shortest measurement, 100 µs (waited for if
+//! a young process asks earlier), the rate is within about 0.1 %, far
+//! inside a latency histogram's 12.5 % buckets. On the
+//! request path, the time since a critical request completed (its end
+//! tick) is converted at the rate of the first such conversion, kept from
+//! then on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,7 +36,13 @@ pub(crate) struct TscClock {
 }
 
 /// Shortest measurement behind [`Clock::ns_per_tick`].
-const MIN_CALIBRATION_NS: u64 = 1_000_000;
+const MIN_CALIBRATION_NS: u64 = 100_000;
+
+/// Counter ticks allowed between the two readings around the monotonic
+/// clock (about 10 µs at 2 GHz); a wider pair (the thread was preempted or
+/// interrupted between them) is read again, up to [`PAIR_TRIES`] times.
+const PAIR_SPREAD_TICKS: u64 = 20_000;
+const PAIR_TRIES: u32 = 4;
 
 impl TscClock {
     /// A clock using the time-stamp counter if the kernel's clocksource is
@@ -44,7 +54,7 @@ impl TscClock {
             )
             .is_ok_and(|s| s.trim() == "tsc");
         let mono = MonotonicClock::new();
-        let origin = (mono.ticks(), if tsc { rdtsc() } else { 0 });
+        let origin = if tsc { pair(&mono) } else { (mono.ticks(), 0) };
         Self {
             mono,
             tsc,
@@ -52,6 +62,26 @@ impl TscClock {
             window_rate: AtomicU64::new(0),
         }
     }
+}
+
+/// A (monotonic ns, counter) pair read at one moment: the counter is read
+/// on both sides of the monotonic clock and the middle taken, from the
+/// narrowest of up to [`PAIR_TRIES`] readings.
+fn pair(mono: &MonotonicClock) -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..PAIR_TRIES {
+        let before = rdtsc();
+        let ns = mono.ticks();
+        let after = rdtsc();
+        let spread = after.saturating_sub(before);
+        if spread < best.2 {
+            best = (ns, before + spread / 2, spread);
+        }
+        if spread <= PAIR_SPREAD_TICKS {
+            break;
+        }
+    }
+    (best.0, best.1)
 }
 
 /// The time-stamp counter.
@@ -84,8 +114,8 @@ impl Clock for TscClock {
     }
 
     /// Converts at the rate [`Clock::ns_per_tick`] gives at the first call,
-    /// kept from then on: a call in the process's first millisecond waits
-    /// for the rest of it, once.
+    /// kept from then on: a call in the process's first 100 µs waits for
+    /// the rest of them, once.
     #[inline]
     fn ns_since_ticks(&self, since: u64) -> u64 {
         if !self.tsc {
@@ -104,10 +134,10 @@ impl Clock for TscClock {
         if !self.tsc {
             return 1.0;
         }
-        let mut now = (self.mono.ticks(), rdtsc());
+        let mut now = pair(&self.mono);
         while now.0.saturating_sub(self.origin.0) < MIN_CALIBRATION_NS {
             std::hint::spin_loop();
-            now = (self.mono.ticks(), rdtsc());
+            now = pair(&self.mono);
         }
         let ns = now.0.saturating_sub(self.origin.0) as f64;
         let ticks = now.1.saturating_sub(self.origin.1).max(1) as f64;

@@ -246,6 +246,37 @@ fn data_calls_have_latency_percentiles() {
     assert!(p50 <= p99 && p99 <= max, "{lat}");
 }
 
+/// A call's latency is measured in time-stamp counter ticks and converted
+/// at a rate the process measures itself: a read that waits ~0.3 s for a
+/// pipe is reported as that long, not off by a factor.
+#[test]
+fn a_known_wait_is_reported_at_its_length() {
+    let dir = scratch("latency-known");
+    let out = run(
+        &dir,
+        &[
+            "sh",
+            "-c",
+            "(sleep 0.3; echo x) | dd of=out.bin bs=64 count=1",
+        ],
+        true,
+        &[],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let dd = stats
+        .iter()
+        .find(|s| s.exe.ends_with("/dd"))
+        .unwrap_or_else(|| panic!("no statistics of dd: {stats:?}"));
+    let read = dd.channel_json("read").unwrap();
+    let mean = read["latency_total"]["mean_ns"].as_u64().unwrap();
+    // dd starts reading well within 0.1 s of the writer's start and gets
+    // the line when the writer's sleep ends (`echo` is the shell's own): a
+    // rate off by a factor (ticks taken for nanoseconds: 2-3 GHz) or
+    // measured wrong lands outside.
+    assert!((200_000_000..450_000_000).contains(&mean), "{read}");
+}
+
 /// A critical process's sync calls are two-phase requests: counted among
 /// its critical requests with their latency (and so seen by paiod's latency
 /// target and, while they run, by the board).

@@ -1313,12 +1313,23 @@ impl Stage {
         let mut collected = self.collected.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock.now_ns();
         let interval = now.saturating_sub(collected.at_ns);
-        let ns_per_tick = self.clock.ns_per_tick();
+        // The clock's rate is asked for only when a latency needs
+        // converting: the interposer's clock measures it, waiting for the
+        // rest of its calibration if the process is young, and a process
+        // that recorded no latency never needs it.
+        let rate = std::cell::OnceCell::new();
+        let ns_per_tick = |sample: &Sample| {
+            if sample.latency.waited() == 0 {
+                1.0
+            } else {
+                *rate.get_or_init(|| self.clock.ns_per_tick())
+            }
+        };
         let mut previous = std::mem::take(&mut collected.previous);
         let mut seen = HashMap::new();
         let mut counts = |key: u64, sample: Sample| {
             let before = previous.remove(&key).unwrap_or_default();
-            let c = sample.counts_since(&before, interval, ns_per_tick);
+            let c = sample.counts_since(&before, interval, ns_per_tick(&sample));
             seen.insert(key, sample);
             c
         };
@@ -1349,7 +1360,9 @@ impl Stage {
         }
         let removed = counts(REMOVED_KEY, removed_sample);
         let critical_sample = self.critical.sample();
-        let critical_latency = critical_sample.latency.latency_buckets(ns_per_tick);
+        let critical_latency = critical_sample
+            .latency
+            .latency_buckets(ns_per_tick(&critical_sample));
         let critical = counts(CRITICAL_KEY, critical_sample);
         collected.previous = seen;
         collected.at_ns = now;
@@ -1369,7 +1382,7 @@ impl Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::FakeClock;
+    use crate::clock::{Clock, FakeClock};
     use crate::context::{RequestContext, RequestType};
     use crate::object::{ConfigError, DrlConfig};
     use crate::units::Rate;
@@ -1478,6 +1491,60 @@ mod tests {
         let s = stage.collect();
         assert_eq!(s.unmatched.ops, 1);
         assert_eq!(s.unmatched.latency_total.ops, 1);
+    }
+
+    /// A fake clock whose ticks are half nanoseconds, counting how often
+    /// its rate is asked for.
+    #[derive(Debug)]
+    struct HalfNsClock {
+        fake: FakeClock,
+        asked: std::sync::atomic::AtomicU32,
+    }
+
+    impl Clock for HalfNsClock {
+        fn now_ns(&self) -> u64 {
+            self.fake.now_ns()
+        }
+        fn ticks(&self) -> u64 {
+            self.fake.now_ns() * 2
+        }
+        fn ns_per_tick(&self) -> f64 {
+            self.asked.fetch_add(1, Ordering::Relaxed);
+            0.5
+        }
+        fn is_real_time(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn the_clock_rate_is_asked_for_only_when_a_latency_is_converted() {
+        let clock = Arc::new(HalfNsClock {
+            fake: FakeClock::new(),
+            asked: std::sync::atomic::AtomicU32::new(0),
+        });
+        let policy = crate::Policy::parse(TWO_PHASE_POLICY, "<two-phase>").unwrap();
+        let stage = policy
+            .build_stage(Stage::builder("tp").clock(clock.clone()))
+            .unwrap();
+        let c = ctx(RequestType::READ, RequestContext::NONE, 4096);
+        // One-phase requests record no latency: nothing to convert.
+        stage.enforce(&c, None).unwrap();
+        stage.enforce(&c.with_workflow(9), None).unwrap();
+        let s = stage.collect();
+        assert_eq!(s.channels.iter().map(|c| c.counts.ops).sum::<u64>(), 2);
+        assert_eq!(clock.asked.load(Ordering::Relaxed), 0);
+        // A completed two-phase request's latency is converted at the
+        // clock's rate, asked for once per collection.
+        for _ in 0..2 {
+            let a = stage.admit(&c).unwrap();
+            clock.fake.advance(Duration::from_micros(300));
+            stage.complete(a, 4096).unwrap();
+        }
+        let l = channel_counts(&stage, "bg").latency_total;
+        assert_eq!(l.ops, 2);
+        assert!((300_000..=337_500).contains(&l.p50_ns), "{l:?}");
+        assert_eq!(clock.asked.load(Ordering::Relaxed), 1);
     }
 
     #[test]
