@@ -14,7 +14,10 @@
 # bench/results/preload.csv. Then the small-files case (issue 13): meta_loop
 # times what `tar c` does per small file (fstatat twice, openat, fstat, read,
 # close), paired the same way, and the added ns per file and its share of
-# the file's cost go to bench/results/preload-smallfiles.csv. Used by `make
+# the file's cost go to bench/results/preload-smallfiles.csv. Last, GNU tar
+# as a whole (tar_cpu.py): over 20,000 small files (preload-tar.csv), over an
+# empty directory for the library's start and exit (preload-start.csv), and
+# the same writing statistics files (preload-start-stats.csv). Used by `make
 # bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
@@ -199,3 +202,7 @@ python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 6))}" \
 # The library's start and exit alone: the same tar on an empty directory.
 python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" --empty \
     --out "${START_OUT:-$root/bench/results/preload-start.csv}"
+# The same, each interposed run writing its statistics file (as under
+# `paio run --stats` or `--summary`).
+python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" --empty --stats \
+    --out "${START_STATS_OUT:-$root/bench/results/preload-start-stats.csv}"

@@ -16,6 +16,8 @@ command, date, machine and commit.
 With --empty, tar archives an empty directory instead: what remains is the
 library's cost at each process start and exit (loading, the stage, the
 board), reported in ms added per process (bench/results/preload-start.csv).
+With --stats, each run under the interposer also writes its statistics file
+(PAIO_STATS), as every process under `paio run --stats` or `--summary` does.
 """
 
 import argparse
@@ -74,8 +76,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30, help="pairs of tar runs (default 30)")
     ap.add_argument("--empty", action="store_true",
                     help="an empty directory: the library's start and exit alone")
+    ap.add_argument("--stats", action="store_true",
+                    help="the interposed tar writes its statistics file (PAIO_STATS)")
     ap.add_argument("--out", type=Path, help="CSV to write (default "
-                    "bench/results/preload-tar.csv, with --empty preload-start.csv)")
+                    "bench/results/preload-tar.csv, with --empty preload-start.csv; "
+                    "with --stats, -stats before .csv)")
     args = ap.parse_args()
     tar = shutil.which("tar")
     if tar is None:
@@ -89,6 +94,8 @@ def main() -> int:
     base_env.pop("LD_PRELOAD", None)
     pre_env = dict(base_env, LD_PRELOAD=str(args.lib.resolve()))
     with tempfile.TemporaryDirectory(prefix="paio-tar-") as tmp:
+        if args.stats:
+            pre_env["PAIO_STATS"] = str(Path(tmp) / "stats.%p.json")
         tree = make_tree(Path(tmp), args.empty)
         # Warm the page cache and the dentry cache for both kinds.
         tar_cpu_ms(tar, tree, base_env)
@@ -113,16 +120,18 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
     out = args.out or ROOT / "bench/results" / (
-        "preload-start.csv" if args.empty else "preload-tar.csv")
+        ("preload-start" if args.empty else "preload-tar")
+        + ("-stats" if args.stats else "") + ".csv")
     what = ("an empty directory (the library's start and exit)" if args.empty else
             "20,000 small files (100 B-2.4 KiB, page-cached)")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         f"# benchmark: CPU time (user + system) of `tar cf /dev/null` over {what}, "
         "without and with LD_PRELOAD=libpaio_preload.so "
-        "(no policy: the interposer's pass-through default)\n"
+        "(no policy: the interposer's pass-through default"
+        f"{'; each writing its statistics file, PAIO_STATS' if args.stats else ''})\n"
         f"# command: python3 bench/preload/tar_cpu.py --runs {args.runs}"
-        f"{' --empty' if args.empty else ''}\n"
+        f"{' --empty' if args.empty else ''}{' --stats' if args.stats else ''}\n"
         f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
         f"# host: {platform.node()}\n"
         f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"

@@ -60,3 +60,13 @@ def test_zero_runs_are_refused(tmp_path):
     r = run("--lib", LIB, "--runs", 0, "--out", tmp_path / "x.csv")
     assert r.returncode != 0
     assert "--runs must be at least 1" in r.stderr
+
+
+def test_stats_makes_the_interposed_runs_write_statistics(tmp_path):
+    assert LIB.is_file(), f"{LIB} is missing: run `make release-bins` first"
+    out = tmp_path / "start-stats.csv"
+    r = run("--lib", LIB, "--runs", 2, "--empty", "--stats", "--out", out)
+    assert r.returncode == 0, r.stderr
+    lines = out.read_text().splitlines()
+    assert any(line.endswith("tar_cpu.py --runs 2 --empty --stats") for line in lines), lines
+    assert any("each writing its statistics file, PAIO_STATS" in line for line in lines), lines
