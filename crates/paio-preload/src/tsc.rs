@@ -13,10 +13,9 @@
 //! measurement reads the counter on both sides of the monotonic clock and
 //! takes the middle, so at the shortest measurement, 100 µs (waited for if
 //! a young process asks earlier), the rate is within about 0.1 %, far
-//! inside a latency histogram's 12.5 % buckets. On the
-//! request path, the time since a critical request completed (its end
-//! tick) is converted at the rate of the first such conversion, kept from
-//! then on.
+//! inside a latency histogram's 12.5 % buckets. On the request path, the
+//! time since a critical request completed (its end tick) is converted at
+//! the rate of the first such conversion, kept from then on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
