@@ -112,6 +112,12 @@ def main() -> int:
             added_ms.append(got["preload"] - got["plain"])
             if (i + 1) % 10 == 0:
                 print(f"tar_cpu: {i + 1}/{args.runs} pairs", file=sys.stderr)
+        if args.stats:
+            written = len(list(Path(tmp).glob("stats.*.json")))
+            if written < args.runs:
+                raise SystemExit(f"tar_cpu: --stats: the interposed runs wrote {written} "
+                                 f"statistics files, expected at least {args.runs}; is "
+                                 f"{args.lib} the interposer?")
     med, med_ms = statistics.median(added), statistics.median(added_ms)
     files = 0 if args.empty else DIRS * PER_DIR
     row = (f"{args.runs},{files},{statistics.median(plain):.3f},"

@@ -63,6 +63,7 @@ def test_zero_runs_are_refused(tmp_path):
 
 
 def test_stats_makes_the_interposed_runs_write_statistics(tmp_path):
+    # tar_cpu.py fails unless every interposed run wrote its file.
     assert LIB.is_file(), f"{LIB} is missing: run `make release-bins` first"
     out = tmp_path / "start-stats.csv"
     r = run("--lib", LIB, "--runs", 2, "--empty", "--stats", "--out", out)
@@ -70,3 +71,14 @@ def test_stats_makes_the_interposed_runs_write_statistics(tmp_path):
     lines = out.read_text().splitlines()
     assert any(line.endswith("tar_cpu.py --runs 2 --empty --stats") for line in lines), lines
     assert any("each writing its statistics file, PAIO_STATS" in line for line in lines), lines
+
+
+def test_stats_fails_when_nothing_writes_statistics(tmp_path):
+    # A library that is not the interposer loads but writes nothing.
+    fake = tmp_path / "libfake.so"
+    src = tmp_path / "fake.c"
+    src.write_text("int paio_fake;\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(fake), str(src)], check=True)
+    r = run("--lib", fake, "--runs", 2, "--empty", "--stats", "--out", tmp_path / "x.csv")
+    assert r.returncode != 0
+    assert "wrote 0 statistics files, expected at least 2" in r.stderr
