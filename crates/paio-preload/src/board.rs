@@ -327,8 +327,8 @@ impl paio::CriticalBoard for Board {
         self.words[W_INFLIGHT].fetch_add(1, Ordering::Release);
     }
 
-    fn critical_completed(&self) {
-        let now = monotonic_ns();
+    fn critical_completed(&self, now_ns: Option<u64>) {
+        let now = now_ns.unwrap_or_else(monotonic_ns);
         self.words[W_LAST_NS].fetch_max(now, Ordering::Relaxed);
         self.words[W_LAST_PID].store(self.pid.load(Ordering::Relaxed), Ordering::Relaxed);
         if let Some(o) = self.own() {

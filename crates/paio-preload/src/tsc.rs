@@ -15,11 +15,14 @@
 //! a young process asks earlier), the rate is within about 0.1 %, far
 //! inside a latency histogram's 12.5 % buckets. On the request path, the
 //! time since a critical request completed (its end tick) is converted at
-//! the rate of the first such conversion, kept from then on.
+//! the rate of the first such conversion, kept from then on, and so is a
+//! critical completion's end tick to `CLOCK_MONOTONIC` nanoseconds for the
+//! board ([`CounterClockMap`], re-anchored on the monotonic clock once a
+//! millisecond: within about 1 µs, for no system clock read per request).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
-use paio::clock::{Clock, MonotonicClock};
+use paio::clock::{Clock, CounterClockMap, MonotonicClock};
 
 /// See the module documentation.
 #[derive(Debug)]
@@ -29,10 +32,13 @@ pub(crate) struct TscClock {
     tsc: bool,
     /// A (monotonic ns, counter) pair taken at creation.
     origin: (u64, u64),
-    /// Nanoseconds per tick for [`Clock::ns_since_ticks`], as `f64` bits,
-    /// measured at its first use (0: not yet).
-    window_rate: AtomicU64,
+    /// The rate for [`Clock::ns_since_ticks`] and [`Clock::monotonic_ns_at`],
+    /// measured at the first use of either.
+    map: OnceLock<CounterClockMap>,
 }
+
+/// How often [`Clock::monotonic_ns_at`] re-anchors on the monotonic clock.
+const REANCHOR_NS: u64 = 1_000_000;
 
 /// Shortest measurement behind [`Clock::ns_per_tick`].
 const MIN_CALIBRATION_NS: u64 = 100_000;
@@ -58,8 +64,16 @@ impl TscClock {
             mono,
             tsc,
             origin,
-            window_rate: AtomicU64::new(0),
+            map: OnceLock::new(),
         }
+    }
+
+    /// The counter's map to monotonic time, measured at the first call (a
+    /// call in the process's first 100 µs waits for the rest of them, once).
+    #[inline]
+    fn map(&self) -> &CounterClockMap {
+        self.map
+            .get_or_init(|| CounterClockMap::new(self.ns_per_tick(), REANCHOR_NS, pair(&self.mono)))
     }
 }
 
@@ -112,21 +126,27 @@ impl Clock for TscClock {
         }
     }
 
-    /// Converts at the rate [`Clock::ns_per_tick`] gives at the first call,
-    /// kept from then on: a call in the process's first 100 µs waits for
-    /// the rest of them, once.
+    /// Converts at the rate [`Clock::ns_per_tick`] gives at the first call
+    /// (of this or [`Clock::monotonic_ns_at`]), kept from then on: a call in
+    /// the process's first 100 µs waits for the rest of them, once.
     #[inline]
     fn ns_since_ticks(&self, since: u64) -> u64 {
         if !self.tsc {
             return self.mono.ticks().saturating_sub(since);
         }
         let ticks = rdtsc().saturating_sub(since);
-        let mut rate = f64::from_bits(self.window_rate.load(Ordering::Relaxed));
-        if rate == 0.0 {
-            rate = self.ns_per_tick();
-            self.window_rate.store(rate.to_bits(), Ordering::Relaxed);
+        (ticks as f64 * self.map().ns_per_tick()) as u64
+    }
+
+    /// Without the counter, ticks are monotonic nanoseconds; with it, the
+    /// reading converted at the rate of [`Clock::ns_since_ticks`] from an
+    /// anchor at most 1 ms old.
+    #[inline]
+    fn monotonic_ns_at(&self, ticks: u64) -> Option<u64> {
+        if !self.tsc {
+            return Some(ticks);
         }
-        (ticks as f64 * rate) as u64
+        Some(self.map().monotonic_ns(ticks, || pair(&self.mono)))
     }
 
     fn ns_per_tick(&self) -> f64 {

@@ -467,11 +467,35 @@ fn background_and_critical(kill_critical: bool) {
         critical.kill().unwrap();
         critical.wait().unwrap();
     } else {
+        let before = monotonic_ns();
         writer.write_all(b"x").unwrap();
         drop(writer);
         assert!(critical.wait().unwrap().success());
+        // The read completed after the write and before dd exited: the
+        // board's time of the latest critical completion (word 3, the
+        // interposer's counter reading converted to CLOCK_MONOTONIC) is
+        // between the two.
+        let (last, after) = (board_word(Path::new(board), 3), monotonic_ns());
+        assert!(
+            before < last && last < after,
+            "latest critical completion at {last} ns, not between {before} and {after}"
+        );
     }
     await_success(&mut background);
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds, the board's time line.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[test]

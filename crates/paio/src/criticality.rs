@@ -368,8 +368,10 @@ pub trait CriticalBoard: Send + Sync + fmt::Debug {
     /// A critical request of this process was admitted below a stage.
     fn critical_admitted(&self);
     /// A critical request of this process completed (after
-    /// [`CriticalBoard::critical_admitted`]).
-    fn critical_completed(&self);
+    /// [`CriticalBoard::critical_admitted`]) at `now_ns`, `CLOCK_MONOTONIC`
+    /// nanoseconds, if the caller knows them without a clock read
+    /// ([`Clock::monotonic_ns_at`]); `None`: the board reads the clock.
+    fn critical_completed(&self, now_ns: Option<u64>);
     /// Whether critical I/O of *another* process is in flight, or completed
     /// less than `window_ns` ago.
     fn others_active(&self, window_ns: u64) -> bool;

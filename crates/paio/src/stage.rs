@@ -1054,11 +1054,11 @@ impl Stage {
         }
         let slot = thread_slot(t);
         if a.ctx.criticality.is_critical() {
-            self.activity
-                .completed(end_ticks.unwrap_or_else(|| self.clock.ticks()));
+            let end = end_ticks.unwrap_or_else(|| self.clock.ticks());
+            self.activity.completed(end);
             if a.on_board {
                 if let Some(b) = crate::criticality::board() {
-                    b.critical_completed();
+                    b.critical_completed(self.clock.monotonic_ns_at(end));
                 }
             }
             self.critical

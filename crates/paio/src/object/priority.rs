@@ -1266,7 +1266,7 @@ mod tests {
 
     impl CriticalBoard for FakeBoard {
         fn critical_admitted(&self) {}
-        fn critical_completed(&self) {}
+        fn critical_completed(&self, _now_ns: Option<u64>) {}
         fn others_active(&self, _window_ns: u64) -> bool {
             self.others.load(Ordering::Relaxed)
         }
