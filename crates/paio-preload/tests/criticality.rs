@@ -394,19 +394,46 @@ fn board_scratch(name: &str, settings: &str) -> Scratch {
     dir
 }
 
+/// A child process killed and reaped when dropped, so that a failed
+/// assertion leaves no program behind (a held background one polls the
+/// board until it is let go).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
 /// Starts a background `dd` reading `dir/in.bin` under `dir/bg.toml` and
 /// the board `board`, and checks that it is still held 500 ms later
 /// (`why`: what should hold it).
-fn held_background(dir: &Path, board: &Path, why: &str) -> std::process::Child {
-    let mut background = Command::new("dd")
-        .args(["if=in.bin", "of=/dev/null", "bs=4096"])
-        .current_dir(dir)
-        .env("LD_PRELOAD", lib())
-        .env("PAIO_POLICY", dir.join("bg.toml"))
-        .env("PAIO_BOARD", board)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+fn held_background(dir: &Path, board: &Path, why: &str) -> Reaped {
+    let mut background = Reaped(
+        Command::new("dd")
+            .args(["if=in.bin", "of=/dev/null", "bs=4096"])
+            .current_dir(dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_POLICY", dir.join("bg.toml"))
+            .env("PAIO_BOARD", board)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(
         background.try_wait().unwrap().is_none(),
@@ -418,7 +445,7 @@ fn held_background(dir: &Path, board: &Path, why: &str) -> std::process::Child {
 /// Waits up to 30 s for a held background program to finish, and checks
 /// that it succeeded (a starvation guard of 60 s would release it only
 /// later).
-fn await_success(background: &mut std::process::Child) {
+fn await_success(background: &mut Reaped) {
     let t0 = std::time::Instant::now();
     let status = loop {
         if let Some(s) = background.try_wait().unwrap() {
@@ -449,15 +476,17 @@ fn background_and_critical(kill_critical: bool) {
         .success());
     // The critical program blocks in read(2) on the FIFO: its request is
     // admitted and in flight until the test writes.
-    let mut critical = Command::new("dd")
-        .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
-        .current_dir(&dir)
-        .env("LD_PRELOAD", lib())
-        .env("PAIO_CRITICAL", "1")
-        .env("PAIO_BOARD", board)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut critical = Reaped(
+        Command::new("dd")
+            .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_CRITICAL", "1")
+            .env("PAIO_BOARD", board)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     // Wait until the critical read is on the board (its in-flight word).
     await_board_word(Path::new(board), 2, 1, "the critical read");
@@ -541,16 +570,18 @@ fn shared_pool(kill_holder: bool) {
             .stderr(Stdio::null());
         c
     };
-    let mut holder = dd("held")
-        .env("PAIO_POLICY", dir.join("bg.toml"))
-        .spawn()
-        .unwrap();
+    let mut holder = Reaped(
+        dd("held")
+            .env("PAIO_POLICY", dir.join("bg.toml"))
+            .spawn()
+            .unwrap(),
+    );
     let mut held = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join("held"))
         .unwrap();
     await_board_word(&board, 6, 1, "the holder's token");
-    let mut critical = dd("crit").env("PAIO_CRITICAL", "1").spawn().unwrap();
+    let mut critical = Reaped(dd("crit").env("PAIO_CRITICAL", "1").spawn().unwrap());
     let mut crit = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join("crit"))
