@@ -40,6 +40,11 @@ pub(crate) struct TscClock {
 /// How often [`Clock::monotonic_ns_at`] re-anchors on the monotonic clock.
 const REANCHOR_NS: u64 = 1_000_000;
 
+/// Counter ticks since creation below which [`Clock::monotonic_ns_at`]
+/// does not measure the rate: [`MIN_CALIBRATION_NS`] of a counter of up to
+/// 5 GHz, so that the measurement never waits.
+const YOUNG_TICKS: u64 = MIN_CALIBRATION_NS * 5;
+
 /// Shortest measurement behind [`Clock::ns_per_tick`].
 const MIN_CALIBRATION_NS: u64 = 100_000;
 
@@ -140,13 +145,20 @@ impl Clock for TscClock {
 
     /// Without the counter, ticks are monotonic nanoseconds; with it, the
     /// reading converted at the rate of [`Clock::ns_since_ticks`] from an
-    /// anchor at most 1 ms old.
+    /// anchor at most 1 ms old. `None` in a process too young for the rate
+    /// (measuring it would wait for the rest of its first 100 µs): the
+    /// caller reads the clock instead.
     #[inline]
     fn monotonic_ns_at(&self, ticks: u64) -> Option<u64> {
         if !self.tsc {
             return Some(ticks);
         }
-        Some(self.map().monotonic_ns(ticks, || pair(&self.mono)))
+        let map = match self.map.get() {
+            Some(map) => map,
+            None if ticks.saturating_sub(self.origin.1) < YOUNG_TICKS => return None,
+            None => self.map(),
+        };
+        Some(map.monotonic_ns(ticks, || pair(&self.mono)))
     }
 
     fn ns_per_tick(&self) -> f64 {
