@@ -67,6 +67,16 @@ def fio_clat_us(doc):
     return {float(k): v / 1e3 for k, v in pct.items()}, job["iops"]
 
 
+def dd_command(path, mib, notrunc):
+    """The background's buffered writer: `mib` MiB of zeros into `path`,
+    truncating what the file held unless `notrunc` (then overwritten in
+    place, as `--dd-notrunc` asks)."""
+    argv = ["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "status=none"]
+    if notrunc:
+        argv.append("conv=notrunc")
+    return argv
+
+
 def fio_bandwidth_mib(doc):
     """Sum of read and write bandwidth over a fio JSON document's jobs, MiB/s."""
     return sum(j["read"]["bw"] + j["write"]["bw"] for j in doc["jobs"]) / 1024.0
@@ -301,8 +311,7 @@ class Run:
                "--bs=1m", "--numjobs=2",
                "--name=writers", f"--filename={self.data / 'bg-write.dat'}", "--rw=write",
                "--bs=512k", f"--size={self.args.bg_mib}m", "--numjobs=2"]
-        dd = ["dd", "if=/dev/zero", f"of={self.data / 'bg-dd.dat'}", "bs=1M",
-              f"count={self.args.dd_mib}", "status=none"]
+        dd = dd_command(self.data / "bg-dd.dat", self.args.dd_mib, self.args.dd_notrunc)
         p = subprocess.Popen(self.wrap_background(setup, fio), stdout=subprocess.DEVNULL)
         d = subprocess.Popen(self.wrap_background(setup, dd), stdout=subprocess.DEVNULL)
         self.children += [p, d]
@@ -487,6 +496,11 @@ def parse_args(argv):
     ap.add_argument("--crit-mib", type=int, default=512)
     ap.add_argument("--bg-mib", type=int, default=2048)
     ap.add_argument("--dd-mib", type=int, default=4096)
+    ap.add_argument("--dd-notrunc", action="store_true",
+                    help="the dd writer overwrites its file in place (conv=notrunc) instead "
+                         "of truncating the previous run's: on a file system mounted with "
+                         "`discard`, truncating frees gigabytes whose discards stall the "
+                         "device for up to a second (bench/results/criticality/device-tail/)")
     ap.add_argument("--db-keys", type=int, default=2_000_000)
     ap.add_argument("--quick", action="store_true",
                     help="smoke check: 1 round, vanilla, paio and paio-target, fio only, 2 s")

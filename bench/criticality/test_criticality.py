@@ -246,3 +246,12 @@ def test_rotate_refuses_a_setup_without_its_arguments(tmp_path):
     out = subprocess.run(["bash", str(run.HERE / "rotate.sh"), str(tmp_path)],
                          capture_output=True, text=True)
     assert out.returncode == 2 and "usage:" in out.stderr
+
+
+@pytest.mark.parametrize("notrunc, size", [(False, 1 << 20), (True, 3 << 20)])
+def test_dd_writer_truncates_unless_asked_to_overwrite_in_place(tmp_path, notrunc, size):
+    target = tmp_path / "bg-dd.dat"
+    target.write_bytes(b"x" * (3 << 20))
+    subprocess.run(run.dd_command(target, 1, notrunc), check=True)
+    assert target.stat().st_size == size
+    assert target.read_bytes()[: 1 << 20] == bytes(1 << 20)
