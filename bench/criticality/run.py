@@ -27,8 +27,10 @@ Setups, interleaved and rotated per round:
                    target (--target at --target-percentile) by cutting the
                    background's depth, then its rate
 
-For each setup and round the background also runs alone, for its
-throughput without critical work.  Results in bench/results/criticality/.
+The background's throughput is its fio's MiB/s over the seconds the critical
+job ran (from fio's per-second logs; fio's own average over the whole run,
+leads included, is kept as `bg_run_mib`). For each setup and round the
+background also runs alone, for its throughput without critical work.  Results in bench/results/criticality/.
 Stdlib; plots through `paio plot`.  Run as root (the scheduler switch); the
 scheduler is restored on exit, SIGINT and errors.
 """
@@ -65,6 +67,27 @@ def fio_clat_us(doc):
     if not pct:
         raise DriverError("fio reported no completion-latency percentiles")
     return {float(k): v / 1e3 for k, v in pct.items()}, job["iops"]
+
+
+def background_between(raw, tag, first_s, last_s):
+    """The background fio's MiB/s while the critical job ran: each of its
+    jobs' per-second bandwidth samples (`raw/{tag}_bw.N.log`, KiB/s over
+    the second ending at the sample's time in ms) whose second lies mostly
+    within [`first_s`, `last_s`] of the background's run, averaged per job
+    and summed over jobs. None if no job has such a sample. (fio's own
+    figure averages the whole run, the leads without critical work
+    included.)"""
+    total, found = 0.0, False
+    for log in sorted(Path(raw).glob(f"{tag}_bw.*.log")):
+        vals = []
+        for line in log.read_text().splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) >= 2 and first_s * 1000 <= int(parts[0]) - 500 <= last_s * 1000:
+                vals.append(int(parts[1]) / 1024.0)
+        if vals:
+            total += sum(vals) / len(vals)
+            found = True
+    return total if found else None
 
 
 def dd_command(path, mib, notrunc):
@@ -134,7 +157,7 @@ def markdown(summary):
         return f"{m:.{digits}f} ({lo:.{digits}f}..{hi:.{digits}f})"
     lines = [
         "| workload | setup | rounds | p50 µs | p99 µs | p99.9 µs | p99.9 vanilla/setup "
-        "| critical ops/s | background MiB/s | bg % of vanilla | bg alone MiB/s | alone % |",
+        "| critical ops/s | background MiB/s while critical | bg % of vanilla | bg alone MiB/s | alone % |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for e in summary:
@@ -369,12 +392,17 @@ class Run:
             bg = self.start_background(setup, a.seconds + 2 * a.lead, tag)
             time.sleep(a.lead)
             pct, ops = self.critical(setup, workload, a.seconds, tag)
-            bg_mib = self.finish_background(*bg)
+            bg_run_mib = self.finish_background(*bg)
         finally:
             self.stop_paiod(paiod)
+        bg_mib = background_between(self.out / "raw", tag, a.lead, a.lead + a.seconds)
+        if bg_mib is None:
+            raise DriverError(f"no background bandwidth samples while the critical job ran "
+                              f"({self.out / 'raw'}/{tag}_bw.*.log)")
         return {"round": rnd, "setup": setup, "workload": workload,
                 "p50_us": pct[50.0], "p99_us": pct[99.0], "p999_us": pct[99.9],
-                "crit_ops": ops, "bg_mib": bg_mib, "percentiles": pct}
+                "crit_ops": ops, "bg_mib": bg_mib, "bg_run_mib": bg_run_mib,
+                "percentiles": pct}
 
     def alone(self, rnd, setup):
         a = self.args
@@ -563,7 +591,7 @@ def main(argv=None):
     finally:
         run.restore()
     fields = ["round", "setup", "workload", "p50_us", "p99_us", "p999_us", "crit_ops",
-              "bg_mib", "bg_alone_mib"]
+              "bg_mib", "bg_run_mib", "bg_alone_mib"]
 
     def plots():
         return "plots: " + ", ".join(str(p) for p in plot(out, rows, args.bin_dir))

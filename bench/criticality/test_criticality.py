@@ -255,3 +255,15 @@ def test_dd_writer_truncates_unless_asked_to_overwrite_in_place(tmp_path, notrun
     subprocess.run(run.dd_command(target, 1, notrunc), check=True)
     assert target.stat().st_size == size
     assert target.read_bytes()[: 1 << 20] == bytes(1 << 20)
+
+
+def test_background_is_measured_over_the_critical_jobs_seconds_only(tmp_path):
+    # Two jobs, 1 s samples; the critical job ran from 2 s to 5 s of the
+    # background's run: the leads (400 MiB/s) are left out.
+    for job, during in ((1, 10 * 1024), (2, 30 * 1024)):
+        samples = [(1000, 400 * 1024), (2010, 400 * 1024), (3020, during), (4030, during),
+                   (5040, during), (6050, 400 * 1024), (7060, 400 * 1024)]
+        (tmp_path / f"r0-paio-fio_bw.{job}.log").write_text(
+            "".join(f"{t}, {kib}, 0, 0, 0\n" for t, kib in samples))
+    assert run.background_between(tmp_path, "r0-paio-fio", 2, 5) == 40.0
+    assert run.background_between(tmp_path, "r0-other", 2, 5) is None
