@@ -225,6 +225,28 @@ def stop(proc, timeout=10.0):
     proc.wait()
 
 
+def fio_mib_between(raw, tag, first_s, last_s):
+    """A background fio's MiB/s while a critical job ran: each of its
+    jobs' per-second bandwidth samples (fio `--write_bw_log=raw/tag
+    --log_avg_msec=1000`; `raw/{tag}_bw.N.log`, KiB/s over the second
+    ending at the sample's time in ms) whose second lies mostly
+    within [`first_s`, `last_s`] of the background's run, averaged per job
+    and summed over jobs. None if no job has such a sample. (fio's own
+    figure averages the whole run, the leads without critical work
+    included.)"""
+    total, found = 0.0, False
+    for log in sorted(Path(raw).glob(f"{tag}_bw.*.log")):
+        vals = []
+        for line in log.read_text().splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) >= 2 and first_s * 1000 <= int(parts[0]) - 500 <= last_s * 1000:
+                vals.append(int(parts[1]) / 1024.0)
+        if vals:
+            total += sum(vals) / len(vals)
+            found = True
+    return total if found else None
+
+
 def round_ratios(rows, num, den, field, group=()):
     """Per round, `num`'s `field` over `den`'s, both rows of that round (and
     of equal values of each `group` key), as (median, min, max) over the

@@ -69,27 +69,6 @@ def fio_clat_us(doc):
     return {float(k): v / 1e3 for k, v in pct.items()}, job["iops"]
 
 
-def background_between(raw, tag, first_s, last_s):
-    """The background fio's MiB/s while the critical job ran: each of its
-    jobs' per-second bandwidth samples (`raw/{tag}_bw.N.log`, KiB/s over
-    the second ending at the sample's time in ms) whose second lies mostly
-    within [`first_s`, `last_s`] of the background's run, averaged per job
-    and summed over jobs. None if no job has such a sample. (fio's own
-    figure averages the whole run, the leads without critical work
-    included.)"""
-    total, found = 0.0, False
-    for log in sorted(Path(raw).glob(f"{tag}_bw.*.log")):
-        vals = []
-        for line in log.read_text().splitlines():
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) >= 2 and first_s * 1000 <= int(parts[0]) - 500 <= last_s * 1000:
-                vals.append(int(parts[1]) / 1024.0)
-        if vals:
-            total += sum(vals) / len(vals)
-            found = True
-    return total if found else None
-
-
 def dd_command(path, mib, notrunc):
     """The background's buffered writer: `mib` MiB of zeros into `path`,
     truncating what the file held unless `notrunc` (then overwritten in
@@ -395,7 +374,7 @@ class Run:
             bg_run_mib = self.finish_background(*bg)
         finally:
             self.stop_paiod(paiod)
-        bg_mib = background_between(self.out / "raw", tag, a.lead, a.lead + a.seconds)
+        bg_mib = expt.fio_mib_between(self.out / "raw", tag, a.lead, a.lead + a.seconds)
         if bg_mib is None:
             raise DriverError(f"no background bandwidth samples while the critical job ran "
                               f"({self.out / 'raw'}/{tag}_bw.*.log)")

@@ -265,5 +265,5 @@ def test_background_is_measured_over_the_critical_jobs_seconds_only(tmp_path):
                    (5040, during), (6050, 400 * 1024), (7060, 400 * 1024)]
         (tmp_path / f"r0-paio-fio_bw.{job}.log").write_text(
             "".join(f"{t}, {kib}, 0, 0, 0\n" for t, kib in samples))
-    assert run.background_between(tmp_path, "r0-paio-fio", 2, 5) == 40.0
-    assert run.background_between(tmp_path, "r0-other", 2, 5) is None
+    assert run.expt.fio_mib_between(tmp_path, "r0-paio-fio", 2, 5) == 40.0
+    assert run.expt.fio_mib_between(tmp_path, "r0-other", 2, 5) is None

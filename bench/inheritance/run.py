@@ -254,6 +254,7 @@ class Run:
         j = self.raw / f"{tag}.bg.json"
         fio = ["fio", "--output-format=json", f"--output={j}", "--direct=1",
                "--ioengine=psync", "--time_based", f"--runtime={a.seconds + 2 * a.lead}",
+               f"--write_bw_log={self.raw / tag}", "--log_avg_msec=1000",
                "--name=readers", f"--filename={self.data / 'bg-read.dat'}", "--rw=read",
                "--bs=1m", "--numjobs=2",
                "--name=writers", f"--filename={self.data / 'bg-write.dat'}", "--rw=write",
@@ -272,12 +273,19 @@ class Run:
             raise DriverError(f"background fio failed (exit {bg.returncode})")
         doc = json.loads(r.stdout)
         (self.raw / f"{tag}.crit.json").write_text(r.stdout)
-        fio_mib = sum(x["read"]["bw"] + x["write"]["bw"]
+        run_mib = sum(x["read"]["bw"] + x["write"]["bw"]
                       for x in json.loads(j.read_text())["jobs"]) / 1024.0
+        # The background while the request threads ran, not over its
+        # whole run with the leads.
+        fio_mib = expt.fio_mib_between(self.raw, tag, a.lead, a.lead + a.seconds)
+        if fio_mib is None:
+            raise DriverError(f"no background bandwidth samples while the request threads "
+                              f"ran ({self.raw}/{tag}_bw.*.log)")
         pct = percentiles_of(doc["latency_us"])
         return {"p99": pct[99.0], "p999": pct[99.9], "p50": pct[50.0],
                 "crit_ops": len(doc["latency_us"]) / doc["seconds"],
-                "bg_mib": fio_mib, "ckpt_mib": doc["ckpt_mib"] / doc["seconds"]}
+                "bg_mib": fio_mib, "bg_run_mib": run_mib,
+                "ckpt_mib": doc["ckpt_mib"] / doc["seconds"]}
 
     def dirty(self, setup, tag):
         a = self.args
@@ -494,7 +502,7 @@ def main(argv=None):
     finally:
         run.restore()
     fields = ["round", "case", "setup", "p50", "p99", "p999", "crit_ops", "bg_mib",
-              "ckpt_mib", "stall_s", "critical_mib", "background_mib"]
+              "bg_run_mib", "ckpt_mib", "stall_s", "critical_mib", "background_mib"]
 
     def plots():
         return f"plot: {plot(out, rows, args.bin_dir)}"
