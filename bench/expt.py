@@ -229,20 +229,20 @@ def fio_mib_between(raw, tag, first_s, last_s):
     """A background fio's MiB/s while a critical job ran: each of its
     jobs' per-second bandwidth samples (fio `--write_bw_log=raw/tag
     --log_avg_msec=1000`; `raw/{tag}_bw.N.log`, KiB/s over the second
-    ending at the sample's time in ms) whose second lies mostly
-    within [`first_s`, `last_s`] of the background's run, averaged per job
-    and summed over jobs. None if no job has such a sample. (fio's own
-    figure averages the whole run, the leads without critical work
-    included.)"""
+    ending at the sample's time in ms, a line per data direction) whose
+    second lies mostly within [`first_s`, `last_s`] of the background's
+    run, averaged per job and direction and summed. None if no job has
+    such a sample. (fio's own figure averages the whole run, the leads
+    without critical work included.)"""
     total, found = 0.0, False
     for log in sorted(Path(raw).glob(f"{tag}_bw.*.log")):
-        vals = []
+        vals = {}
         for line in log.read_text().splitlines():
             parts = [x.strip() for x in line.split(",")]
-            if len(parts) >= 2 and first_s * 1000 <= int(parts[0]) - 500 <= last_s * 1000:
-                vals.append(int(parts[1]) / 1024.0)
-        if vals:
-            total += sum(vals) / len(vals)
+            if len(parts) >= 3 and first_s * 1000 <= int(parts[0]) - 500 <= last_s * 1000:
+                vals.setdefault(parts[2], []).append(int(parts[1]) / 1024.0)
+        for v in vals.values():
+            total += sum(v) / len(v)
             found = True
     return total if found else None
 

@@ -30,7 +30,8 @@ Setups, interleaved and rotated per round:
 The background's throughput is its fio's MiB/s over the seconds the critical
 job ran (from fio's per-second logs; fio's own average over the whole run,
 leads included, is kept as `bg_run_mib`). For each setup and round the
-background also runs alone, for its throughput without critical work.  Results in bench/results/criticality/.
+background also runs alone, for its throughput without critical work.
+Results in bench/results/criticality/.
 Stdlib; plots through `paio plot`.  Run as root (the scheduler switch); the
 scheduler is restored on exit, SIGINT and errors.
 """

@@ -267,3 +267,9 @@ def test_background_is_measured_over_the_critical_jobs_seconds_only(tmp_path):
             "".join(f"{t}, {kib}, 0, 0, 0\n" for t, kib in samples))
     assert run.expt.fio_mib_between(tmp_path, "r0-paio-fio", 2, 5) == 40.0
     assert run.expt.fio_mib_between(tmp_path, "r0-other", 2, 5) is None
+
+
+def test_a_job_reading_and_writing_counts_both_directions(tmp_path):
+    (tmp_path / "r0-mixed_bw.1.log").write_text(
+        "3000, 10240, 0, 0, 0\n3000, 20480, 1, 0, 0\n4000, 10240, 0, 0, 0\n4000, 20480, 1, 0, 0\n")
+    assert run.expt.fio_mib_between(tmp_path, "r0-mixed", 2, 5) == 30.0
