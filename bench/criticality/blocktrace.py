@@ -210,13 +210,12 @@ def analyze(path, critical_kib, slow_ms, csv_path, per_second=False):
     if per_second:
         print("  per second: other reads MiB, writes MiB issued; critical reads; of them slower than "
               f"{slow_ms} ms")
-        first = int(min(r[3] for r in reads) // 1000)
-        last = int(max(r[3] for r in reads) // 1000)
+        n = collections.Counter(int(r[3] // 1000) for r in reads)
+        n_slow = collections.Counter(int(r[3] // 1000) for r in slow)
+        first, last = min(n), max(n)
         for sec in range(first, last + 1):
-            n = sum(1 for r in reads if int(r[3] // 1000) == sec)
-            n_slow = sum(1 for r in slow if int(r[3] // 1000) == sec)
             print(f"    {sec - first:4d} {moved[(sec, 'read')] / 2**20:8.0f} {moved[(sec, 'write')] / 2**20:8.0f}"
-                  f" {n:7d} {n_slow:6d}")
+                  f" {n[sec]:7d} {n_slow[sec]:6d}")
     return 0
 
 

@@ -74,11 +74,28 @@ impl TscClock {
     }
 
     /// The counter's map to monotonic time, measured at the first call (a
-    /// call in the process's first 100 µs waits for the rest of them, once).
+    /// call in the process's first 100 µs waits for the rest of them, once)
+    /// and anchored on the measurement's last reading.
     #[inline]
     fn map(&self) -> &CounterClockMap {
-        self.map
-            .get_or_init(|| CounterClockMap::new(self.ns_per_tick(), REANCHOR_NS, pair(&self.mono)))
+        self.map.get_or_init(|| {
+            let (rate, now) = self.measure();
+            CounterClockMap::new(rate, REANCHOR_NS, now)
+        })
+    }
+
+    /// The counter's rate in ns per tick since the clock's creation, waiting
+    /// until at least [`MIN_CALIBRATION_NS`] have passed, with the (monotonic
+    /// ns, counter) pair that ended the measurement.
+    fn measure(&self) -> (f64, (u64, u64)) {
+        let mut now = pair(&self.mono);
+        while now.0.saturating_sub(self.origin.0) < MIN_CALIBRATION_NS {
+            std::hint::spin_loop();
+            now = pair(&self.mono);
+        }
+        let ns = now.0.saturating_sub(self.origin.0) as f64;
+        let ticks = now.1.saturating_sub(self.origin.1).max(1) as f64;
+        (ns / ticks, now)
     }
 }
 
@@ -165,13 +182,6 @@ impl Clock for TscClock {
         if !self.tsc {
             return 1.0;
         }
-        let mut now = pair(&self.mono);
-        while now.0.saturating_sub(self.origin.0) < MIN_CALIBRATION_NS {
-            std::hint::spin_loop();
-            now = pair(&self.mono);
-        }
-        let ns = now.0.saturating_sub(self.origin.0) as f64;
-        let ticks = now.1.saturating_sub(self.origin.1).max(1) as f64;
-        ns / ticks
+        self.measure().0
     }
 }
