@@ -48,9 +48,18 @@ def default_dev():
 
 
 def record(out, dev, cmd):
-    maj, mnr = (int(x) for x in dev.split(":"))
+    try:
+        maj, mnr = (int(x) for x in dev.split(":"))
+    except ValueError:
+        raise SystemExit(f"blocktrace: --dev {dev!r}: expected MAJ:MIN, e.g. 254:0 (lsblk shows them)")
+    if not os.path.isdir(os.path.join(TRACEFS, "instances")):
+        raise SystemExit(f"blocktrace: no tracefs at {TRACEFS}: mount it "
+                         f"(mount -t tracefs nodev {TRACEFS}) and run as root")
     inst = os.path.join(TRACEFS, "instances", f"paio-blocktrace-{os.getpid()}")
-    os.mkdir(inst)
+    try:
+        os.mkdir(inst)
+    except PermissionError:
+        raise SystemExit(f"blocktrace: cannot create a trace instance in {TRACEFS}: run as root")
     try:
         def put(rel, value):
             with open(os.path.join(inst, rel), "w") as f:
@@ -130,6 +139,8 @@ def analyze(path, critical_kib, slow_ms, csv_path, per_second=False):
     reads = []  # (queue_ms, device_ms, total_ms, t_issue, ahead)
     flushes = collections.deque()
     moved = collections.Counter()  # (second, "read"/"write") -> bytes issued
+    if not os.path.isfile(path):
+        raise SystemExit(f"blocktrace: {path}: no such trace (blocktrace.py record writes one)")
     with open(path, errors="replace") as f:
         for line in f:
             m = LINE.search(line)

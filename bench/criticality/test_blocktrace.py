@@ -58,3 +58,11 @@ def test_a_trace_without_critical_reads_says_so(tmp_path, capsys):
     trace.write_text(ev(0.0, "block_rq_issue", "WS", 5000, 64) + ev(1.0, "block_rq_complete", "WS", 5000, 64))
     assert blocktrace.analyze(str(trace), 4, 5.0, None) == 1
     assert "no reads of 4 KiB" in capsys.readouterr().out
+
+
+def test_a_missing_trace_or_a_bad_device_is_refused_with_what_to_do(tmp_path):
+    import pytest
+    with pytest.raises(SystemExit, match="no such trace"):
+        blocktrace.analyze(str(tmp_path / "none.trace"), 4, 5.0, None)
+    with pytest.raises(SystemExit, match="expected MAJ:MIN"):
+        blocktrace.record(str(tmp_path / "t.trace"), "vda", ["true"])
