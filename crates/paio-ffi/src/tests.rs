@@ -515,3 +515,35 @@ fn concurrent_enforcement_counts_exactly() {
     // SAFETY: live handle, freed once.
     unsafe { paio_stage_free(s) };
 }
+
+/// A two-phase request's latency is reported in nanoseconds: libpaio's
+/// stages time calls with the time-stamp counter where the kernel trusts it
+/// and convert its ticks when statistics are collected (with the raw
+/// counter the mean would be off by the CPU's GHz).
+#[test]
+fn two_phase_latency_is_in_nanoseconds() {
+    let s = new_stage(c"latency");
+    let c = ctx(PAIO_REQ_READ, 4096);
+    let mut t = paio_ticket {
+        ctx: c,
+        internal: [0; 5],
+        state: 0,
+    };
+    let start = std::time::Instant::now();
+    // SAFETY: live stage, valid context and ticket.
+    assert_eq!(unsafe { paio_stage_admit(s, &c, &mut t) }, PAIO_OK);
+    std::thread::sleep(std::time::Duration::from_millis(40));
+    // SAFETY: the ticket was filled by paio_stage_admit on this stage.
+    assert_eq!(unsafe { paio_stage_complete(s, &mut t, 4096) }, PAIO_OK);
+    let elapsed = start.elapsed().as_nanos() as f64;
+    let stats = collect(s);
+    let mean = stats["unmatched"]["latency"]["mean_ns"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no latency in {stats}"));
+    assert!(
+        (0.9 * elapsed..=1.01 * elapsed).contains(&mean),
+        "mean latency {mean} ns for a call that took {elapsed} ns"
+    );
+    // SAFETY: live handle, freed once.
+    unsafe { paio_stage_free(s) };
+}

@@ -600,8 +600,14 @@ impl Policy {
     /// A stage named by the policy (`paio` if it names none) and built from
     /// it.
     pub fn new_stage(&self) -> Result<Stage, PolicyError> {
-        let name = self.name.clone().unwrap_or_else(|| "paio".into());
-        self.build_stage(Stage::builder(name))
+        self.build_stage(self.stage_builder())
+    }
+
+    /// A builder for this policy's stage: its `[stage] name`, else `"paio"`
+    /// (what [`Policy::new_stage`] builds with), for a caller that sets more,
+    /// such as the clock, before [`Policy::build_stage`].
+    pub fn stage_builder(&self) -> StageBuilder {
+        Stage::builder(self.name.clone().unwrap_or_else(|| "paio".into()))
     }
 
     /// A stage from `builder` (its name and clock), with the policy's labels
