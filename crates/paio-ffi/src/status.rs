@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use paio::context::InternError;
 use paio::{EnforceError, PolicyError, RuleError};
@@ -132,8 +133,16 @@ thread_local! {
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
+/// Whether any thread of the process ever kept a last error: until one
+/// does, no thread has one to forget, and a successful call skips the
+/// thread-local (a lookup through the dynamic loader in a shared library,
+/// twice per two-phase pair otherwise).
+static ANY_ERROR: AtomicBool = AtomicBool::new(false);
+
 /// Keeps `message` as the thread's last error (NUL bytes are shown as `\0`).
 pub(crate) fn set_last_error(message: &str) {
+    // Before the slot is written: a thread that finds no flag has no error.
+    ANY_ERROR.store(true, Ordering::Relaxed);
     let c = CString::new(message.replace('\0', "\\0"))
         .unwrap_or_else(|_| CString::from(c"(unprintable error message)"));
     // During thread teardown the slot may be gone; the message is then lost,
@@ -147,6 +156,11 @@ pub(crate) fn set_last_error(message: &str) {
 
 /// Forgets the thread's last error. Cheap when there is none (no allocation).
 pub(crate) fn clear_last_error() {
+    // Relaxed suffices: only this thread writes its own slot, after its own
+    // store of the flag, which it sees in program order.
+    if !ANY_ERROR.load(Ordering::Relaxed) {
+        return;
+    }
     let _ = LAST_ERROR.try_with(|e| {
         if let Ok(mut slot) = e.try_borrow_mut() {
             if slot.is_some() {

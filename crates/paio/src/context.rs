@@ -154,7 +154,8 @@ macro_rules! interned_class {
             #[doc = "Lock-free: cheap enough to validate ids on every request."]
             #[inline]
             pub fn from_raw(raw: u16) -> Option<Self> {
-                (raw <= interner().$count.load(Ordering::Acquire)).then_some(Self(raw))
+                // `NONE` without the interner: most requests carry it.
+                (raw == 0 || raw <= interner().$count.load(Ordering::Acquire)).then_some(Self(raw))
             }
 
             #[doc = concat!("The ", $what, "'s number.")]
