@@ -156,6 +156,7 @@ bench: setup
 	$(CARGO) run --release -p paio-bench -- all
 	bash bench/preload/run.sh
 	bash bench/preload/locks.sh
+	bash bench/ffi/pair.sh
 	$(CARGO) build --release -p paio-control
 	python3 bench/paiod-scale/run.py
 	python3 bench/paiod-scale/abuse.py --out bench/results/paiod-scale/abuse.txt

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Before/after comparison of the request path's cost for two builds of paio
-# (two cargo target directories holding release builds of paio-bench and
-# libpaio_preload.so), in one session: ROUNDS rounds, the builds' order
-# alternating from round to round; each round runs, per build,
+# (two cargo target directories holding release builds of paio-bench,
+# libpaio_preload.so and libpaio.so), in one session: ROUNDS rounds, the
+# builds' order alternating from round to round; each round runs, per build,
 # `paio-bench criticality --runs 3` (the two-phase pair through the core) and
 # pread_loop's in-process paired figure under the interposer with every call
 # through a priority object, non-critical and with PAIO_CRITICAL=1 (0 B
-# preads, ns added per call over libc's own pread). Prints one line per
+# preads, ns added per call over libc's own pread), and the C ABI's pair
+# through the same object (bench/ffi/pair_loop.c: ffi_pair_normal,
+# ffi_pair_critical, ns per pair). Prints one line per
 # measurement and a summary (median over rounds, with the rounds' range)
 # into OUT/ab.txt, headed by the command, date, machine and commits.
 #
@@ -20,13 +22,17 @@ declare -A dir=([a]="$1" [b]="$3") name=([a]="$2" [b]="$4")
 rounds="${5:-4}"
 out="${OUT:-$root/bench/results/criticality-fastpath}"
 for k in a b; do
-    for f in paio-bench libpaio_preload.so; do
+    for f in paio-bench libpaio_preload.so libpaio.so; do
         [ -f "${dir[$k]}/release/$f" ] || { echo "ab.sh: ${dir[$k]}/release/$f is missing (cargo build --release)" >&2; exit 2; }
     done
 done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
+for k in a b; do
+    cc -O2 -Wno-unused-function -I"$root/crates/paio-ffi/include" -o "$work/pair_loop_$k" \
+        "$root/bench/ffi/pair_loop.c" -L"${dir[$k]}/release" -lpaio -Wl,-rpath,"${dir[$k]}/release"
+done
 head -c 1048576 /dev/urandom > "$work/file"
 
 mkdir -p "$out"
@@ -53,6 +59,12 @@ for ((r = 1; r <= rounds; r++)); do
             v=$(env LD_PRELOAD="$lib" PAIO_POLICY="$here/priority.toml" PAIO_CRITICAL=$crit \
                 "$work/pread_loop" "$work/file" 0 2000000 paired)
             echo "$r ${name[$k]} preload_$c $(echo "$v" | cut -d' ' -f3)" >> "$log"
+        done
+        for c in normal critical; do
+            arg=""
+            [ "$c" = critical ] && arg=critical
+            v=$("$work/pair_loop_$k" "$here/priority.toml" 2000000 $arg)
+            echo "$r ${name[$k]} ffi_pair_$c $(echo "$v" | cut -d' ' -f1)" >> "$log"
         done
     done
     echo "ab.sh: round $r/$rounds done" >&2
