@@ -39,19 +39,12 @@ for ((r = 1; r <= runs; r++)); do
     echo "C ABI pair: round $r/$runs done" >&2
 done
 
-sorted() { tr ' ' '\n' | grep -v '^$' | sort -g; }
-median() { sorted | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { local s; s=$(sorted); echo "$(echo "$s" | head -1),$(echo "$s" | tail -1)"; }
-
-cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+# shellcheck source=../common.sh
+. "$root/bench/common.sh"
 {
-    echo "# benchmark: the C ABI's two-phase pair (paio_stage_admit + paio_stage_complete), ns per pair"
-    echo "# command: bench/ffi/pair.sh (RUNS=$runs ITERATIONS=$iterations)"
-    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# host: $(hostname)"
-    echo "# cpu: $cpu; cores: $(nproc); clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
-    echo "# kernel: $(uname -r)"
-    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    results_header "the C ABI's two-phase pair (paio_stage_admit + paio_stage_complete), ns per pair" \
+        "bench/ffi/pair.sh (RUNS=$runs ITERATIONS=$iterations)"
+    echo "# clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)"
     echo "# note: one thread, a 4 KiB read context through one priority object (bench/preload/priority.toml), no call between the phases; each run's figure is the median over blocks of 10000 pairs; critical = the thread marked with paio_set_thread_critical"
     echo "case,runs,median_ns,min_ns,max_ns"
     echo "pair_normal,$runs,$(echo "$normal" | median),$(echo "$normal" | range)"

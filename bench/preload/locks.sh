@@ -42,19 +42,11 @@ for ((r = 1; r <= runs; r++)); do
     echo "lock hooks: round $r/$runs done" >&2
 done
 
-sorted() { tr ' ' '\n' | grep -v '^$' | sort -g; }
-median() { sorted | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-range() { local s; s=$(sorted); echo "$(echo "$s" | head -1),$(echo "$s" | tail -1)"; }
-
-cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+# shellcheck source=../common.sh
+. "$root/bench/common.sh"
 {
-    echo "# benchmark: lock hooks (priority inheritance): ns per pthread_mutex_lock/unlock pair"
-    echo "# command: bench/preload/locks.sh (RUNS=$runs ITERATIONS=$pairs_iterations CONTENDED=$contended_iterations)"
-    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# host: $(hostname)"
-    echo "# cpu: $cpu; cores: $(nproc)"
-    echo "# kernel: $(uname -r)"
-    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    results_header "lock hooks (priority inheritance): ns per pthread_mutex_lock/unlock pair" \
+        "bench/preload/locks.sh (RUNS=$runs ITERATIONS=$pairs_iterations CONTENDED=$contended_iterations)"
     echo "# note: uncontended(_read) = added ns per mutex (rwlock read) lock/unlock pair, paired in one process (blocks of 100000 pairs through the interposer alternate with blocks through libc's own; median of per-pair differences), median over rounds; contended = 2 threads on one mutex, wall ns per pair over both threads, without (none) and with the interposer's default (preload), run order alternating by round"
     echo "case,runs,median_ns,min_ns,max_ns"
     echo "uncontended_added,$runs,$(echo "$paired" | median),$(echo "$paired" | range)"

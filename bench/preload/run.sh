@@ -107,11 +107,8 @@ for ((r = 1; r <= runs; r++)); do
     echo "preload overhead: run $r/$runs done" >&2
 done
 
-# Of the space-separated numbers on stdin: the median, the least, the largest.
-sorted() { tr ' ' '\n' | grep -v '^$' | sort -g; }
-median() { sorted | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-minimum() { sorted | head -1; }
-maximum() { sorted | tail -1; }
+# shellcheck source=../common.sh
+. "$root/bench/common.sh"
 
 # Instructions per call: callgrind's total for 2N minus N calls, over N.
 instructions() {
@@ -129,15 +126,9 @@ instructions() {
     fi
 }
 
-cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
 {
-    echo "# benchmark: interposer overhead: pread of SIZE bytes from a page-cached file, ns per call"
-    echo "# command: bench/preload/run.sh (RUNS=$runs ITERATIONS=$iterations)"
-    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# host: $(hostname)"
-    echo "# cpu: $cpu; cores: $(nproc)"
-    echo "# kernel: $(uname -r)"
-    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    results_header "interposer overhead: pread of SIZE bytes from a page-cached file, ns per call" \
+        "bench/preload/run.sh (RUNS=$runs ITERATIONS=$iterations)"
     echo "# loadavg_start: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# note: none = no LD_PRELOAD; passthrough = the interposer's embedded default (read/write/metadata Noop channels with statistics); classified = PAIO_FILE_CLASSES + a policy matching file_class and request_type to a Noop channel; priority = every call admitted and completed through a priority object (defaults), non-critical; critical = the same with PAIO_CRITICAL=1 (every call critical, on the shared board)"
     echo "# note: ns_median is the median over runs of the mean ns per call of each run; overhead_ns = ns_median - the none median at the same size; instructions_per_call from valgrind callgrind (total instructions for 2N calls minus N calls)"
@@ -171,13 +162,8 @@ echo "wrote $out" >&2
 
 small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
 {
-    echo "# benchmark: interposer cost per small file on page-cached 100-2.4 KiB files, ns per file: pattern archive is what tar c does per file writing an archive (fstatat x2, openat, fstat, read, close), devnull what tar cf /dev/null does (fstatat x2)"
-    echo "# command: bench/preload/run.sh (RUNS=$runs FILES=$files)"
-    echo "# date_utc: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "# host: $(hostname)"
-    echo "# cpu: $cpu; cores: $(nproc)"
-    echo "# kernel: $(uname -r)"
-    echo "# paio: commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    results_header "interposer cost per small file on page-cached 100-2.4 KiB files, ns per file: pattern archive is what tar c does per file writing an archive (fstatat x2, openat, fstat, read, close), devnull what tar cf /dev/null does (fstatat x2)" \
+        "bench/preload/run.sh (RUNS=$runs FILES=$files)"
     echo "# note: paired in one process (meta_loop.c): blocks of 2000 files through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per file; added_pct = added_ns / direct_ns"
     echo "config,pattern,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$small_out"
