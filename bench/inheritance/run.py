@@ -208,7 +208,8 @@ class Run:
         self.paio = str(Path(args.bin_dir) / "paio")
         self.raw = out / "raw"
         self.children = []
-        self.loglock = self.raw / "loglock"
+        # Built into the scratch data directory: results hold no binaries.
+        self.loglock = data / "loglock"
 
     def restore(self):
         for c in self.children:
