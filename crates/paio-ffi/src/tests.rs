@@ -540,8 +540,11 @@ fn two_phase_latency_is_in_nanoseconds() {
     let mean = stats["unmatched"]["latency"]["mean_ns"]
         .as_f64()
         .unwrap_or_else(|| panic!("no latency in {stats}"));
+    // Wide below (the thread may be preempted inside admit or complete on a
+    // busy machine), tight above: the latency lies inside the measured span,
+    // and raw ticks would be GHz times too large.
     assert!(
-        (0.9 * elapsed..=1.01 * elapsed).contains(&mean),
+        (0.5 * elapsed..=1.02 * elapsed).contains(&mean),
         "mean latency {mean} ns for a call that took {elapsed} ns"
     );
     // SAFETY: live handle, freed once.
