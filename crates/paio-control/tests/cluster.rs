@@ -209,6 +209,12 @@ impl Relay {
                     continue;
                 };
                 let mut list = c.lock().unwrap();
+                // Checked again under the lock `cut` drains with: a
+                // connection accepted while it ran would outlive the cut
+                // (a partitioned node that never notices).
+                if !o.load(Ordering::SeqCst) {
+                    continue;
+                }
                 list.push(a.try_clone().unwrap());
                 list.push(b.try_clone().unwrap());
                 for (mut from, mut into) in
@@ -225,8 +231,9 @@ impl Relay {
     }
 
     fn cut(&self) {
+        let mut conns = self.conns.lock().unwrap();
         self.open.store(false, Ordering::SeqCst);
-        for s in self.conns.lock().unwrap().drain(..) {
+        for s in conns.drain(..) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
     }
