@@ -225,6 +225,12 @@ def stop(proc, timeout=10.0):
     proc.wait()
 
 
+def fio_bandwidth_mib(doc):
+    """Sum of read and write bandwidth over a fio JSON document's jobs, MiB/s
+    (fio's averages over each job's whole run)."""
+    return sum(j["read"]["bw"] + j["write"]["bw"] for j in doc["jobs"]) / 1024.0
+
+
 def fio_mib_between(raw, tag, first_s, last_s):
     """A background fio's MiB/s while a critical job ran: each of its
     jobs' per-second bandwidth samples (fio `--write_bw_log=raw/tag

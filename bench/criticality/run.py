@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import expt  # noqa: E402
-from expt import block_device_of  # noqa: E402
+from expt import block_device_of, fio_bandwidth_mib  # noqa: E402
 
 REPO = expt.REPO
 HERE = Path(__file__).resolve().parent
@@ -78,11 +78,6 @@ def dd_command(path, mib, notrunc):
     if notrunc:
         argv.append("conv=notrunc")
     return argv
-
-
-def fio_bandwidth_mib(doc):
-    """Sum of read and write bandwidth over a fio JSON document's jobs, MiB/s."""
-    return sum(j["read"]["bw"] + j["write"]["bw"] for j in doc["jobs"]) / 1024.0
 
 
 def db_bench_percentiles(text):

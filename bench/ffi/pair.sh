@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 cd "$root"
 cargo build --release -q -p paio-ffi
 [ -f "$target/release/libpaio.so" ] || { echo "pair.sh: $target/release/libpaio.so was not built" >&2; exit 1; }
-cc -O2 -Wall -Wno-unused-function -I"$root/crates/paio-ffi/include" -o "$work/pair_loop" \
+cc -O2 -Wall -I"$root/crates/paio-ffi/include" -o "$work/pair_loop" \
     "$here/pair_loop.c" -L"$target/release" -lpaio -Wl,-rpath,"$target/release"
 
 normal="" critical=""

@@ -274,8 +274,7 @@ class Run:
             raise DriverError(f"background fio failed (exit {bg.returncode})")
         doc = json.loads(r.stdout)
         (self.raw / f"{tag}.crit.json").write_text(r.stdout)
-        run_mib = sum(x["read"]["bw"] + x["write"]["bw"]
-                      for x in json.loads(j.read_text())["jobs"]) / 1024.0
+        run_mib = expt.fio_bandwidth_mib(json.loads(j.read_text()))
         # The background while the request threads ran, not over its
         # whole run with the leads.
         fio_mib = expt.fio_mib_between(self.raw, tag, a.lead, a.lead + a.seconds)

@@ -30,7 +30,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 for k in a b; do
-    cc -O2 -Wno-unused-function -I"$root/crates/paio-ffi/include" -o "$work/pair_loop_$k" \
+    cc -O2 -I"$root/crates/paio-ffi/include" -o "$work/pair_loop_$k" \
         "$root/bench/ffi/pair_loop.c" -L"${dir[$k]}/release" -lpaio -Wl,-rpath,"${dir[$k]}/release"
 done
 head -c 1048576 /dev/urandom > "$work/file"

@@ -9,19 +9,19 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_ns(void) {
+static inline double now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b) {
+static inline int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
 /* The median of `v[0 .. n)` (n >= 1); sorts `v`. */
-static double median(double *v, long n) {
+static inline double median(double *v, long n) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
@@ -36,7 +36,7 @@ typedef double (*paired_block)(void *arg, int interposed, long pair);
  * direct_ns added_ns": the means per operation and the median over pairs
  * of the per-pair difference. Returns 0, or 1 after perror(what) when a
  * block failed. */
-static int paired_report(long pairs, paired_block block, void *arg, const char *what) {
+static inline int paired_report(long pairs, paired_block block, void *arg, const char *what) {
     double *diff = malloc(sizeof(double) * (size_t)pairs);
     double sum_i = 0, sum_d = 0;
     if (!diff) {
