@@ -96,9 +96,6 @@ class Scale:
     # SILK's read_latency_target in µs, with the read budget: the compaction
     # reads' budget is halved while the Gets' p99 is above it (0: none)
     silk_read_latency_us: int = 0
-    # SILK's shared_read_budget, with the read budget: the compaction reads'
-    # budget also pays for the compactions' writes (1) or not (0)
-    silk_shared_read: int = 0
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
@@ -348,8 +345,6 @@ def paiod_config(scale):
             text += f'read_split = "{scale.silk_read_split_kib}KiB"\n'
         if scale.silk_read_latency_us:
             text += f'read_latency_target = "{scale.silk_read_latency_us}us"\n'
-        if scale.silk_shared_read:
-            text += 'shared_read_budget = true\n'
     return text
 
 

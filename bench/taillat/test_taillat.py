@@ -149,9 +149,7 @@ def test_paiod_config_is_the_issue_config():
     import dataclasses
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_split_kib=0))
     assert 'read_bandwidth = "200MiB/s"' in text and "read_split" not in text
-    assert "read_latency_target" not in text and "shared_read_budget" not in text
-    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_shared_read=1))
-    assert 'read_bandwidth = "200MiB/s"' in text and "shared_read_budget = true" in text
+    assert "read_latency_target" not in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_latency_us=2500))
     assert 'read_bandwidth = "200MiB/s"' in text and 'read_latency_target = "2500us"' in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=150))

@@ -46,8 +46,6 @@
 //! #                                # issued in pieces of this size (default: whole)
 //! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
 //! #                                # reads' budget while Gets' p99 is above it
-//! # shared_read_budget = true      # with read_bandwidth: the compaction reads'
-//! #                                # budget pays for their writes too
 //! ```
 //!
 //! Kind `criticality` (a latency target for critical I/O,
@@ -255,9 +253,6 @@ pub struct PolicyConfig {
     /// Silk: the foreground latency the compaction reads' budget steers by
     /// ([`SilkPolicy::read_latency_target`]).
     pub read_latency_target: Option<Duration>,
-    /// Silk: the read budget also pays for compaction writes
-    /// ([`SilkPolicy::shared_read_budget`]).
-    pub shared_read_budget: bool,
     /// The `[[policy.group]]` entries, in file order.
     pub groups: Vec<GroupConfig>,
     /// Criticality: the latency target and its knobs.
@@ -336,7 +331,6 @@ impl PolicyConfig {
                 })
                 .and_then(|p| p.read_split(self.read_split))
                 .and_then(|p| p.read_latency_target(self.read_latency_target))
-                .and_then(|p| p.shared_read_budget(self.shared_read_budget))
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
             PolicyKind::Criticality => Box::new(
@@ -399,7 +393,6 @@ struct RawPolicy {
     read_bandwidth: Option<Spanned<Rate>>,
     read_split: Option<Spanned<Size>>,
     read_latency_target: Option<Spanned<HumanDuration>>,
-    shared_read_budget: Option<Spanned<bool>>,
     latency_target: Option<Spanned<HumanDuration>>,
     percentile: Option<Spanned<f64>>,
     window: Option<Spanned<HumanDuration>>,
@@ -458,10 +451,6 @@ impl RawPolicy {
             (
                 "read_latency_target",
                 self.read_latency_target.as_ref().map(|x| x.span()),
-            ),
-            (
-                "shared_read_budget",
-                self.shared_read_budget.as_ref().map(|x| x.span()),
             ),
         ])
     }
@@ -940,7 +929,6 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         read_bandwidth: None,
         read_split: 0,
         read_latency_target: None,
-        shared_read_budget: false,
         groups,
         latency: None,
     })
@@ -1017,17 +1005,6 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         }
         None => None,
     };
-    let shared_read_budget = match &p.shared_read_budget {
-        Some(b) => {
-            let on = *b.get_ref();
-            if on {
-                crate::policy::silk::check_shared_read_budget(read)
-                    .map_err(|e| cx.err(Some(b.span()), "policy.shared_read_budget", e.message))?;
-            }
-            on
-        }
-        None => false,
-    };
     Ok(PolicyConfig {
         kind: PolicyKind::Silk,
         settings: ControlSettings::default(),
@@ -1038,7 +1015,6 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         read_bandwidth: read,
         read_split,
         read_latency_target,
-        shared_read_budget,
         groups: Vec::new(),
         latency: None,
     })
@@ -1449,29 +1425,6 @@ rules = [{ rule = "create_channel", name = "x" }]
             assert_eq!((e.line, e.field.as_str()), (line, "policy.read_latency_target"), "{e}");
             assert!(e.message.contains(needle), "{e}");
         }
-        // shared_read_budget: with read_bandwidth.
-        let c = parse(
-            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
-             read_bandwidth = \"150MiB/s\"\nshared_read_budget = true\n",
-        )
-        .unwrap();
-        assert!(c.policy.shared_read_budget);
-        c.policy.build();
-        let e = err(
-            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
-             shared_read_budget = true\n",
-        );
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (5, "policy.shared_read_budget"),
-            "{e}"
-        );
-        assert!(e.message.contains("needs read_bandwidth"), "{e}");
-        let e = err(
-            "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nshared_read_budget = false\n",
-        );
-        assert_eq!(e.field, "policy.shared_read_budget", "{e}");
-        assert!(e.message.contains("only by silk"), "{e}");
         let e = err(
             "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_latency_target = \"2ms\"\n",
         );

@@ -68,8 +68,6 @@
 //!    stage's read cap `C_r ≤ KVSB_r`: halved (never below `minB`) in a
 //!    period whose foreground p99 latency exceeded the target, raised by
 //!    [`READ_CAP_STEP`]` · KVSB_r` (never above `KVSB_r`) in any other;
-//!    with [`SilkPolicy::shared_read_budget`], the budget also pays for
-//!    the compactions' writes: `B_r = max(KVSB_r − Fg − L0 − LN, minB)`;
 //! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
 //!    `compaction/ln` (and `compaction/reads`, with
 //!    [`SilkPolicy::read_split`] as its `split`), only for rates that moved by more than
@@ -110,8 +108,7 @@
 //! `paio ctl set '*' kvs_bandwidth=200MiB/s`, `min_bandwidth=10MiB/s` and
 //! (with `writes_only`) `read_bandwidth=150MiB/s`, (with a read budget)
 //! `read_split=256KiB` (sent with the next period's rates), (with a read
-//! budget) `read_latency_target=2ms` or `off`, (with a read budget)
-//! `shared_read_budget=true` or `false`; `minB < KVSB` and
+//! budget) `read_latency_target=2ms` or `off`; `minB < KVSB` and
 //! `minB < KVSB_r` must keep holding. A `read_bandwidth` set at run time
 //! applies to stages whose compaction `reads` object is a DRL: the RocksDB
 //! plugin's, and stages that registered while a read budget was configured.
@@ -235,12 +232,9 @@ pub fn silk_allocate(
 }
 
 /// The compactions' read rate under a read budget `read_b`:
-/// `max(read_b − used, min_b)`, where `used` is what else the budget pays
-/// for (`Fg`, plus the compactions' writes under
-/// [`SilkPolicy::shared_read_budget`]); a negative or non-finite `used`
-/// counts as 0.
-pub fn read_allocation(read_b: f64, min_b: f64, used: f64) -> f64 {
-    (common::finite(read_b) - common::finite(used)).max(common::finite(min_b))
+/// `max(read_b − fg, min_b)` (a negative or non-finite `fg` counts as 0).
+pub fn read_allocation(read_b: f64, min_b: f64, fg: f64) -> f64 {
+    (common::finite(read_b) - common::finite(fg)).max(common::finite(min_b))
 }
 
 /// The next read cap under a read-latency target: `cap / 2` (at least
@@ -381,9 +375,6 @@ pub struct SilkPolicy {
     /// The foreground p99 latency the read caps steer by, only with a read
     /// budget.
     read_target: Option<Duration>,
-    /// The read budget also pays for the compactions' writes, only with a
-    /// read budget.
-    shared_read: bool,
     /// Each controlled stage's read cap `C_r` (bytes/s), under a target.
     read_caps: BTreeMap<StageId, f64>,
     /// Under a target: consecutive periods in which each stage's foreground
@@ -446,17 +437,6 @@ pub fn check_read_latency_target(target: Duration, read_b: Option<f64>) -> Resul
     Ok(())
 }
 
-/// Checks `shared_read_budget = true`: only with a read budget `read_b`.
-pub fn check_shared_read_budget(read_b: Option<f64>) -> Result<(), PolicyError> {
-    if read_b.is_none() {
-        return Err(PolicyError::new(
-            "shared_read_budget needs read_bandwidth (it makes the compaction reads' budget \
-             pay for their writes too, and that budget exists only with read_bandwidth)",
-        ));
-    }
-    Ok(())
-}
-
 /// Checks `0 < min_b < budget`, naming the budget's field in errors.
 fn check_budget(field: &str, budget: f64, min_b: f64) -> Result<(), PolicyError> {
     if !(budget.is_finite() && budget > 0.0) {
@@ -491,7 +471,6 @@ impl SilkPolicy {
             read_b: None,
             read_split: 0,
             read_target: None,
-            shared_read: false,
             read_caps: BTreeMap::new(),
             unjudged: BTreeMap::new(),
             last: BTreeMap::new(),
@@ -512,7 +491,6 @@ impl SilkPolicy {
             self.read_b = None;
             self.read_split = 0;
             self.read_target = None;
-            self.shared_read = false;
         }
         self
     }
@@ -568,25 +546,6 @@ impl SilkPolicy {
             check_read_latency_target(t, self.read_b)?;
         }
         self.read_target = target;
-        Ok(self)
-    }
-
-    /// With a [`read_bandwidth`](Self::read_bandwidth): the read budget also
-    /// pays for the compactions' writes, as RocksDB's limiter in `kAllIo`
-    /// mode charges a compaction's reads and writes to one rate: the reads
-    /// get `B_r = max(KVSB_r − Fg − L0 − LN, minB)` (with a
-    /// [`read_latency_target`](Self::read_latency_target), `C_r` for
-    /// `KVSB_r`), where `L0` and `LN` are last period's compaction writes.
-    /// A compaction writes about what it reads, so a backlog is worked off
-    /// at about `KVSB_r / 2` each way instead of `KVSB_r` each way: longer,
-    /// with the device's read queue (where the foreground's reads wait)
-    /// half as busy. Algorithm 1 still sets the writes' rates. `false` (the
-    /// default): the reads' budget is `KVSB_r − Fg`. Requires a read budget.
-    pub fn shared_read_budget(mut self, on: bool) -> Result<Self, PolicyError> {
-        if on {
-            check_shared_read_budget(self.read_b)?;
-        }
-        self.shared_read = on;
         Ok(self)
     }
 
@@ -805,12 +764,7 @@ impl ControlPolicy for SilkPolicy {
                     }
                     None => read_b,
                 };
-                let writes = if self.shared_read {
-                    usage.l0 + usage.ln
-                } else {
-                    0.0
-                };
-                read_allocation(budget, self.min_b, usage.fg + writes)
+                read_allocation(budget, self.min_b, usage.fg)
             });
             let mut rules = Vec::new();
             for (ch, obj, rate) in [
@@ -877,11 +831,10 @@ impl ControlPolicy for SilkPolicy {
                 | "read_bandwidth"
                 | "read_split"
                 | "read_latency_target"
-                | "shared_read_budget"
         ) {
             return Err(PolicyError::new(format!(
                 "unknown key {key:?} for policy silk (known: kvs_bandwidth, min_bandwidth, \
-                 read_bandwidth, read_split, read_latency_target, shared_read_budget)"
+                 read_bandwidth, read_split, read_latency_target)"
             )));
         }
         if group != "*" {
@@ -904,22 +857,6 @@ impl ControlPolicy for SilkPolicy {
                 self.unjudged.clear();
             }
             self.read_target = target;
-            return Ok(());
-        }
-        if key == "shared_read_budget" {
-            let on = match value {
-                "true" => true,
-                "false" => false,
-                v => {
-                    return Err(PolicyError::new(format!(
-                        "{key}: expected `true` or `false`, got {v:?}"
-                    )))
-                }
-            };
-            if on {
-                check_shared_read_budget(self.read_b)?;
-            }
-            self.shared_read = on;
             return Ok(());
         }
         if key == "read_split" {
@@ -1730,53 +1667,6 @@ name = "metadata"
         );
         let e = p.set("*", "read_latency_target", "0ms").unwrap_err();
         assert!(e.message.contains("more than 0"), "{e}");
-    }
-
-    #[test]
-    fn a_shared_read_budget_pays_for_the_compactions_writes_too() {
-        let mut p = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(200.0 * MIB))
-            .and_then(|p| p.shared_read_budget(true))
-            .unwrap();
-        let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
-        stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
-        let period = |p: &mut SilkPolicy, f: Figures| {
-            let mut v = view(1, f);
-            v.info = stage.info();
-            sent(&p.period(Duration::ZERO, &[v]), 1, COMPACTION, READS_OBJECT)
-        };
-        // B_r = max(KVSB_r − Fg − L0 − LN, minB): 200 − 10 − 60 − 30.
-        assert_eq!(
-            period(&mut p, fig(10.0 * MIB, 0.0, 60.0 * MIB, 30.0 * MIB)),
-            Some(r(100.0 * MIB))
-        );
-        // Flush writes are not the compactions': unchanged (not resent).
-        assert_eq!(
-            period(&mut p, fig(10.0 * MIB, 50.0 * MIB, 60.0 * MIB, 30.0 * MIB)),
-            None
-        );
-        // Never below minB.
-        assert_eq!(
-            period(&mut p, fig(10.0 * MIB, 0.0, 150.0 * MIB, 100.0 * MIB)),
-            Some(r(MINB))
-        );
-        // Off at run time: KVSB_r − Fg, as without it.
-        p.set("*", "shared_read_budget", "false").unwrap();
-        assert_eq!(
-            period(&mut p, fig(10.0 * MIB, 0.0, 60.0 * MIB, 30.0 * MIB)),
-            Some(r(190.0 * MIB))
-        );
-        p.set("*", "shared_read_budget", "true").unwrap();
-        let e = p.set("*", "shared_read_budget", "yes").unwrap_err();
-        assert!(e.message.contains("`true` or `false`"), "{e}");
-        // Only with a read budget, at setup and at run time; turning
-        // writes_only off drops it with the budget.
-        let e = policy().shared_read_budget(true).unwrap_err();
-        assert!(e.message.contains("needs read_bandwidth"), "{e}");
-        let e = policy().set("*", "shared_read_budget", "true").unwrap_err();
-        assert!(e.message.contains("needs read_bandwidth"), "{e}");
-        assert!(!p.writes_only(false).shared_read);
     }
 
     #[test]
