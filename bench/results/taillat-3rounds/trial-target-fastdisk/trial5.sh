@@ -1,4 +1,5 @@
-# Run from the repository root.
+# Run from the repository root. The `silk_shared_read` lines need commit
+# c963142: the option was reverted in 42ae07e (README.md).
 set -x
 R="python3 bench/taillat/run.py --set compaction_readahead_kib=256"
 $R --workloads mixture --setups paio --set silk_shared_read=1 --out bench/results/taillat-3rounds/trial-target-fastdisk/r1-paio-shared
