@@ -127,9 +127,15 @@ taillat-driver: release-bins test-rocksdb
 	cmake --build bench/taillat/build -j2
 
 ## A 30-second smoke run of the tail-latency experiment: checks the pipeline
-## (RocksDB + plugin + paiod's SILK policy, CSV, plots), not the numbers.
+## (RocksDB + plugin + paiod's SILK policy, CSV, plots), not the numbers;
+## then the slow-Get diagnosis (every Get over 1 us recorded, so some must be,
+## and with direct I/O and a small cache some must have read blocks).
 test-taillat: taillat-driver
 	python3 bench/taillat/run.py --short
+	python3 bench/taillat/run.py --short --setups baseline --workloads mixture --no-plot \
+		--set slow_get_us=1 --out target/taillat-slow
+	python3 -c "import json; s = json.load(open('target/taillat-slow/mixture/baseline/slow_gets.json'))['all']; \
+		assert s['gets'] > 0 and s['block_read_pct'] > 0, s; print('slow-Get diagnosis:', s)"
 
 ## A 20-second smoke run of the criticality experiment: checks the pipeline
 ## (fio critical and background jobs, paio run --critical, the board, CSV,

@@ -16,7 +16,10 @@
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/filter_policy.h>
+#include <rocksdb/iostats_context.h>
 #include <rocksdb/options.h>
+#include <rocksdb/perf_context.h>
+#include <rocksdb/perf_level.h>
 #include <rocksdb/rate_limiter.h>
 #include <rocksdb/statistics.h>
 #include <rocksdb/table.h>
@@ -26,6 +29,7 @@
 #endif
 
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -87,6 +91,12 @@ struct Args {
   bool quiet = false;
   std::string preload_order = "random";  // random (a permutation of 0..N-1) or seq
   bool preload_wait = false;             // wait for compactions before closing
+  // Diagnosis of slow Gets: with slow_get_us > 0, every Get runs under
+  // RocksDB's PerfContext (kEnableTime: timers on every Get, mutex waits
+  // included, so it costs CPU) and each Get slower than slow_get_us is
+  // written to slow_out with where its time went.
+  uint64_t slow_get_us = 0;
+  std::string slow_out;
 };
 
 void Usage() {
@@ -99,6 +109,7 @@ void Usage() {
                "  --write-buffer-mib N  --max-write-buffer-number N  --block-cache-mib N\n"
                "  --target-file-mib N  --level-base-mib N  --flush-threads N  --compaction-threads N\n"
                "  --bloom-bits N  --no-direct  --compaction-readahead-kib N  --quiet\n"
+               "  --slow-get-us N --slow-out FILE.csv  (diagnosis: where each Get slower than N us spent its time)\n"
                "  preload: --preload-order random|seq (default random)  --preload-wait (let compactions finish)\n");
   std::exit(2);
 }
@@ -142,11 +153,14 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--no-direct") a.direct = false;
     else if (k == "--compaction-readahead-kib") a.compaction_readahead_kib = std::stoull(val());
     else if (k == "--quiet") a.quiet = true;
+    else if (k == "--slow-get-us") a.slow_get_us = std::stoull(val());
+    else if (k == "--slow-out") a.slow_out = val();
     else if (k == "--preload-order") a.preload_order = val();
     else if (k == "--preload-wait") a.preload_wait = true;
     else Die("unknown option " + k);
   }
   if (a.db.empty()) Die("--db is required");
+  if ((a.slow_get_us > 0) != !a.slow_out.empty()) Die("--slow-get-us and --slow-out go together");
   if (a.num == 0) Die("--num must be > 0");
   if (a.read_ratio < 0) {
     if (a.workload == "mixture") a.read_ratio = 0.5;
@@ -314,8 +328,16 @@ struct Schedule {
 
 // Per client thread: latencies (ns, saturated to uint32) of the requests
 // that completed in each second, reads and writes apart.
+struct SlowGet {
+  double at_s;  // completion, seconds since the start
+  uint64_t wall_ns, thread_cpu_ns;
+  uint64_t mutex_ns, snapshot_ns, memtable_ns, files_ns, find_table_ns;
+  uint64_t block_reads, block_read_ns, block_read_bytes, cache_hits, file_read_ns;
+};
+
 struct ClientLog {
   std::vector<std::vector<uint32_t>> reads, writes;
+  std::vector<SlowGet> slow;  // at most kMaxSlow per client
   uint64_t errors = 0;
   void Add(size_t sec, bool is_read, uint64_t ns) {
     auto& v = is_read ? reads : writes;
@@ -334,6 +356,14 @@ struct DbSample {
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
+
+constexpr size_t kMaxSlow = 200000;
+
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
 
 double Percentile(std::vector<uint32_t>& v, double p) {
   if (v.empty()) return 0;
@@ -412,6 +442,8 @@ int Run(const Args& a) {
     wo.disableWAL = true;
     rocksdb::PinnableSlice value;
     ClientLog& log = logs[id];
+    const bool diagnose = a.slow_get_us > 0;
+    if (diagnose) rocksdb::SetPerfLevel(rocksdb::PerfLevel::kEnableTime);
     // Stagger the clients over one slot.
     double first_gap = a.clients / sched.Rate(0);
     Clock::time_point next = t0 + std::chrono::duration_cast<Clock::duration>(
@@ -429,6 +461,12 @@ int Run(const Args& a) {
       std::string key = Key(key_dist(rng));
       auto issue = Clock::now();  // latency is measured from issue, not from the slot
       rocksdb::Status st;
+      uint64_t cpu0 = 0;
+      if (is_read && diagnose) {
+        rocksdb::get_perf_context()->Reset();
+        rocksdb::get_iostats_context()->Reset();
+        cpu0 = ThreadCpuNs();
+      }
       if (is_read) {
         value.Reset();
         st = db->Get(ro, db->DefaultColumnFamily(), key, &value);
@@ -438,9 +476,15 @@ int Run(const Args& a) {
       auto fin = Clock::now();
       if (!st.ok()) log.errors++;
       double sec = std::chrono::duration<double>(fin - t0).count();
-      if (sec >= 0 && sec < nsec)
-        log.Add(static_cast<size_t>(sec), is_read,
-                std::chrono::duration_cast<std::chrono::nanoseconds>(fin - issue).count());
+      uint64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(fin - issue).count();
+      if (is_read && diagnose && wall_ns > a.slow_get_us * 1000 && log.slow.size() < kMaxSlow) {
+        const rocksdb::PerfContext* pc = rocksdb::get_perf_context();
+        log.slow.push_back({sec, wall_ns, ThreadCpuNs() - cpu0, pc->db_mutex_lock_nanos, pc->get_snapshot_time,
+                            pc->get_from_memtable_time, pc->get_from_output_files_time, pc->find_table_nanos,
+                            pc->block_read_count, pc->block_read_time, pc->block_read_byte,
+                            pc->block_cache_hit_count, rocksdb::get_iostats_context()->read_nanos});
+      }
+      if (sec >= 0 && sec < nsec) log.Add(static_cast<size_t>(sec), is_read, wall_ns);
       done_ops.fetch_add(1, std::memory_order_relaxed);
       n++;
       double t_rel = std::chrono::duration<double>(next - t0).count();
@@ -529,6 +573,20 @@ int Run(const Args& a) {
                  d.compact_read / double(kMiB), d.compact_write / double(kMiB));
   }
   if (f != stdout) std::fclose(f);
+  if (a.slow_get_us > 0) {
+    FILE* sf = std::fopen(a.slow_out.c_str(), "w");
+    if (!sf) Die("cannot write " + a.slow_out);
+    std::fprintf(sf,
+                 "at_s,client,wall_us,thread_cpu_us,db_mutex_us,snapshot_us,memtable_us,files_us,find_table_us,"
+                 "block_reads,block_read_us,block_read_kib,block_cache_hits,file_read_us\n");
+    for (size_t c = 0; c < logs.size(); c++)
+      for (const SlowGet& g : logs[c].slow)
+        std::fprintf(sf, "%.4f,%zu,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%" PRIu64 ",%.1f,%.1f,%" PRIu64 ",%.1f\n",
+                     g.at_s, c, g.wall_ns / 1e3, g.thread_cpu_ns / 1e3, g.mutex_ns / 1e3, g.snapshot_ns / 1e3,
+                     g.memtable_ns / 1e3, g.files_ns / 1e3, g.find_table_ns / 1e3, g.block_reads,
+                     g.block_read_ns / 1e3, g.block_read_bytes / 1024.0, g.cache_hits, g.file_read_ns / 1e3);
+    std::fclose(sf);
+  }
   std::string levels;
   db->GetProperty("rocksdb.levelstats", &levels);
   std::fprintf(stderr,

@@ -99,6 +99,11 @@ class Scale:
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
+    # Diagnosis (every setup): each Get slower than this many µs is written
+    # to <run>/slow_gets.csv with RocksDB's PerfContext breakdown of where
+    # its time went (0: off). Timers on every Get cost CPU: not for the
+    # comparisons, for finding what a spike is made of.
+    slow_get_us: int = 0
 
 
 FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
@@ -611,6 +616,8 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
     paiod = None
     sock_dir = tempfile.mkdtemp(prefix="paio-taillat-")
     extra = ["--db", str(db), "--out", str(setup_dir / "driver.csv")]
+    if scale.slow_get_us:
+        extra += ["--slow-get-us", str(scale.slow_get_us), "--slow-out", str(setup_dir / "slow_gets.csv")]
     try:
         if setup == "paio":
             extra += ["--paio-stats", str(setup_dir / "paio-stats.json")]
@@ -664,6 +671,10 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
             f.write("time_s,read_mibs,write_mibs\n")
             for t, r, w in sampler.samples:
                 f.write(f"{t},{r:.1f},{w:.1f}\n")
+        if scale.slow_get_us:
+            slow = summarize_slow((setup_dir / "slow_gets.csv").read_text())
+            (setup_dir / "slow_gets.json").write_text(json.dumps(slow, indent=1) + "\n")
+            print(format_slow(label, slow), flush=True)
         peak_r = max((r for _, r, _ in sampler.samples), default=0)
         peak_w = max((w for _, _, w in sampler.samples), default=0)
         return parse_driver_csv((setup_dir / "driver.csv").read_text(), setup, workload, run), {
@@ -679,6 +690,56 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
         shutil.rmtree(sock_dir, ignore_errors=True)
         if not args.keep_db:
             shutil.rmtree(db, ignore_errors=True)
+
+
+SLOW_FIELDS = ("at_s", "client", "wall_us", "thread_cpu_us", "db_mutex_us", "snapshot_us", "memtable_us",
+               "files_us", "find_table_us", "block_reads", "block_read_us", "block_read_kib",
+               "block_cache_hits", "file_read_us")
+
+
+def summarize_slow(text, top=10):
+    """Where the slow Gets of a driver's slow_gets.csv (`text`) spent their
+    time: for all of them and for the `top` slowest, the sums of wall time,
+    of block reads (RocksDB's block_read_time: the device and any throttle
+    queue in front of it), of DB mutex waits, of the thread's CPU time (the
+    reads' system time included, so it overlaps the block reads a little),
+    and what is left, at least (off-CPU, not reading and not waiting for
+    the mutex: the run queue, other locks, page faults), as shares of the
+    wall time. Raises ValueError when the header is not the driver's."""
+    lines = text.splitlines()
+    if not lines or tuple(lines[0].split(",")) != SLOW_FIELDS:
+        raise ValueError(f"slow_gets.csv: expected the header {','.join(SLOW_FIELDS)}, "
+                         f"got {lines[0] if lines else 'an empty file'!r}")
+    rows = [dict(zip(SLOW_FIELDS, map(float, ln.split(",")))) for ln in lines[1:] if ln]
+
+    def shares(rs):
+        wall = sum(r["wall_us"] for r in rs)
+        read = sum(r["block_read_us"] for r in rs)
+        mutex = sum(r["db_mutex_us"] for r in rs)
+        cpu = sum(r["thread_cpu_us"] for r in rs)
+        other = max(wall - read - mutex - cpu, 0.0)
+        pct = (lambda x: round(100.0 * x / wall, 1)) if wall else (lambda x: 0.0)
+        return {"gets": len(rs), "wall_ms": round(wall / 1e3, 1),
+                "median_wall_us": round(_median([r["wall_us"] for r in rs]), 1) if rs else 0.0,
+                "block_reads_per_get": round(sum(r["block_reads"] for r in rs) / len(rs), 2) if rs else 0.0,
+                "block_read_pct": pct(read), "db_mutex_pct": pct(mutex), "cpu_pct": pct(cpu),
+                "other_pct": pct(other)}
+
+    slowest = sorted(rows, key=lambda r: -r["wall_us"])[:top]
+    return {"all": shares(rows), "slowest": shares(slowest),
+            "slowest_at_s": sorted(round(r["at_s"], 2) for r in slowest)}
+
+
+def format_slow(label, summary):
+    """One paragraph of `summarize_slow`'s figures for the progress output."""
+    out = []
+    for key, name in (("all", "all slow Gets"), ("slowest", f"the {summary['slowest']['gets']} slowest")):
+        s = summary[key]
+        out.append(f"  {name}: {s['gets']} Gets, {s['wall_ms']} ms, median {s['median_wall_us']} us, "
+                   f"{s['block_reads_per_get']} block reads each; block reads {s['block_read_pct']} %, "
+                   f"DB mutex {s['db_mutex_pct']} %, CPU {s['cpu_pct']} %, other {s['other_pct']} %")
+    out.append(f"  the slowest ended at s {summary['slowest_at_s']}")
+    return f"[{label}] slow Gets (slow_gets.csv):\n" + "\n".join(out)
 
 
 def report(out, rows, scale, workloads, no_plot, notes=(), bin_dir=None):

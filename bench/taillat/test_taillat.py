@@ -386,3 +386,24 @@ def test_plot_workload_draws_a_png_with_paio_plot(tmp_path):
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     spec = json.loads((tmp_path / "mixture.figure.json").read_text())
     assert spec == run.workload_figure(rs, "mixture", sc)
+
+
+def test_summarize_slow_splits_the_wall_time():
+    head = ",".join(run.SLOW_FIELDS)
+    # wall 1000: 600 reading, 100 mutex, 200 CPU, 100 other
+    a = "1.5,0,1000,200,100,0,0,0,0,2,600,8,1,600"
+    # wall 3000: nothing but waiting elsewhere
+    b = "2.5,1,3000,0,0,0,0,0,0,0,0,0,3,0"
+    s = run.summarize_slow("\n".join([head, a, b]) + "\n", top=1)
+    assert s["all"] == {"gets": 2, "wall_ms": 4.0, "median_wall_us": 2000.0, "block_reads_per_get": 1.0,
+                        "block_read_pct": 15.0, "db_mutex_pct": 2.5, "cpu_pct": 5.0, "other_pct": 77.5}
+    assert s["slowest"]["gets"] == 1 and s["slowest"]["other_pct"] == 100.0
+    assert s["slowest_at_s"] == [2.5]
+    assert "the 1 slowest" in run.format_slow("mixture/paio", s)
+
+
+def test_summarize_slow_refuses_another_file():
+    with pytest.raises(ValueError, match="expected the header"):
+        run.summarize_slow("time_s,kops\n1,2\n")
+    with pytest.raises(ValueError, match="an empty file"):
+        run.summarize_slow("")
