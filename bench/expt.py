@@ -85,6 +85,35 @@ def commit_info():
     return head + (" (working tree modified)" if dirty else "")
 
 
+def disk_counters(device):
+    """The disk `device`'s ("major:minor") own counters since boot, from
+    /sys/dev/block/<device>/stat: a dict of `reads`, `read_sectors`,
+    `read_ms`, `writes`, `write_sectors`, `write_ms`, `discard_sectors`
+    (0 on kernels without discard fields), or None if it cannot be read.
+    They count what reached the device, after any blkio throttle."""
+    try:
+        f = [int(x) for x in Path(f"/sys/dev/block/{device}/stat").read_text().split()]
+    except (OSError, ValueError):
+        return None
+    if len(f) < 11:
+        return None
+    return {"reads": f[0], "read_sectors": f[2], "read_ms": f[3], "writes": f[4],
+            "write_sectors": f[6], "write_ms": f[7],
+            "discard_sectors": f[13] if len(f) >= 15 else 0}
+
+
+def disk_rates(a, b, seconds):
+    """Per-second figures between two `disk_counters` samples `seconds`
+    apart: read and write MiB/s, the mean device time of a read and of a
+    write in ms (0 with none), discarded MiB/s."""
+    d = {k: b[k] - a[k] for k in a}
+    mib = 512 / (1 << 20) / seconds
+    return {"read_mibs": d["read_sectors"] * mib, "write_mibs": d["write_sectors"] * mib,
+            "read_ms": d["read_ms"] / d["reads"] if d["reads"] else 0.0,
+            "write_ms": d["write_ms"] / d["writes"] if d["writes"] else 0.0,
+            "discard_mibs": d["discard_sectors"] * mib}
+
+
 class BlkioCgroup:
     """A cgroup-v1 blkio cgroup throttled on one disk: `read_bps` and, when
     given, `write_bps` bytes per second for every process in it together.

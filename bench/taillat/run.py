@@ -485,7 +485,11 @@ def plot_workload(path, rows, workload, scale, lat_max_ms=None, run=None, bin_di
 
 
 class IoSampler(threading.Thread):
-    """Samples the cgroup's accounted bytes once a second -> [(t, read MiB/s, write MiB/s)]."""
+    """Samples once a second the cgroup's accounted bytes and the disk's own
+    counters -> [(t, read MiB/s, write MiB/s, disk figures or None)], the
+    disk's as `expt.disk_rates` gives them: what reached the device, its
+    mean time per read and write (a request waiting in the throttle's queue
+    is not there yet), and discards."""
 
     def __init__(self, cgroup):
         super().__init__(daemon=True)
@@ -499,16 +503,35 @@ class IoSampler(threading.Thread):
         if self.cgroup.path is None:  # no throttle (--short without root)
             return
         prev = self.cgroup.io_bytes()
+        prev_disk = expt.disk_counters(self.cgroup.device)
         n = 1
         while not self.stop_ev.wait(max(0.0, self.t0 + n - time.monotonic())):
             cur = self.cgroup.io_bytes()
-            self.samples.append((n, (cur[0] - prev[0]) / MIB, (cur[1] - prev[1]) / MIB))
-            prev = cur
+            disk = expt.disk_counters(self.cgroup.device)
+            rates = expt.disk_rates(prev_disk, disk, 1.0) if prev_disk and disk else None
+            self.samples.append((n, (cur[0] - prev[0]) / MIB, (cur[1] - prev[1]) / MIB, rates))
+            prev, prev_disk = cur, disk
             n += 1
 
     def stop(self):
         self.stop_ev.set()
         self.join(timeout=2)
+
+
+BLKIO_HEADER = ("time_s,read_mibs,write_mibs,disk_read_mibs,disk_write_mibs,disk_read_ms,"
+                "disk_write_ms,disk_discard_mibs")
+
+
+def blkio_rows(samples):
+    """blkio.csv's lines (header first) for IoSampler's samples; the disk's
+    columns are empty where its counters could not be read."""
+    out = [BLKIO_HEADER]
+    for t, r, w, d in samples:
+        disk = ("," * 5 if d is None else
+                f",{d['read_mibs']:.1f},{d['write_mibs']:.1f},{d['read_ms']:.3f},"
+                f"{d['write_ms']:.3f},{d['discard_mibs']:.1f}")
+        out.append(f"{t},{r:.1f},{w:.1f}{disk}")
+    return out
 
 
 # -------------------------------------------------------------------- runner
@@ -667,21 +690,18 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
         log.close()
         if rc != 0:
             raise RunError(f"{label}: driver failed ({rc}), see {setup_dir / 'driver.log'}")
-        with open(setup_dir / "blkio.csv", "w") as f:
-            f.write("time_s,read_mibs,write_mibs\n")
-            for t, r, w in sampler.samples:
-                f.write(f"{t},{r:.1f},{w:.1f}\n")
+        (setup_dir / "blkio.csv").write_text("\n".join(blkio_rows(sampler.samples)) + "\n")
         if scale.slow_get_us:
             slow = summarize_slow((setup_dir / "slow_gets.csv").read_text())
             (setup_dir / "slow_gets.json").write_text(json.dumps(slow, indent=1) + "\n")
             print(format_slow(label, slow), flush=True)
-        peak_r = max((r for _, r, _ in sampler.samples), default=0)
-        peak_w = max((w for _, _, w in sampler.samples), default=0)
+        peak_r = max((r for _, r, _, _ in sampler.samples), default=0)
+        peak_w = max((w for _, _, w, _ in sampler.samples), default=0)
         return parse_driver_csv((setup_dir / "driver.csv").read_text(), setup, workload, run), {
             "wall_s": round(time.monotonic() - t0, 1), "blkio_peak_read_mibs": round(peak_r, 1),
             "blkio_peak_write_mibs": round(peak_w, 1),
-            "blkio_mean_read_mibs": round(mean([r for _, r, _ in sampler.samples]), 1),
-            "blkio_mean_write_mibs": round(mean([w for _, _, w in sampler.samples]), 1),
+            "blkio_mean_read_mibs": round(mean([r for _, r, _, _ in sampler.samples]), 1),
+            "blkio_mean_write_mibs": round(mean([w for _, _, w, _ in sampler.samples]), 1),
             "paiod": paiod is not None, "loadavg_at_start": load0,
             "loadavg_at_end": list(os.getloadavg())}
     finally:

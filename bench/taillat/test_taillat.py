@@ -407,3 +407,22 @@ def test_summarize_slow_refuses_another_file():
         run.summarize_slow("time_s,kops\n1,2\n")
     with pytest.raises(ValueError, match="an empty file"):
         run.summarize_slow("")
+
+
+def test_disk_rates_and_blkio_rows():
+    a = {"reads": 100, "read_sectors": 0, "read_ms": 10, "writes": 10, "write_sectors": 0,
+         "write_ms": 5, "discard_sectors": 0}
+    b = {"reads": 300, "read_sectors": 2048 * 50, "read_ms": 40, "writes": 10,
+         "write_sectors": 2048, "write_ms": 5, "discard_sectors": 2048 * 4}
+    d = run.expt.disk_rates(a, b, 2.0)
+    assert d == {"read_mibs": 25.0, "write_mibs": 0.5, "read_ms": 0.15, "write_ms": 0.0,
+                 "discard_mibs": 2.0}
+    lines = run.blkio_rows([(1, 30.0, 2.0, d), (2, 1.0, 0.0, None)])
+    assert lines[0] == run.BLKIO_HEADER
+    assert lines[1] == "1,30.0,2.0,25.0,0.5,0.150,0.000,2.0"
+    assert lines[2] == "2,1.0,0.0,,,,,"
+    assert all(len(ln.split(",")) == len(run.BLKIO_HEADER.split(",")) for ln in lines)
+
+
+def test_disk_counters_of_a_missing_device_is_none():
+    assert run.expt.disk_counters("0:0") is None
