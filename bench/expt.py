@@ -92,11 +92,17 @@ def disk_counters(device):
     (0 on kernels without discard fields), or None if it cannot be read.
     They count what reached the device, after any blkio throttle."""
     try:
-        f = [int(x) for x in Path(f"/sys/dev/block/{device}/stat").read_text().split()]
+        return parse_disk_stat(Path(f"/sys/dev/block/{device}/stat").read_text())
     except (OSError, ValueError):
         return None
+
+
+def parse_disk_stat(text):
+    """`disk_counters`' dict from the text of a block device's `stat` file;
+    ValueError if it is not one."""
+    f = [int(x) for x in text.split()]
     if len(f) < 11:
-        return None
+        raise ValueError(f"a block device's stat has at least 11 fields, got {len(f)}")
     return {"reads": f[0], "read_sectors": f[2], "read_ms": f[3], "writes": f[4],
             "write_sectors": f[6], "write_ms": f[7],
             "discard_sectors": f[13] if len(f) >= 15 else 0}

@@ -480,9 +480,10 @@ int Run(const Args& a) {
       if (!st.ok()) log.errors++;
       double sec = std::chrono::duration<double>(fin - t0).count();
       uint64_t wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(fin - issue).count();
-      if (is_read && diagnose && wall_ns > a.slow_get_us * 1000 && log.slow.size() >= kMaxSlow) {
+      const bool slow = is_read && diagnose && wall_ns > a.slow_get_us * 1000;
+      if (slow && log.slow.size() >= kMaxSlow) {
         log.slow_dropped++;
-      } else if (is_read && diagnose && wall_ns > a.slow_get_us * 1000) {
+      } else if (slow) {
         const rocksdb::PerfContext* pc = rocksdb::get_perf_context();
         log.slow.push_back({sec, wall_ns, ThreadCpuNs() - cpu0, pc->db_mutex_lock_nanos, pc->get_snapshot_time,
                             pc->get_from_memtable_time, pc->get_from_output_files_time, pc->find_table_nanos,

@@ -16,6 +16,10 @@ import gzip
 import os
 import signal
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+import expt  # noqa: E402  (bench/expt.py: the disk's counters and rates)
 
 
 def main():
@@ -26,8 +30,8 @@ def main():
     samples = []
     with gzip.open(log, "rt") as f:
         for line in f:
-            x = line.split()
-            samples.append((float(x[0]), [int(v) for v in x[1:]]))
+            at, stat = line.split(maxsplit=1)
+            samples.append((float(at), expt.parse_disk_stat(stat)))
 
     def disk(t):
         """The disk over driver second t: read ms per read, read MiB/s, discard MiB/s."""
@@ -35,9 +39,8 @@ def main():
         if len(xs) < 2:
             return None
         (ta, a), (tb, b) = xs[0], xs[-1]
-        d = [y - x for x, y in zip(a, b)]
-        return (d[3] / d[0] if d[0] else 0.0, d[2] * 512 / (tb - ta) / 2**20,
-                d[13] * 512 / (tb - ta) / 2**20)
+        d = expt.disk_rates(a, b, tb - ta)
+        return d["read_ms"], d["read_mibs"], d["discard_mibs"]
 
     print(f"{run}: the {top} seconds with the highest p99")
     for r in sorted(sorted(rows, key=lambda r: -float(r["p99_us"]))[:top], key=lambda r: int(r["time_s"])):
