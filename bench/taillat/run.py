@@ -96,6 +96,14 @@ class Scale:
     # SILK's read_latency_target in µs, with the read budget: the compaction
     # reads' budget is halved while the Gets' p99 is above it (0: none)
     silk_read_latency_us: int = 0
+    # SILK's read_priority, with the read budget: compaction reads go through
+    # a priority object with this busy_depth (their depth while Gets are in
+    # flight or were less than silk_read_window_us ago; -1: a DRL, no
+    # priority object), depth silk_read_depth otherwise, and split
+    # silk_read_split_kib
+    silk_read_busy_depth: int = -1
+    silk_read_depth: int = 4
+    silk_read_window_us: int = 2000
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
@@ -346,7 +354,12 @@ def paiod_config(scale):
             f'writes_only = {"true" if scale.writes_only else "false"}\n')
     if scale.writes_only and scale.silk_read_mib >= 0:
         text += f'read_bandwidth = "{scale.silk_read_mib or scale.kvs_mib:g}MiB/s"\n'
-        if scale.silk_read_split_kib:
+        if scale.silk_read_busy_depth >= 0:
+            text += (f'read_priority = {{ busy_depth = {scale.silk_read_busy_depth}, '
+                     f'depth = {scale.silk_read_depth}, '
+                     f'window = "{scale.silk_read_window_us}us", '
+                     f'split = "{scale.silk_read_split_kib}KiB" }}\n')
+        elif scale.silk_read_split_kib:
             text += f'read_split = "{scale.silk_read_split_kib}KiB"\n'
         if scale.silk_read_latency_us:
             text += f'read_latency_target = "{scale.silk_read_latency_us}us"\n'

@@ -152,6 +152,14 @@ def test_paiod_config_is_the_issue_config():
     assert "read_latency_target" not in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_latency_us=2500))
     assert 'read_bandwidth = "200MiB/s"' in text and 'read_latency_target = "2500us"' in text
+    # Compaction reads through a priority object: its split instead of read_split.
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_busy_depth=1))
+    assert ('read_priority = { busy_depth = 1, depth = 4, window = "2000us", '
+            'split = "256KiB" }') in text
+    assert "read_split" not in text
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_busy_depth=0,
+                                                silk_read_split_kib=0, silk_read_window_us=500))
+    assert 'read_priority = { busy_depth = 0, depth = 4, window = "500us", split = "0KiB" }' in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=150))
     assert 'read_bandwidth = "150MiB/s"' in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=-1))

@@ -44,6 +44,10 @@
 //! #                                # compaction reads get what Gets leave of it
 //! # read_split = "256KiB"          # with read_bandwidth: compaction reads are
 //! #                                # issued in pieces of this size (default: whole)
+//! # read_priority = { busy_depth = 1, window = "2ms" }
+//! #                                # with read_bandwidth: compaction reads go through
+//! #                                # a priority object (its fields but rate and burst),
+//! #                                # held back while Gets are in flight
 //! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
 //! #                                # reads' budget while Gets' p99 is above it
 //! ```
@@ -85,6 +89,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use paio::object::PriorityConfig;
 use paio::units::{HumanDuration, Rate, Size};
 use paio::{Pattern, Rule};
 use serde::Deserialize;
@@ -250,6 +255,9 @@ pub struct PolicyConfig {
     /// Silk: the compaction reads' piece size in bytes, 0 for whole
     /// ([`SilkPolicy::read_split`]).
     pub read_split: u64,
+    /// Silk: the compaction reads' priority object, instead of a DRL
+    /// ([`SilkPolicy::read_priority`]).
+    pub read_priority: Option<PriorityConfig>,
     /// Silk: the foreground latency the compaction reads' budget steers by
     /// ([`SilkPolicy::read_latency_target`]).
     pub read_latency_target: Option<Duration>,
@@ -330,6 +338,7 @@ impl PolicyConfig {
                         .read_bandwidth(self.read_bandwidth)
                 })
                 .and_then(|p| p.read_split(self.read_split))
+                .and_then(|p| p.read_priority(self.read_priority.clone()))
                 .and_then(|p| p.read_latency_target(self.read_latency_target))
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
@@ -392,6 +401,7 @@ struct RawPolicy {
     writes_only: Option<Spanned<bool>>,
     read_bandwidth: Option<Spanned<Rate>>,
     read_split: Option<Spanned<Size>>,
+    read_priority: Option<Spanned<PriorityConfig>>,
     read_latency_target: Option<Spanned<HumanDuration>>,
     latency_target: Option<Spanned<HumanDuration>>,
     percentile: Option<Spanned<f64>>,
@@ -444,6 +454,10 @@ impl RawPolicy {
             ),
             ("writes_only", self.writes_only.as_ref().map(|x| x.span())),
             ("read_split", self.read_split.as_ref().map(|x| x.span())),
+            (
+                "read_priority",
+                self.read_priority.as_ref().map(|x| x.span()),
+            ),
             (
                 "read_bandwidth",
                 self.read_bandwidth.as_ref().map(|x| x.span()),
@@ -928,6 +942,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         writes_only: false,
         read_bandwidth: None,
         read_split: 0,
+        read_priority: None,
         read_latency_target: None,
         groups,
         latency: None,
@@ -996,6 +1011,25 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         }
         None => 0,
     };
+    let read_priority = match &p.read_priority {
+        Some(c) => {
+            let field = "policy.read_priority";
+            crate::policy::silk::check_read_priority(c.get_ref(), read)
+                .map_err(|e| cx.err(Some(c.span()), field, e.message))?;
+            if read_split != 0 {
+                let span = p.read_split.as_ref().map(|n| n.span());
+                return Err(cx.err(
+                    span,
+                    "policy.read_split",
+                    "read_split and read_priority both given: the compaction reads' priority \
+                     object splits by its own `split` (set read_priority.split, and leave \
+                     read_split out)",
+                ));
+            }
+            Some(c.get_ref().clone())
+        }
+        None => None,
+    };
     let read_latency_target = match &p.read_latency_target {
         Some(t) => {
             let v = cx.duration(t, "policy.read_latency_target")?;
@@ -1014,6 +1048,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         writes_only,
         read_bandwidth: read,
         read_split,
+        read_priority,
         read_latency_target,
         groups: Vec::new(),
         latency: None,
@@ -1315,6 +1350,60 @@ rules = [{ rule = "create_channel", name = "x" }]
 
         let e = err("[policy\n");
         assert_eq!(e.line, 1, "{e}");
+    }
+
+    #[test]
+    fn silk_read_priority() {
+        const HEAD: &str =
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n";
+        let c = parse(&format!(
+            "{HEAD}read_bandwidth = \"150MiB/s\"\n\
+             read_priority = {{ busy_depth = 0, depth = 2, window = \"1ms\", split = \"64KiB\" }}\n"
+        ))
+        .unwrap();
+        let p = c.policy.read_priority.clone().unwrap();
+        assert_eq!((p.busy_depth, p.depth, p.split.0), (0, 2, 64 << 10));
+        assert_eq!(p.window.0, Duration::from_millis(1));
+        c.policy.build();
+        for (text, line, field, needle) in [
+            (
+                "read_priority = { busy_depth = 0 }\n",
+                5,
+                "policy.read_priority",
+                "needs read_bandwidth",
+            ),
+            (
+                "read_bandwidth = \"150MiB/s\"\nread_priority = { rate = \"1MiB/s\" }\n",
+                6,
+                "policy.read_priority",
+                "must not set rate",
+            ),
+            (
+                "read_bandwidth = \"150MiB/s\"\nread_priority = { busy_depth = 9 }\n",
+                6,
+                "policy.read_priority",
+                "busy_depth",
+            ),
+            (
+                "read_bandwidth = \"150MiB/s\"\nread_split = \"64KiB\"\nread_priority = {}\n",
+                6,
+                "policy.read_split",
+                "read_priority.split",
+            ),
+        ] {
+            let e = err(&format!("{HEAD}{text}"));
+            assert_eq!((e.line, e.field.as_str()), (line, field), "{e}");
+            assert!(e.message.contains(needle), "{e}");
+        }
+        let e = err(
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n\
+                     read_bandwidth = \"150MiB/s\"\nread_priority = { depht = 2 }\n",
+        );
+        assert!(e.message.contains("depht"), "{e}");
+        let e =
+            err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_priority = {}\n");
+        assert_eq!(e.field, "policy.read_priority", "{e}");
+        assert!(e.message.contains("only by silk"), "{e}");
     }
 
     #[test]

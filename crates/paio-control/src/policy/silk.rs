@@ -116,8 +116,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use paio::object::SPLIT_ALIGN;
+use paio::object::{PriorityConfig, SPLIT_ALIGN};
 use paio::stats::{Counts, LatencySummary};
+use paio::units::Rate;
 use paio::{Classifier, ObjectConfig, Pattern, RequestContext, Rule, StageInfo};
 
 use super::common::{self, DEADBAND};
@@ -330,15 +331,12 @@ fn has_object(info: &StageInfo, channel: &str, object: &str) -> bool {
         .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object))
 }
 
-/// The stage has `channel/object` and it is a DRL (a `configure` of another
-/// kind would void the whole batch).
-fn has_drl(info: &StageInfo, channel: &str, object: &str) -> bool {
-    info.channels.iter().any(|c| {
-        c.name == channel
-            && c.objects
-                .iter()
-                .any(|o| o.name == object && o.kind == "drl")
-    })
+/// The stage has `channel/object` and it is of `kind` (a `configure` of
+/// another kind would void the whole batch).
+fn has_kind(info: &StageInfo, channel: &str, object: &str, kind: &str) -> bool {
+    info.channels
+        .iter()
+        .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object && o.kind == kind))
 }
 
 /// The pattern `{ request_context = name }`.
@@ -372,6 +370,9 @@ pub struct SilkPolicy {
     /// `split` of the compaction reads' DRL in bytes (0: off), only with a
     /// read budget.
     read_split: u64,
+    /// The compaction reads' priority object's settings (its `rate` set
+    /// each period), instead of a DRL; only with a read budget.
+    read_priority: Option<PriorityConfig>,
     /// The foreground p99 latency the read caps steer by, only with a read
     /// budget.
     read_target: Option<Duration>,
@@ -419,6 +420,40 @@ pub fn check_read_split(bytes: u64, read_b: Option<f64>) -> Result<(), PolicyErr
         )));
     }
     Ok(())
+}
+
+/// Checks that a `read_split` (bytes, 0: off) and a `read_priority` are
+/// not both given: the priority object splits by its own `split`.
+fn check_split_alone(bytes: u64, priority: Option<&PriorityConfig>) -> Result<(), PolicyError> {
+    if bytes != 0 && priority.is_some() {
+        return Err(PolicyError::new(
+            "read_split and read_priority both given: the compaction reads' priority object \
+             splits by its own `split` (set read_priority.split, and leave read_split out)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `read_priority`: with a read budget `read_b`, valid settings,
+/// and no `rate` or `burst` (the policy sets the rate each period).
+pub fn check_read_priority(
+    config: &PriorityConfig,
+    read_b: Option<f64>,
+) -> Result<(), PolicyError> {
+    if read_b.is_none() {
+        return Err(PolicyError::new(
+            "read_priority needs read_bandwidth (its rate is the compaction reads' budget)",
+        ));
+    }
+    if config.rate.is_some() || config.burst.is_some() {
+        return Err(PolicyError::new(
+            "read_priority must not set rate or burst: the policy sets the compaction reads' \
+             rate each period from read_bandwidth (the burst is 10 ms of it)",
+        ));
+    }
+    config
+        .validate()
+        .map_err(|e| PolicyError::new(format!("read_priority: {e}")))
 }
 
 /// Checks a `read_latency_target`: more than 0, with a read budget `read_b`.
@@ -470,6 +505,7 @@ impl SilkPolicy {
             writes_only: false,
             read_b: None,
             read_split: 0,
+            read_priority: None,
             read_target: None,
             read_caps: BTreeMap::new(),
             unjudged: BTreeMap::new(),
@@ -490,6 +526,7 @@ impl SilkPolicy {
         if !on {
             self.read_b = None;
             self.read_split = 0;
+            self.read_priority = None;
             self.read_target = None;
         }
         self
@@ -522,7 +559,34 @@ impl SilkPolicy {
     /// go whole. Requires a read budget; a multiple of 4 KiB.
     pub fn read_split(mut self, bytes: u64) -> Result<Self, PolicyError> {
         check_read_split(bytes, self.read_b)?;
+        check_split_alone(bytes, self.read_priority.as_ref())?;
         self.read_split = bytes;
+        Ok(self)
+    }
+
+    /// With a [`read_bandwidth`](Self::read_bandwidth): the compaction
+    /// reads' object [`COMPACTION`]/[`READS_OBJECT`] is a priority object
+    /// with these settings ([`paio::object::PriorityConfig`]) instead of a
+    /// DRL, its `rate` set to `B_r` each period, so that besides the budget
+    /// compaction reads wait in the stage while the store's critical
+    /// requests (the RocksDB plugin marks user threads' reads and writes
+    /// critical) are in flight or were `window` ago: at most `busy_depth`
+    /// of them outstanding then, `depth` otherwise, and no new one while a
+    /// critical request waits. A per-period budget cannot see the moment a
+    /// foreground read arrives; this holds compaction reads back at that
+    /// moment, at the cost of compaction throughput while the foreground
+    /// is busy (the starvation guard still admits one per `starvation`).
+    /// Its `split` replaces [`read_split`](Self::read_split) (given both,
+    /// this is refused). A stage whose layout already has a `reads` DRL (the
+    /// RocksDB plugin's) has it replaced at setup. `None` (the default): a
+    /// DRL. Requires a read budget; `rate` and `burst` must be absent (the
+    /// policy sets the rate; the burst is 10 ms of it).
+    pub fn read_priority(mut self, config: Option<PriorityConfig>) -> Result<Self, PolicyError> {
+        if let Some(c) = &config {
+            check_read_priority(c, self.read_b)?;
+            check_split_alone(self.read_split, Some(c))?;
+        }
+        self.read_priority = config;
         Ok(self)
     }
 
@@ -564,9 +628,26 @@ impl SilkPolicy {
         self.read_b
     }
 
-    /// The compaction reads' DRL at `rate` bytes/s, with `read_split`.
-    fn reads_drl(&self, rate: f64) -> ObjectConfig {
-        ObjectConfig::Drl(common::drl_config(rate).with_split(self.read_split))
+    /// The compaction reads' object at `rate` bytes/s: the priority object
+    /// of [`read_priority`](Self::read_priority), or a DRL with
+    /// `read_split`.
+    fn reads_object(&self, rate: f64) -> ObjectConfig {
+        match &self.read_priority {
+            Some(p) => ObjectConfig::Priority(PriorityConfig {
+                rate: Some(Rate::bytes_per_sec(common::to_rate(rate))),
+                ..p.clone()
+            }),
+            None => ObjectConfig::Drl(common::drl_config(rate).with_split(self.read_split)),
+        }
+    }
+
+    /// The kind of object [`reads_object`](Self::reads_object) configures.
+    fn reads_kind(&self) -> &'static str {
+        if self.read_priority.is_some() {
+            "priority"
+        } else {
+            "drl"
+        }
     }
 
     /// Stage `view`'s read cap for this period under `target`
@@ -665,7 +746,7 @@ impl ControlPolicy for SilkPolicy {
                 object: L0_OBJECT.into(),
             });
         }
-        let read_patterns = [
+        let mut read_patterns = [
             (FLUSH, CTX_FLUSH),
             (COMPACTION, CTX_L0),
             (COMPACTION, CTX_LN),
@@ -692,10 +773,32 @@ impl ControlPolicy for SilkPolicy {
             }
         }
         if self.writes_only {
+            // A layout's compaction `reads` of another kind than the read
+            // budget's (the RocksDB plugin's DRL, under read_priority) is
+            // replaced: unmapped, removed, created again and mapped below,
+            // in one batch (the stage applies it at once).
+            let replace = self.read_b.is_some()
+                && has_object(info, COMPACTION, READS_OBJECT)
+                && !has_kind(info, COMPACTION, READS_OBJECT, self.reads_kind());
+            if replace {
+                for (ch, pattern, mapped) in read_patterns.iter_mut() {
+                    if *ch == COMPACTION && *mapped {
+                        rules.push(Rule::UnmapObject {
+                            channel: COMPACTION.into(),
+                            pattern: *pattern,
+                        });
+                        *mapped = false;
+                    }
+                }
+                rules.push(Rule::RemoveObject {
+                    channel: COMPACTION.into(),
+                    name: READS_OBJECT.into(),
+                });
+            }
             for ch in [FLUSH, COMPACTION] {
-                if !has_object(info, ch, READS_OBJECT) {
+                if !has_object(info, ch, READS_OBJECT) || (replace && ch == COMPACTION) {
                     let config = match self.read_b {
-                        Some(r) if ch == COMPACTION => self.reads_drl(r),
+                        Some(r) if ch == COMPACTION => self.reads_object(r),
                         _ => paio::ObjectConfig::Noop,
                     };
                     rules.push(Rule::CreateObject {
@@ -774,7 +877,12 @@ impl ControlPolicy for SilkPolicy {
                 (COMPACTION, READS_OBJECT, reads),
             ] {
                 let Some(rate) = rate else { continue };
-                if !has_drl(&view.info, ch, obj) {
+                let kind = if obj == READS_OBJECT {
+                    self.reads_kind()
+                } else {
+                    "drl"
+                };
+                if !has_kind(&view.info, ch, obj, kind) {
                     continue;
                 }
                 let key = (view.id, ch, obj);
@@ -786,7 +894,7 @@ impl ControlPolicy for SilkPolicy {
                     _ => {
                         next.insert(key, r);
                         let config = if obj == READS_OBJECT {
-                            self.reads_drl(r as f64)
+                            self.reads_object(r as f64)
                         } else {
                             common::drl(r as f64)
                         };
@@ -863,6 +971,7 @@ impl ControlPolicy for SilkPolicy {
             let bytes = paio::units::parse_size(value)
                 .map_err(|e| PolicyError::new(format!("{key}: {e}")))?;
             check_read_split(bytes, self.read_b)?;
+            check_split_alone(bytes, self.read_priority.as_ref())?;
             self.read_split = bytes;
             // Sent with the next period's rate, whether or not it moved.
             self.last.retain(|k, _| k.2 != READS_OBJECT);
@@ -1071,8 +1180,12 @@ name = "metadata"
                 Rule::Configure {
                     channel: c,
                     object: o,
-                    config: ObjectConfig::Drl(d),
-                } if c == channel && o == object => Some(d.rate.per_second),
+                    config,
+                } if c == channel && o == object => match config {
+                    ObjectConfig::Drl(d) => Some(d.rate.per_second),
+                    ObjectConfig::Priority(p) => p.rate.map(|r| r.per_second),
+                    _ => None,
+                },
                 _ => None,
             })
     }
@@ -1580,6 +1693,112 @@ name = "metadata"
         let mut plain = budget().writes_only(false);
         let e = plain.set("*", "read_split", "64KiB").unwrap_err();
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
+    }
+
+    #[test]
+    fn a_read_priority_replaces_the_plugins_reads_drl_and_holds_reads_behind_gets() {
+        let budget = || {
+            policy()
+                .writes_only(true)
+                .read_bandwidth(Some(150.0 * MIB))
+                .unwrap()
+        };
+        let settings = PriorityConfig {
+            busy_depth: 0,
+            ..PriorityConfig::default()
+        };
+        let mut p = budget().read_priority(Some(settings.clone())).unwrap();
+        let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
+        let rules = p.setup(&live(&stage, 1));
+        let removes = (rules.iter())
+            .filter(|r| matches!(r, Rule::RemoveObject { name, .. } if name == READS_OBJECT))
+            .count();
+        assert_eq!(removes, 1, "{rules:?}");
+        stage.apply_all(&rules).unwrap();
+        assert!(p.setup(&live(&stage, 1)).is_empty(), "replaced once");
+        let reads = || {
+            let i = stage.info();
+            let c = i.channels.iter().find(|c| c.name == COMPACTION).unwrap();
+            let o = c.objects.iter().find(|o| o.name == READS_OBJECT).unwrap();
+            (o.kind.clone(), o.config.clone())
+        };
+        match reads() {
+            (k, Some(ObjectConfig::Priority(c))) => {
+                assert_eq!(k, "priority");
+                assert_eq!(c.rate, Some(Rate::bytes_per_sec(r(150.0 * MIB))));
+                assert_eq!(c.busy_depth, 0);
+            }
+            other => panic!("compaction/reads: {other:?}"),
+        }
+        let rd = paio::RequestType::READ;
+        let ctx =
+            |name: &str| paio::Context::explicit(1, rd, RequestContext::named(name).unwrap(), 4096);
+        for c in [CTX_L0, CTX_LN] {
+            assert_eq!(
+                stage.route(&ctx(c)),
+                Some((COMPACTION.to_string(), READS_OBJECT.to_string()))
+            );
+        }
+        // Each period's B_r is the priority object's rate, its settings kept.
+        let mut v = view(1, fig(20.0 * MIB, 1.0, 0.0, 0.0));
+        v.info = stage.info();
+        let out = p.period(Duration::ZERO, &[v]);
+        assert_eq!(
+            sent(&out, 1, COMPACTION, READS_OBJECT),
+            Some(r(130.0 * MIB))
+        );
+        stage.apply_all(&out[0].1).unwrap();
+        match reads() {
+            (_, Some(ObjectConfig::Priority(c))) => {
+                assert_eq!(c.rate, Some(Rate::bytes_per_sec(r(130.0 * MIB))));
+                assert_eq!(c.busy_depth, 0);
+            }
+            other => panic!("compaction/reads: {other:?}"),
+        }
+        // A compaction read goes at once while nothing is critical, and
+        // waits while a critical foreground request is in flight.
+        paio::context::with_thread_ref(|t| {
+            let a = stage.try_admit_on_thread(t, &ctx(CTX_LN)).unwrap();
+            stage.complete(a, 4096).unwrap();
+            let mut get = ctx(CTX_FOREGROUND);
+            get.criticality = paio::Criticality::Critical;
+            let g = stage.try_admit_on_thread(t, &get).unwrap();
+            assert!(matches!(
+                stage.try_admit_on_thread(t, &ctx(CTX_LN)),
+                Err(paio::object::TryEnforceError::Wait(_))
+            ));
+            stage.complete(g, 4096).unwrap();
+        });
+        // Its split replaces read_split; both, or no read budget, are refused.
+        let e = budget()
+            .read_split(64 << 10)
+            .unwrap()
+            .read_priority(Some(settings.clone()))
+            .unwrap_err();
+        assert!(e.message.contains("read_priority.split"), "{e}");
+        let e = p.set("*", "read_split", "64KiB").unwrap_err();
+        assert!(e.message.contains("both given"), "{e}");
+        let e = (policy().writes_only(true))
+            .read_priority(Some(settings.clone()))
+            .unwrap_err();
+        assert!(e.message.contains("needs read_bandwidth"), "{e}");
+        let rated = PriorityConfig {
+            rate: Some(Rate::bytes_per_sec(1 << 20)),
+            ..settings
+        };
+        let e = budget().read_priority(Some(rated)).unwrap_err();
+        assert!(e.message.contains("must not set rate"), "{e}");
+        let deep = PriorityConfig {
+            busy_depth: 9,
+            ..PriorityConfig::default()
+        };
+        let e = budget().read_priority(Some(deep)).unwrap_err();
+        assert!(e.message.contains("busy_depth"), "{e}");
+        // Back to a DRL: the priority object is replaced in turn.
+        let back = budget();
+        let rules = back.setup(&live(&stage, 1));
+        stage.apply_all(&rules).unwrap();
+        assert_eq!(reads().0, "drl");
     }
 
     /// A policy with a 150 MiB/s read budget and a 2 ms read-latency
