@@ -632,6 +632,11 @@ def round_order(setups, k):
     return list(setups[i:]) + list(setups[:i])
 
 
+def paiod_refusals(log_text):
+    """The lines of paiod's log saying a stage refused its rules."""
+    return [line.strip() for line in log_text.splitlines() if " refused request " in line]
+
+
 def run_dir(out, workload, setup, run=1, repeat=1):
     """<out>/<workload>/<setup>/, or .../run<k>/ with --repeat > 1."""
     d = out / workload / setup
@@ -703,6 +708,11 @@ def run_setup(args, scale, cgroup, golden, out, workload, setup, notes, run=1, r
         log.close()
         if rc != 0:
             raise RunError(f"{label}: driver failed ({rc}), see {setup_dir / 'driver.log'}")
+        if paiod is not None:
+            refused = paiod_refusals((setup_dir / "paiod.log").read_text(errors="replace"))
+            if refused:
+                raise RunError(f"{label}: the stage refused paiod's rules, so the run did not have "
+                               f"the configured policy (see {setup_dir / 'paiod.log'}): {refused[0]}")
         (setup_dir / "blkio.csv").write_text("\n".join(blkio_rows(sampler.samples)) + "\n")
         if scale.slow_get_us:
             slow = summarize_slow((setup_dir / "slow_gets.csv").read_text())

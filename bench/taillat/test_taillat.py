@@ -434,3 +434,12 @@ def test_disk_rates_and_blkio_rows():
 
 def test_disk_counters_of_a_missing_device_is_none():
     assert run.expt.disk_counters("0:0") is None
+
+
+def test_paiod_refusals_are_found():
+    log = ("2026-11-27T23:04:48Z  INFO paio_control::server: stage 1 registered: rocksdb\n"
+           "2026-11-27T23:04:48Z  WARN paio_control::server: stage 1 refused request Some(1) (Rule): "
+           "rule 3: no object named \"reads\" in channel \"compaction\"\n")
+    found = run.paiod_refusals(log)
+    assert len(found) == 1 and "no object named" in found[0]
+    assert run.paiod_refusals(log.splitlines()[0]) == []

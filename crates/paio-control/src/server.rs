@@ -1115,25 +1115,36 @@ fn register(
 }
 
 /// `rules` without the creation of channels and objects `view` already has
-/// (a stage that outlived a paiod restart keeps its state).
+/// (a stage that outlived a paiod restart keeps its state), read in order:
+/// a channel or object the batch removes before creating it again (a policy
+/// replacing an object of another kind) is created.
 pub fn missing(rules: Vec<Rule>, view: &StageView) -> Vec<Rule> {
-    let channels: HashSet<&str> = view.info.channels.iter().map(|c| c.name.as_str()).collect();
-    let objects: HashSet<(&str, &str)> = view
+    let mut channels: HashSet<String> = view.info.channels.iter().map(|c| c.name.clone()).collect();
+    let mut objects: HashSet<(String, String)> = view
         .info
         .channels
         .iter()
         .flat_map(|c| {
             c.objects
                 .iter()
-                .map(move |o| (c.name.as_str(), o.name.as_str()))
+                .map(move |o| (c.name.clone(), o.name.clone()))
         })
         .collect();
     rules
         .into_iter()
         .filter(|r| match r {
-            Rule::CreateChannel { name } => !channels.contains(name.as_str()),
+            Rule::CreateChannel { name } => channels.insert(name.clone()),
+            Rule::RemoveChannel { name } => {
+                channels.remove(name);
+                objects.retain(|(c, _)| c != name);
+                true
+            }
             Rule::CreateObject { channel, name, .. } => {
-                !objects.contains(&(channel.as_str(), name.as_str()))
+                objects.insert((channel.clone(), name.clone()))
+            }
+            Rule::RemoveObject { channel, name } => {
+                objects.remove(&(channel.clone(), name.clone()));
+                true
             }
             _ => true,
         })

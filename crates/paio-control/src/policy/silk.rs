@@ -1709,7 +1709,10 @@ name = "metadata"
         };
         let mut p = budget().read_priority(Some(settings.clone())).unwrap();
         let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
-        let rules = p.setup(&live(&stage, 1));
+        // As paiod sends them: without what the stage already has.
+        let setup =
+            |p: &SilkPolicy| crate::server::missing(p.setup(&live(&stage, 1)), &live(&stage, 1));
+        let rules = setup(&p);
         let removes = (rules.iter())
             .filter(|r| matches!(r, Rule::RemoveObject { name, .. } if name == READS_OBJECT))
             .count();
@@ -1795,9 +1798,7 @@ name = "metadata"
         let e = budget().read_priority(Some(deep)).unwrap_err();
         assert!(e.message.contains("busy_depth"), "{e}");
         // Back to a DRL: the priority object is replaced in turn.
-        let back = budget();
-        let rules = back.setup(&live(&stage, 1));
-        stage.apply_all(&rules).unwrap();
+        stage.apply_all(&setup(&budget())).unwrap();
         assert_eq!(reads().0, "drl");
     }
 

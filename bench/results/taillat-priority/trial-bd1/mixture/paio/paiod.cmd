@@ -1,1 +1,0 @@
-/work/main/target/release/paiod --config bench/results/taillat-priority/trial-bd1/mixture/paio/paiod.toml --socket /tmp/paio-taillat-u4v5fhz4/paiod.sock
