@@ -107,6 +107,11 @@ class Scale:
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
+    # Every setup: obsolete SST files deleted at this many MiB/s, 4 MiB at a
+    # time (RocksDB's SstFileManager; 0: at once, RocksDB's default). The
+    # data directory's ext4 is mounted with `discard`, so a deletion is a
+    # burst of discards at the disk.
+    delete_rate_mib: float = 0
     # Diagnosis (every setup): each Get slower than this many µs is written
     # to <run>/slow_gets.csv with RocksDB's PerfContext breakdown of where
     # its time went (0: off). Timers on every Get cost CPU: not for the
@@ -376,7 +381,8 @@ def driver_args(scale, setup, workload):
         "--level-base-mib", str(scale.level_base_mib), "--target-file-mib", str(scale.target_file_mib),
         "--block-cache-mib", str(scale.block_cache_mib),
     ] + (["--compaction-readahead-kib", str(scale.compaction_readahead_kib)]
-         if scale.compaction_readahead_kib else [])
+         if scale.compaction_readahead_kib else []) + (
+        ["--delete-rate-mib", f"{scale.delete_rate_mib:g}"] if scale.delete_rate_mib else [])
 
 
 def golden_name(scale):

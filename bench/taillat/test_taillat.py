@@ -443,3 +443,13 @@ def test_paiod_refusals_are_found():
     found = run.paiod_refusals(log)
     assert len(found) == 1 and "no object named" in found[0]
     assert run.paiod_refusals(log.splitlines()[0]) == []
+
+
+def test_delete_rate_goes_to_every_setup():
+    import dataclasses
+    assert "--delete-rate-mib" not in run.driver_args(run.FULL_SCALE, "paio", "mixture")
+    scale = dataclasses.replace(run.FULL_SCALE, delete_rate_mib=100)
+    for setup in run.ALL_SETUPS:
+        args = run.driver_args(scale, setup, "mixture")
+        i = args.index("--delete-rate-mib")
+        assert args[i + 1] == "100"
