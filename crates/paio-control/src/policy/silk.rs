@@ -1098,6 +1098,14 @@ name = "metadata"
         SilkPolicy::new(KVSB, MINB).unwrap()
     }
 
+    /// [`policy`] with `writes_only` and a 150 MiB/s read budget.
+    fn read_budget() -> SilkPolicy {
+        policy()
+            .writes_only(true)
+            .read_bandwidth(Some(150.0 * MIB))
+            .unwrap()
+    }
+
     /// Per-class figures of one period: bytes/s and waited operations.
     #[derive(Debug, Clone, Copy, Default)]
     struct Figures {
@@ -1560,10 +1568,7 @@ name = "metadata"
 
     #[test]
     fn a_read_budget_limits_compaction_reads_to_what_the_foreground_leaves() {
-        let p = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(150.0 * MIB))
-            .unwrap();
+        let p = read_budget();
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
         let info = |stage: &Stage| live(stage, 1);
         let rules = p.setup(&info(&stage));
@@ -1627,10 +1632,7 @@ name = "metadata"
         noop_stage
             .apply_all(&plain.setup(&info(&noop_stage)))
             .unwrap();
-        let mut budget = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(150.0 * MIB))
-            .unwrap();
+        let mut budget = read_budget();
         let mut v = view(1, fig(20.0 * MIB, 1.0, 0.0, 0.0));
         v.info = noop_stage.info();
         let out = budget.period(Duration::ZERO, &[v]);
@@ -1640,13 +1642,7 @@ name = "metadata"
 
     #[test]
     fn a_read_split_goes_with_every_configuration_of_the_compaction_reads() {
-        let budget = || {
-            policy()
-                .writes_only(true)
-                .read_bandwidth(Some(150.0 * MIB))
-                .unwrap()
-        };
-        let mut p = budget().read_split(256 << 10).unwrap();
+        let mut p = read_budget().read_split(256 << 10).unwrap();
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
         stage.apply_all(&p.setup(&live(&stage, 1))).unwrap();
         let split_in_stage = || {
@@ -1689,25 +1685,19 @@ name = "metadata"
         assert!(e.message.contains("multiple of 4 KiB"), "{e}");
         let e = policy().writes_only(true).read_split(4096).unwrap_err();
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
-        assert!(budget().read_split(0).is_ok());
-        let mut plain = budget().writes_only(false);
+        assert!(read_budget().read_split(0).is_ok());
+        let mut plain = read_budget().writes_only(false);
         let e = plain.set("*", "read_split", "64KiB").unwrap_err();
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
     }
 
     #[test]
     fn a_read_priority_replaces_the_plugins_reads_drl_and_holds_reads_behind_gets() {
-        let budget = || {
-            policy()
-                .writes_only(true)
-                .read_bandwidth(Some(150.0 * MIB))
-                .unwrap()
-        };
         let settings = PriorityConfig {
             busy_depth: 0,
             ..PriorityConfig::default()
         };
-        let mut p = budget().read_priority(Some(settings.clone())).unwrap();
+        let mut p = read_budget().read_priority(Some(settings.clone())).unwrap();
         let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
         // As paiod sends them: without what the stage already has.
         let setup =
@@ -1773,7 +1763,7 @@ name = "metadata"
             stage.complete(g, 4096).unwrap();
         });
         // Its split replaces read_split; both, or no read budget, are refused.
-        let e = budget()
+        let e = read_budget()
             .read_split(64 << 10)
             .unwrap()
             .read_priority(Some(settings.clone()))
@@ -1789,26 +1779,23 @@ name = "metadata"
             rate: Some(Rate::bytes_per_sec(1 << 20)),
             ..settings
         };
-        let e = budget().read_priority(Some(rated)).unwrap_err();
+        let e = read_budget().read_priority(Some(rated)).unwrap_err();
         assert!(e.message.contains("must not set rate"), "{e}");
         let deep = PriorityConfig {
             busy_depth: 9,
             ..PriorityConfig::default()
         };
-        let e = budget().read_priority(Some(deep)).unwrap_err();
+        let e = read_budget().read_priority(Some(deep)).unwrap_err();
         assert!(e.message.contains("busy_depth"), "{e}");
         // Back to a DRL: the priority object is replaced in turn.
-        stage.apply_all(&setup(&budget())).unwrap();
+        stage.apply_all(&setup(&read_budget())).unwrap();
         assert_eq!(reads().0, "drl");
     }
 
     /// A policy with a 150 MiB/s read budget and a 2 ms read-latency
     /// target, and a stage with its setup applied.
     fn with_target() -> (SilkPolicy, Stage) {
-        let p = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(150.0 * MIB))
-            .unwrap()
+        let p = read_budget()
             .read_latency_target(Some(Duration::from_millis(2)))
             .unwrap();
         let stage = Stage::from_policy_str(LAYOUT, "<layout>").unwrap();
@@ -1918,10 +1905,7 @@ name = "metadata"
         let mut p = policy().writes_only(true);
         let e = p.set("*", "read_latency_target", "2ms").unwrap_err();
         assert!(e.message.contains("needs read_bandwidth"), "{e}");
-        let budget = policy()
-            .writes_only(true)
-            .read_bandwidth(Some(150.0 * MIB))
-            .unwrap();
+        let budget = read_budget();
         let e = budget
             .clone()
             .read_latency_target(Some(Duration::ZERO))
