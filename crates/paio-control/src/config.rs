@@ -1016,16 +1016,10 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
             let field = "policy.read_priority";
             crate::policy::silk::check_read_priority(c.get_ref(), read)
                 .map_err(|e| cx.err(Some(c.span()), field, e.message))?;
-            if read_split != 0 {
+            crate::policy::silk::check_split_alone(read_split, Some(c.get_ref())).map_err(|e| {
                 let span = p.read_split.as_ref().map(|n| n.span());
-                return Err(cx.err(
-                    span,
-                    "policy.read_split",
-                    "read_split and read_priority both given: the compaction reads' priority \
-                     object splits by its own `split` (set read_priority.split, and leave \
-                     read_split out)",
-                ));
-            }
+                cx.err(span, "policy.read_split", e.message)
+            })?;
             Some(c.get_ref().clone())
         }
         None => None,

@@ -424,7 +424,7 @@ pub fn check_read_split(bytes: u64, read_b: Option<f64>) -> Result<(), PolicyErr
 
 /// Checks that a `read_split` (bytes, 0: off) and a `read_priority` are
 /// not both given: the priority object splits by its own `split`.
-fn check_split_alone(bytes: u64, priority: Option<&PriorityConfig>) -> Result<(), PolicyError> {
+pub fn check_split_alone(bytes: u64, priority: Option<&PriorityConfig>) -> Result<(), PolicyError> {
     if bytes != 0 && priority.is_some() {
         return Err(PolicyError::new(
             "read_split and read_priority both given: the compaction reads' priority object \
