@@ -579,9 +579,9 @@ impl SilkPolicy {
     /// Its `split` replaces [`read_split`](Self::read_split) (given both,
     /// this is refused). At setup, a stage's `compaction/reads` of another
     /// kind than the budget's (the RocksDB plugin's DRL under this, or a
-    /// Noop created while no budget was configured) is replaced. `None` (the default): a
-    /// DRL. Requires a read budget; `rate` and `burst` must be absent (the
-    /// policy sets the rate; the burst is 10 ms of it).
+    /// Noop created while no budget was configured) is replaced. `None`
+    /// (the default): a DRL. Requires a read budget; `rate` and `burst`
+    /// must be absent (the policy sets the rate; the burst is 10 ms of it).
     pub fn read_priority(mut self, config: Option<PriorityConfig>) -> Result<Self, PolicyError> {
         if let Some(c) = &config {
             check_read_priority(c, self.read_b)?;
