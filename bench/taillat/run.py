@@ -104,6 +104,12 @@ class Scale:
     silk_read_busy_depth: int = -1
     silk_read_depth: int = 4
     silk_read_window_us: int = 2000
+    # SILK's write_priority, with writes_only: flush and compaction writes go
+    # through priority objects with this busy_depth (-1: DRLs), depth
+    # silk_write_depth and window silk_write_window_us
+    silk_write_busy_depth: int = -1
+    silk_write_depth: int = 4
+    silk_write_window_us: int = 0
     # RocksDB's compaction_readahead_size in KiB, every setup (0: RocksDB's
     # own, sanitized to 2 MiB with direct I/O): the size of compaction reads
     compaction_readahead_kib: int = 0
@@ -368,6 +374,13 @@ def paiod_config(scale):
             text += f'read_split = "{scale.silk_read_split_kib}KiB"\n'
         if scale.silk_read_latency_us:
             text += f'read_latency_target = "{scale.silk_read_latency_us}us"\n'
+    if scale.silk_write_busy_depth >= 0:
+        if not scale.writes_only:
+            raise RunError("silk_write_busy_depth needs writes_only=1 (paiod's write_priority "
+                           "needs writes_only = true)")
+        text += (f'write_priority = {{ busy_depth = {scale.silk_write_busy_depth}, '
+                 f'depth = {scale.silk_write_depth}, '
+                 f'window = "{scale.silk_write_window_us}us" }}\n')
     return text
 
 

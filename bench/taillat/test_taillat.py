@@ -160,6 +160,12 @@ def test_paiod_config_is_the_issue_config():
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_busy_depth=0,
                                                 silk_read_split_kib=0, silk_read_window_us=500))
     assert 'read_priority = { busy_depth = 0, depth = 4, window = "500us", split = "0KiB" }' in text
+    assert "write_priority" not in text
+    # Flush and compaction writes through priority objects (no split).
+    text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_write_busy_depth=1))
+    assert 'write_priority = { busy_depth = 1, depth = 4, window = "0us" }' in text
+    with pytest.raises(run.RunError, match="needs writes_only=1"):
+        run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_write_busy_depth=1, writes_only=0))
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=150))
     assert 'read_bandwidth = "150MiB/s"' in text
     text = run.paiod_config(dataclasses.replace(run.FULL_SCALE, silk_read_mib=-1))

@@ -50,6 +50,10 @@
 //! #                                # held back while Gets are in flight
 //! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
 //! #                                # reads' budget while Gets' p99 is above it
+//! # write_priority = { busy_depth = 1, window = "0ms" }
+//! #                                # with writes_only: flush and compaction writes go
+//! #                                # through priority objects (their fields but rate,
+//! #                                # burst and split), held back while Gets are in flight
 //! ```
 //!
 //! Kind `criticality` (a latency target for critical I/O,
@@ -258,6 +262,9 @@ pub struct PolicyConfig {
     /// Silk: the compaction reads' priority object, instead of a DRL
     /// ([`SilkPolicy::read_priority`]).
     pub read_priority: Option<PriorityConfig>,
+    /// Silk: the write objects' priority settings, instead of DRLs
+    /// ([`SilkPolicy::write_priority`]); `split` is 0.
+    pub write_priority: Option<PriorityConfig>,
     /// Silk: the foreground latency the compaction reads' budget steers by
     /// ([`SilkPolicy::read_latency_target`]).
     pub read_latency_target: Option<Duration>,
@@ -339,6 +346,7 @@ impl PolicyConfig {
                 })
                 .and_then(|p| p.read_split(self.read_split))
                 .and_then(|p| p.read_priority(self.read_priority.clone()))
+                .and_then(|p| p.write_priority(self.write_priority.clone()))
                 .and_then(|p| p.read_latency_target(self.read_latency_target))
                 .unwrap_or_else(|e| panic!("invalid silk configuration: {e}")),
             ),
@@ -402,6 +410,9 @@ struct RawPolicy {
     read_bandwidth: Option<Spanned<Rate>>,
     read_split: Option<Spanned<Size>>,
     read_priority: Option<Spanned<PriorityConfig>>,
+    /// A table, not a PriorityConfig: a `split` key is refused, and its
+    /// absence means 0 (not the priority object's default).
+    write_priority: Option<Spanned<toml::Table>>,
     read_latency_target: Option<Spanned<HumanDuration>>,
     latency_target: Option<Spanned<HumanDuration>>,
     percentile: Option<Spanned<f64>>,
@@ -457,6 +468,10 @@ impl RawPolicy {
             (
                 "read_priority",
                 self.read_priority.as_ref().map(|x| x.span()),
+            ),
+            (
+                "write_priority",
+                self.write_priority.as_ref().map(|x| x.span()),
             ),
             (
                 "read_bandwidth",
@@ -943,6 +958,7 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         read_bandwidth: None,
         read_split: 0,
         read_priority: None,
+        write_priority: None,
         read_latency_target: None,
         groups,
         latency: None,
@@ -1024,6 +1040,27 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         }
         None => None,
     };
+    let write_priority = match &p.write_priority {
+        Some(t) => {
+            let field = "policy.write_priority";
+            let bad = |message: String| cx.err(Some(t.span()), field, message);
+            if t.get_ref().contains_key("split") {
+                return Err(bad(
+                    "write_priority must not set split: the RocksDB plugin issues each flush or \
+                     compaction write whole (leave split out)"
+                        .into(),
+                ));
+            }
+            let mut c: PriorityConfig = toml::Value::Table(t.get_ref().clone())
+                .try_into()
+                .map_err(|e: toml::de::Error| bad(e.message().to_string()))?;
+            c.split = paio::units::Size(0);
+            crate::policy::silk::check_write_priority(&c, writes_only)
+                .map_err(|e| bad(e.message))?;
+            Some(c)
+        }
+        None => None,
+    };
     let read_latency_target = match &p.read_latency_target {
         Some(t) => {
             let v = cx.duration(t, "policy.read_latency_target")?;
@@ -1043,6 +1080,7 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         read_bandwidth: read,
         read_split,
         read_priority,
+        write_priority,
         read_latency_target,
         groups: Vec::new(),
         latency: None,
@@ -1397,6 +1435,52 @@ rules = [{ rule = "create_channel", name = "x" }]
         let e =
             err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nread_priority = {}\n");
         assert_eq!(e.field, "policy.read_priority", "{e}");
+        assert!(e.message.contains("only by silk"), "{e}");
+    }
+
+    #[test]
+    fn silk_write_priority() {
+        const HEAD: &str =
+            "[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrites_only = true\n";
+        let c = parse(&format!(
+            "{HEAD}write_priority = {{ busy_depth = 0, depth = 2, window = \"1ms\" }}\n"
+        ))
+        .unwrap();
+        let p = c.policy.write_priority.clone().unwrap();
+        assert_eq!((p.busy_depth, p.depth, p.split.0), (0, 2, 0));
+        assert_eq!(p.window.0, Duration::from_millis(1));
+        c.policy.build();
+        for (text, needle) in [
+            (
+                "write_priority = { split = \"64KiB\" }\n",
+                "must not set split",
+            ),
+            (
+                "write_priority = { rate = \"1MiB/s\" }\n",
+                "must not set rate",
+            ),
+            ("write_priority = { busy_depth = 9 }\n", "busy_depth"),
+            ("write_priority = { depht = 2 }\n", "depht"),
+        ] {
+            let e = err(&format!("{HEAD}{text}"));
+            assert_eq!(
+                (e.line, e.field.as_str()),
+                (5, "policy.write_priority"),
+                "{e}"
+            );
+            assert!(e.message.contains(needle), "{e}");
+        }
+        let e =
+            err("[policy]\nkind = \"silk\"\nkvs_bandwidth = \"200MiB/s\"\nwrite_priority = {}\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (4, "policy.write_priority"),
+            "{e}"
+        );
+        assert!(e.message.contains("needs writes_only"), "{e}");
+        let e =
+            err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\nwrite_priority = {}\n");
+        assert_eq!(e.field, "policy.write_priority", "{e}");
         assert!(e.message.contains("only by silk"), "{e}");
     }
 

@@ -339,6 +339,67 @@ fn has_kind(info: &StageInfo, channel: &str, object: &str, kind: &str) -> bool {
         .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object && o.kind == kind))
 }
 
+/// The kind of a controlled object with `priority` settings or without.
+fn kind_of(priority: Option<&PriorityConfig>) -> &'static str {
+    if priority.is_some() {
+        "priority"
+    } else {
+        "drl"
+    }
+}
+
+/// Rules that replace `channel/object` of `info` by one configured as
+/// `config`, in one batch: its mappings are removed and made again, and
+/// the channel's default, when it is the object, passes to the
+/// pass-through object meanwhile (the stage refuses to remove an object in
+/// use).
+fn replace_object(
+    info: &StageInfo,
+    channel: &str,
+    object: &str,
+    config: ObjectConfig,
+) -> Vec<Rule> {
+    let Some(c) = info.channels.iter().find(|c| c.name == channel) else {
+        return Vec::new();
+    };
+    let patterns: Vec<Pattern> = (c.object_rules.iter())
+        .filter(|(_, o)| o == object)
+        .map(|(p, _)| *p)
+        .collect();
+    let is_default = c.default_object == object;
+    let default = |object: &str| Rule::SetDefaultObject {
+        channel: channel.into(),
+        object: object.into(),
+    };
+    let mut rules: Vec<Rule> = (patterns.iter())
+        .map(|p| Rule::UnmapObject {
+            channel: channel.into(),
+            pattern: *p,
+        })
+        .collect();
+    if is_default {
+        rules.push(default(paio::channel::DEFAULT_OBJECT));
+    }
+    rules.push(Rule::RemoveObject {
+        channel: channel.into(),
+        name: object.into(),
+    });
+    rules.push(Rule::CreateObject {
+        channel: channel.into(),
+        name: object.into(),
+        config,
+    });
+    rules.extend(patterns.iter().map(|p| Rule::MapObject {
+        channel: channel.into(),
+        pattern: *p,
+        object: object.into(),
+    }));
+    if is_default {
+        rules.push(default(object));
+    }
+    rules
+}
+
 /// The pattern `{ request_context = name }`.
 fn context_pattern(name: &str) -> Pattern {
     Pattern {
@@ -373,6 +434,9 @@ pub struct SilkPolicy {
     /// The compaction reads' priority object's settings (its `rate` set
     /// each period), instead of a DRL; only with a read budget.
     read_priority: Option<PriorityConfig>,
+    /// The flush and compaction write objects' priority settings (their
+    /// `rate` set each period), instead of DRLs; only with `writes_only`.
+    write_priority: Option<PriorityConfig>,
     /// The foreground p99 latency the read caps steer by, only with a read
     /// budget.
     read_target: Option<Duration>,
@@ -445,15 +509,41 @@ pub fn check_read_priority(
             "read_priority needs read_bandwidth (its rate is the compaction reads' budget)",
         ));
     }
-    if config.rate.is_some() || config.burst.is_some() {
+    check_priority("read_priority", "the compaction reads'", config)
+}
+
+/// Checks a `write_priority`: with `writes_only`, valid settings, no `rate`
+/// or `burst` (the policy sets the rates each period) and `split` 0 (the
+/// RocksDB plugin issues each write whole; a configuration file leaves
+/// `split` out and gets 0).
+pub fn check_write_priority(config: &PriorityConfig, writes_only: bool) -> Result<(), PolicyError> {
+    if !writes_only {
         return Err(PolicyError::new(
-            "read_priority must not set rate or burst: the policy sets the compaction reads' \
-             rate each period from read_bandwidth (the burst is 10 ms of it)",
+            "write_priority needs writes_only = true (without it, the flush and compaction \
+             objects carry their reads too)",
         ));
+    }
+    if config.split.0 != 0 {
+        return Err(PolicyError::new(
+            "write_priority must not split: the RocksDB plugin issues each flush or compaction \
+             write whole (leave split out of the configuration file; 0 in the Rust API)",
+        ));
+    }
+    check_priority("write_priority", "each class's write", config)
+}
+
+/// The checks `read_priority` and `write_priority` share: no `rate` or
+/// `burst` (the policy sets `whose` rate each period), valid settings.
+fn check_priority(field: &str, whose: &str, config: &PriorityConfig) -> Result<(), PolicyError> {
+    if config.rate.is_some() || config.burst.is_some() {
+        return Err(PolicyError::new(format!(
+            "{field} must not set rate or burst: the policy sets {whose} rate each period \
+             (the burst is 10 ms of it)"
+        )));
     }
     config
         .validate()
-        .map_err(|e| PolicyError::new(format!("read_priority: {e}")))
+        .map_err(|e| PolicyError::new(format!("{field}: {e}")))
 }
 
 /// Checks a `read_latency_target`: more than 0, with a read budget `read_b`.
@@ -506,6 +596,7 @@ impl SilkPolicy {
             read_b: None,
             read_split: 0,
             read_priority: None,
+            write_priority: None,
             read_target: None,
             read_caps: BTreeMap::new(),
             unjudged: BTreeMap::new(),
@@ -527,6 +618,7 @@ impl SilkPolicy {
             self.read_b = None;
             self.read_split = 0;
             self.read_priority = None;
+            self.write_priority = None;
             self.read_target = None;
         }
         self
@@ -591,6 +683,32 @@ impl SilkPolicy {
         Ok(self)
     }
 
+    /// With [`writes_only`](Self::writes_only): the write objects
+    /// [`FLUSH`]/[`FLUSH_OBJECT`], [`COMPACTION`]/[`L0_OBJECT`] and
+    /// [`COMPACTION`]/[`LN_OBJECT`] are priority objects with these settings
+    /// instead of DRLs, each one's `rate` set to its class's SILK allocation
+    /// each period, so that besides the allocation flush and compaction
+    /// writes wait in the stage while the store's critical requests are in
+    /// flight or were `window` ago (at most `busy_depth` of each object's
+    /// writes outstanding then, `depth` otherwise). With direct I/O for
+    /// flush and compaction, a write the stage admits goes straight to the
+    /// device, where a foreground read arriving after it waits; this holds
+    /// writes back at that moment, at the cost of background throughput
+    /// while the foreground is busy (more write stalls if compactions fall
+    /// behind; the starvation guard still admits one per `starvation`).
+    /// Buffered writes only fill the page cache, so it does little for
+    /// them. At setup, a stage's objects of another kind (the RocksDB
+    /// plugin's DRLs) are replaced in one batch, their mappings and default
+    /// kept. `None` (the default): DRLs. Requires `writes_only`; `rate` and
+    /// `burst` must be absent and `split` 0.
+    pub fn write_priority(mut self, config: Option<PriorityConfig>) -> Result<Self, PolicyError> {
+        if let Some(c) = &config {
+            check_write_priority(c, self.writes_only)?;
+        }
+        self.write_priority = config;
+        Ok(self)
+    }
+
     /// With a [`read_bandwidth`](Self::read_bandwidth): steers the
     /// compaction reads' budget by the foreground's latency. Each period,
     /// each stage's read cap `C_r` (starting at `KVSB_r`) is halved, never
@@ -644,10 +762,38 @@ impl SilkPolicy {
 
     /// The kind of object [`reads_object`](Self::reads_object) configures.
     fn reads_kind(&self) -> &'static str {
-        if self.read_priority.is_some() {
-            "priority"
+        kind_of(self.read_priority.as_ref())
+    }
+
+    /// A write object ([`FLUSH_OBJECT`], [`L0_OBJECT`], [`LN_OBJECT`]) at
+    /// `rate` bytes/s: the priority object of
+    /// [`write_priority`](Self::write_priority), or a DRL.
+    fn writes_object(&self, rate: f64) -> ObjectConfig {
+        match &self.write_priority {
+            Some(p) => ObjectConfig::Priority(PriorityConfig {
+                rate: Some(Rate::bytes_per_sec(common::to_rate(rate))),
+                ..p.clone()
+            }),
+            None => common::drl(rate),
+        }
+    }
+
+    /// The kind of object `channel/object` (one the policy controls) is
+    /// configured as.
+    fn kind_for(&self, object: &str) -> &'static str {
+        if object == READS_OBJECT {
+            self.reads_kind()
         } else {
-            "drl"
+            kind_of(self.write_priority.as_ref())
+        }
+    }
+
+    /// `object`'s configuration at `rate` bytes/s.
+    fn object_at(&self, object: &str, rate: f64) -> ObjectConfig {
+        if object == READS_OBJECT {
+            self.reads_object(rate)
+        } else {
+            self.writes_object(rate)
         }
     }
 
@@ -722,12 +868,16 @@ impl ControlPolicy for SilkPolicy {
             (COMPACTION, L0_OBJECT, self.min_b),
             (COMPACTION, LN_OBJECT, self.kvs_b),
         ] {
+            let config = self.writes_object(rate);
             if !has_object(info, ch, obj) {
                 rules.push(Rule::CreateObject {
                     channel: ch.into(),
                     name: obj.into(),
-                    config: common::drl(rate),
+                    config,
                 });
+            } else if !has_kind(info, ch, obj, self.kind_for(obj)) {
+                // The RocksDB plugin's DRLs under write_priority, or back.
+                rules.extend(replace_object(info, ch, obj, config));
             }
         }
         let channel = |name: &str| info.channels.iter().find(|c| c.name == name);
@@ -747,7 +897,7 @@ impl ControlPolicy for SilkPolicy {
                 object: L0_OBJECT.into(),
             });
         }
-        let mut read_patterns = [
+        let read_patterns = [
             (FLUSH, CTX_FLUSH),
             (COMPACTION, CTX_L0),
             (COMPACTION, CTX_LN),
@@ -774,39 +924,25 @@ impl ControlPolicy for SilkPolicy {
             }
         }
         if self.writes_only {
-            // A layout's compaction `reads` of another kind than the read
-            // budget's (the RocksDB plugin's DRL, under read_priority) is
-            // replaced: unmapped, removed, created again and mapped below,
-            // in one batch (the stage applies it at once).
-            let replace = self.read_b.is_some()
-                && has_object(info, COMPACTION, READS_OBJECT)
-                && !has_kind(info, COMPACTION, READS_OBJECT, self.reads_kind());
-            if replace {
-                for (ch, pattern, mapped) in read_patterns.iter_mut() {
-                    if *ch == COMPACTION && *mapped {
-                        rules.push(Rule::UnmapObject {
-                            channel: COMPACTION.into(),
-                            pattern: *pattern,
-                        });
-                        *mapped = false;
-                    }
-                }
-                rules.push(Rule::RemoveObject {
-                    channel: COMPACTION.into(),
-                    name: READS_OBJECT.into(),
-                });
-            }
             for ch in [FLUSH, COMPACTION] {
-                if !has_object(info, ch, READS_OBJECT) || (replace && ch == COMPACTION) {
-                    let config = match self.read_b {
-                        Some(r) if ch == COMPACTION => self.reads_object(r),
-                        _ => paio::ObjectConfig::Noop,
-                    };
+                let config = match self.read_b {
+                    Some(r) if ch == COMPACTION => self.reads_object(r),
+                    _ => paio::ObjectConfig::Noop,
+                };
+                if !has_object(info, ch, READS_OBJECT) {
                     rules.push(Rule::CreateObject {
                         channel: ch.into(),
                         name: READS_OBJECT.into(),
                         config,
                     });
+                } else if ch == COMPACTION
+                    && self.read_b.is_some()
+                    && !has_kind(info, ch, READS_OBJECT, self.reads_kind())
+                {
+                    // A layout's compaction `reads` of another kind than the
+                    // read budget's (the RocksDB plugin's DRL, under
+                    // read_priority).
+                    rules.extend(replace_object(info, ch, READS_OBJECT, config));
                 }
             }
             // Two classifiers outrank the request context alone, so these
@@ -878,12 +1014,7 @@ impl ControlPolicy for SilkPolicy {
                 (COMPACTION, READS_OBJECT, reads),
             ] {
                 let Some(rate) = rate else { continue };
-                let kind = if obj == READS_OBJECT {
-                    self.reads_kind()
-                } else {
-                    "drl"
-                };
-                if !has_kind(&view.info, ch, obj, kind) {
+                if !has_kind(&view.info, ch, obj, self.kind_for(obj)) {
                     continue;
                 }
                 let key = (view.id, ch, obj);
@@ -894,15 +1025,10 @@ impl ControlPolicy for SilkPolicy {
                     }
                     _ => {
                         next.insert(key, r);
-                        let config = if obj == READS_OBJECT {
-                            self.reads_object(r as f64)
-                        } else {
-                            common::drl(r as f64)
-                        };
                         rules.push(Rule::Configure {
                             channel: ch.into(),
                             object: obj.into(),
-                            config,
+                            config: self.object_at(obj, r as f64),
                         });
                     }
                 }
@@ -1791,6 +1917,162 @@ name = "metadata"
         // Back to a DRL: the priority object is replaced in turn.
         stage.apply_all(&setup(&read_budget())).unwrap();
         assert_eq!(reads().0, "drl");
+    }
+
+    #[test]
+    fn a_write_priority_replaces_the_plugins_drls_keeping_routes_and_holds_writes_behind_gets() {
+        let settings = PriorityConfig {
+            busy_depth: 0,
+            split: paio::units::Size(0),
+            ..PriorityConfig::default()
+        };
+        let mut p = read_budget()
+            .write_priority(Some(settings.clone()))
+            .unwrap();
+        let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
+        let setup =
+            |p: &SilkPolicy| crate::server::missing(p.setup(&live(&stage, 1)), &live(&stage, 1));
+        let rules = setup(&p);
+        let removed: Vec<&str> = (rules.iter())
+            .filter_map(|r| match r {
+                Rule::RemoveObject { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, [FLUSH_OBJECT, L0_OBJECT, LN_OBJECT], "{rules:?}");
+        stage.apply_all(&rules).unwrap();
+        assert!(p.setup(&live(&stage, 1)).is_empty(), "replaced once");
+        let kind = |ch: &str, obj: &str| {
+            let i = stage.info();
+            let c = i.channels.iter().find(|c| c.name == ch).unwrap();
+            (c.objects.iter().find(|o| o.name == obj))
+                .map(|o| o.kind.clone())
+                .unwrap()
+        };
+        for (ch, obj) in [
+            (FLUSH, FLUSH_OBJECT),
+            (COMPACTION, L0_OBJECT),
+            (COMPACTION, LN_OBJECT),
+        ] {
+            assert_eq!(kind(ch, obj), "priority", "{ch}/{obj}");
+        }
+        assert_eq!(kind(COMPACTION, READS_OBJECT), "drl");
+        // Every route is as before: defaults and mappings kept.
+        let ctx = |ty: paio::RequestType, name: &str| {
+            paio::Context::explicit(1, ty, RequestContext::named(name).unwrap(), 4096)
+        };
+        let wr = paio::RequestType::WRITE;
+        for (c, ch, obj) in [
+            (CTX_FLUSH, FLUSH, FLUSH_OBJECT),
+            (CTX_L0, COMPACTION, L0_OBJECT),
+            (CTX_LN, COMPACTION, LN_OBJECT),
+        ] {
+            assert_eq!(
+                stage.route(&ctx(wr, c)),
+                Some((ch.into(), obj.into())),
+                "{c}"
+            );
+        }
+        assert_eq!(
+            stage.route(&ctx(paio::RequestType::READ, CTX_LN)),
+            Some((COMPACTION.into(), READS_OBJECT.into()))
+        );
+        // Each period's allocation is each priority object's rate, as the
+        // DRLs' would be, its settings kept.
+        let mut v = view(1, fig(20.0 * MIB, 5.0 * MIB, 0.0, 30.0 * MIB));
+        v.info = stage.info();
+        let out = p.period(Duration::ZERO, std::slice::from_ref(&v));
+        let mut drls = read_budget();
+        v.info = live(
+            &Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap(),
+            1,
+        )
+        .info;
+        let expected = drls.period(Duration::ZERO, &[v]);
+        for (ch, obj) in [
+            (FLUSH, FLUSH_OBJECT),
+            (COMPACTION, L0_OBJECT),
+            (COMPACTION, LN_OBJECT),
+        ] {
+            let rate = sent(&out, 1, ch, obj);
+            assert!(rate.is_some(), "{ch}/{obj}: {out:?}");
+            assert_eq!(rate, sent(&expected, 1, ch, obj), "{ch}/{obj}");
+        }
+        stage.apply_all(&out[0].1).unwrap();
+        let i = stage.info();
+        let c = i.channels.iter().find(|c| c.name == COMPACTION).unwrap();
+        match &c
+            .objects
+            .iter()
+            .find(|o| o.name == LN_OBJECT)
+            .unwrap()
+            .config
+        {
+            Some(ObjectConfig::Priority(c)) => {
+                assert_eq!(c.busy_depth, 0);
+                assert_eq!(
+                    c.rate.map(|r| r.per_second),
+                    sent(&out, 1, COMPACTION, LN_OBJECT)
+                );
+            }
+            other => panic!("compaction/ln: {other:?}"),
+        }
+        // A compaction write goes at once while nothing is critical, and
+        // waits while a critical foreground request is in flight.
+        paio::context::with_thread_ref(|t| {
+            let a = stage.try_admit_on_thread(t, &ctx(wr, CTX_LN)).unwrap();
+            stage.complete(a, 4096).unwrap();
+            let mut get = ctx(paio::RequestType::READ, CTX_FOREGROUND);
+            get.criticality = paio::Criticality::Critical;
+            let g = stage.try_admit_on_thread(t, &get).unwrap();
+            for c in [CTX_FLUSH, CTX_L0, CTX_LN] {
+                assert!(
+                    matches!(
+                        stage.try_admit_on_thread(t, &ctx(wr, c)),
+                        Err(paio::object::TryEnforceError::Wait(_))
+                    ),
+                    "{c}"
+                );
+            }
+            stage.complete(g, 4096).unwrap();
+        });
+        // Refused: without writes_only, with a rate, burst or split.
+        let e = policy().write_priority(Some(settings.clone())).unwrap_err();
+        assert!(e.message.contains("needs writes_only"), "{e}");
+        for (bad, what) in [
+            (
+                PriorityConfig {
+                    rate: Some(Rate::bytes_per_sec(1 << 20)),
+                    ..settings.clone()
+                },
+                "must not set rate",
+            ),
+            (
+                PriorityConfig {
+                    split: paio::units::Size(64 << 10),
+                    ..settings.clone()
+                },
+                "must not split",
+            ),
+            (
+                PriorityConfig {
+                    busy_depth: 9,
+                    ..settings.clone()
+                },
+                "busy_depth",
+            ),
+        ] {
+            let e = read_budget().write_priority(Some(bad)).unwrap_err();
+            assert!(e.message.contains(what), "{e}");
+        }
+        // Back to DRLs: replaced in turn, routes kept.
+        stage.apply_all(&setup(&read_budget())).unwrap();
+        assert_eq!(kind(FLUSH, FLUSH_OBJECT), "drl");
+        assert_eq!(kind(COMPACTION, LN_OBJECT), "drl");
+        assert_eq!(
+            stage.route(&ctx(wr, CTX_L0)),
+            Some((COMPACTION.into(), L0_OBJECT.into()))
+        );
     }
 
     /// A policy with a 150 MiB/s read budget and a 2 ms read-latency
