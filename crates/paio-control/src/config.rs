@@ -50,7 +50,7 @@
 //! #                                # held back while Gets are in flight
 //! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
 //! #                                # reads' budget while Gets' p99 is above it
-//! # write_priority = { busy_depth = 1, window = "0ms" }
+//! # write_priority = { busy_depth = 0, window = "0ms" }
 //! #                                # with writes_only: flush and compaction writes go
 //! #                                # through priority objects (their fields but rate,
 //! #                                # burst and split), held back while Gets are in flight
@@ -1820,6 +1820,38 @@ rules = [{ rule = "create_channel", name = "x" }]
             }
         }
         assert!(n >= 3, "{n} example files in {}", dir.display());
+    }
+
+    /// Each option silk.toml shows commented out works when uncommented
+    /// (read_priority in place of read_split, as its comment says).
+    #[test]
+    fn silk_example_options_parse_when_uncommented() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../policies/paiod/silk.toml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        for option in ["read_priority", "write_priority", "read_latency_target"] {
+            let mut found = false;
+            let edited: String = (text.lines())
+                .map(|l| {
+                    if l.starts_with(&format!("# {option} = ")) {
+                        found = true;
+                        format!("{}\n", &l[2..])
+                    } else if option == "read_priority" && l.starts_with("read_split") {
+                        format!("# {l}\n")
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect();
+            assert!(found, "no commented `{option}` in {}", path.display());
+            let c = parse(&edited).unwrap_or_else(|e| panic!("{option}: {e}"));
+            c.policy.build();
+            let set = match option {
+                "read_priority" => c.policy.read_priority.is_some() && c.policy.read_split == 0,
+                "write_priority" => c.policy.write_priority.is_some(),
+                _ => c.policy.read_latency_target.is_some(),
+            };
+            assert!(set, "{option} not in effect");
+        }
     }
 
     #[test]

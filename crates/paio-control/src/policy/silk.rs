@@ -25,8 +25,9 @@
 //! `request_context` classifier (a `set_classifiers` keeping the enabled
 //! ones, only when it is not enabled: patterns may only name enabled
 //! classifiers), the `foreground`, `flush` and `compaction` channels, the
-//! DRL objects `limit`, `l0` and `ln` at `{minB, minB, KVSB}`, `limit` and
-//! `ln` as default objects, the object mapping `compaction_l0 → l0` and the
+//! DRL objects `limit`, `l0` and `ln` at `{minB, minB, KVSB}` (priority
+//! objects under [`SilkPolicy::write_priority`], which replace a layout's
+//! DRLs keeping their mappings), `limit` and `ln` as default objects, the object mapping `compaction_l0 → l0` and the
 //! channel mappings of the four request contexts. Mapping rules
 //! (`map_channel`, `map_object`, `set_default_object`) are idempotent in the
 //! stage (an identical pattern is replaced, not duplicated), and are only
@@ -68,7 +69,7 @@
 //!    stage's read cap `C_r ≤ KVSB_r`: halved (never below `minB`) in a
 //!    period whose foreground p99 latency exceeded the target, raised by
 //!    [`READ_CAP_STEP`]` · KVSB_r` (never above `KVSB_r`) in any other;
-//! 4. `configure` rules set the DRL rates of `flush/limit`, `compaction/l0`,
+//! 4. `configure` rules set the rates of `flush/limit`, `compaction/l0`,
 //!    `compaction/ln` (and `compaction/reads`, with
 //!    [`SilkPolicy::read_split`] as its `split`), only for rates that moved by more than
 //!    [`DEADBAND`] since the last one sent to that
@@ -77,7 +78,7 @@
 //! Choices:
 //!
 //! - **Activity.** A class is active when its bytes/s in the period are
-//!   positive *or* requests waited in its DRL during the period
+//!   positive *or* requests waited in its object during the period
 //!   (`wait.waited_ops > 0`): a throttled class still moves bytes, but one
 //!   held back for a whole period may move none, and must not be mistaken
 //!   for an idle one (which would hand its bandwidth away and keep it
@@ -128,13 +129,16 @@ use super::{ControlPolicy, GroupTarget, PolicyError, StageId, StageView};
 pub const FOREGROUND: &str = "foreground";
 /// Channel of memtable flushes.
 pub const FLUSH: &str = "flush";
-/// The DRL object of [`FLUSH`] (its default object).
+/// The rate-limited object of [`FLUSH`] (its default object): a DRL, or a
+/// priority object under [`SilkPolicy::write_priority`].
 pub const FLUSH_OBJECT: &str = "limit";
 /// Channel of compactions.
 pub const COMPACTION: &str = "compaction";
-/// The high-priority DRL object of [`COMPACTION`] (L0 compactions).
+/// The high-priority rate-limited object of [`COMPACTION`] (L0
+/// compactions), of the same kind as [`FLUSH_OBJECT`].
 pub const L0_OBJECT: &str = "l0";
-/// The low-priority DRL object of [`COMPACTION`] (its default object).
+/// The low-priority rate-limited object of [`COMPACTION`] (its default
+/// object), of the same kind as [`FLUSH_OBJECT`].
 pub const LN_OBJECT: &str = "ln";
 /// The object of [`FLUSH`] and [`COMPACTION`] that takes their reads when
 /// only writes are limited ([`SilkPolicy::writes_only`]): Noop, except in
