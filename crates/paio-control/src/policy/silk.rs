@@ -615,7 +615,8 @@ impl SilkPolicy {
     /// creates, and `Fl`, `L0` and `LN` are write rates. `Fg` stays all of
     /// the foreground's I/O. Without it (the default), reads and writes share
     /// each class's rate, and turning it off drops any
-    /// [`read_bandwidth`](Self::read_bandwidth).
+    /// [`read_bandwidth`](Self::read_bandwidth) and
+    /// [`write_priority`](Self::write_priority).
     pub fn writes_only(mut self, on: bool) -> Self {
         self.writes_only = on;
         if !on {
