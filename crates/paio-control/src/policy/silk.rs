@@ -343,6 +343,14 @@ fn has_kind(info: &StageInfo, channel: &str, object: &str, kind: &str) -> bool {
         .any(|c| c.name == channel && c.objects.iter().any(|o| o.name == object && o.kind == kind))
 }
 
+/// A priority object with settings `p` at `rate` bytes/s.
+fn priority_at(p: &PriorityConfig, rate: f64) -> ObjectConfig {
+    ObjectConfig::Priority(PriorityConfig {
+        rate: Some(Rate::bytes_per_sec(common::to_rate(rate))),
+        ..p.clone()
+    })
+}
+
 /// The kind of a controlled object with `priority` settings or without.
 fn kind_of(priority: Option<&PriorityConfig>) -> &'static str {
     if priority.is_some() {
@@ -757,10 +765,7 @@ impl SilkPolicy {
     /// `read_split`.
     fn reads_object(&self, rate: f64) -> ObjectConfig {
         match &self.read_priority {
-            Some(p) => ObjectConfig::Priority(PriorityConfig {
-                rate: Some(Rate::bytes_per_sec(common::to_rate(rate))),
-                ..p.clone()
-            }),
+            Some(p) => priority_at(p, rate),
             None => ObjectConfig::Drl(common::drl_config(rate).with_split(self.read_split)),
         }
     }
@@ -775,10 +780,7 @@ impl SilkPolicy {
     /// [`write_priority`](Self::write_priority), or a DRL.
     fn writes_object(&self, rate: f64) -> ObjectConfig {
         match &self.write_priority {
-            Some(p) => ObjectConfig::Priority(PriorityConfig {
-                rate: Some(Rate::bytes_per_sec(common::to_rate(rate))),
-                ..p.clone()
-            }),
+            Some(p) => priority_at(p, rate),
             None => common::drl(rate),
         }
     }
