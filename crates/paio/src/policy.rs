@@ -162,6 +162,7 @@ struct ObjectSection {
     name: Spanned<String>,
     kind: Spanned<Kind>,
     rate: Option<Spanned<Rate>>,
+    rate_critical: Option<Spanned<bool>>,
     burst: Option<Spanned<Size>>,
     zero_size_cost: Option<Spanned<u64>>,
     depth: Option<Spanned<u32>>,
@@ -206,6 +207,7 @@ impl Kind {
                 "window",
                 "starvation",
                 "rate",
+                "rate_critical",
                 "burst",
                 "split",
                 "split_when",
@@ -652,6 +654,9 @@ fn object_config(
     let kind = *obj.kind.get_ref();
     let given = [
         obj.rate.as_ref().map(|v| (v.span(), "rate")),
+        obj.rate_critical
+            .as_ref()
+            .map(|v| (v.span(), "rate_critical")),
         obj.burst.as_ref().map(|v| (v.span(), "burst")),
         obj.zero_size_cost
             .as_ref()
@@ -708,6 +713,7 @@ fn object_config(
                     .as_ref()
                     .map_or(d.starvation, |v| *v.get_ref()),
                 rate: obj.rate.as_ref().map(|v| *v.get_ref()),
+                rate_critical: obj.rate_critical.as_ref().is_some_and(|v| *v.get_ref()),
                 burst: obj.burst.as_ref().map(|v| *v.get_ref()),
                 split: obj.split.as_ref().map_or(d.split, |v| *v.get_ref()),
                 split_when: obj
@@ -1319,11 +1325,23 @@ name = "fg"
     }
 
     #[test]
+    fn rate_critical_without_rate() {
+        fails(
+            &format!("{OBJ}kind = \"priority\"\nrate_critical = true\n"),
+            6,
+            17,
+            "channel[0].object[0].rate_critical",
+            &["needs a rate"],
+        );
+    }
+
+    #[test]
     fn priority_objects_take_their_settings_and_defaults() {
         let text = format!(
             "{OBJ}kind = \"priority\"\n\
              [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\ndepth = 8\nbusy_depth = 0\n\
-             critical_depth = 16\nshared_busy_depth = 2\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\nsplit_when = \"always\"\n"
+             critical_depth = 16\nshared_busy_depth = 2\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\n\
+             rate_critical = true\nsplit_when = \"always\"\n"
         );
         let stage = Stage::from_policy_str(&text, "t.toml").unwrap();
         let info = stage.info();
@@ -1345,6 +1363,7 @@ name = "fg"
                 window: HumanDuration(std::time::Duration::from_micros(500)),
                 starvation: HumanDuration(std::time::Duration::from_millis(20)),
                 rate: Some(Rate::bytes_per_sec(10 << 20)),
+                rate_critical: true,
                 burst: None,
                 split: Size(32 << 10),
                 split_when: SplitWhen::Always,

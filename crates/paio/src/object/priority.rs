@@ -26,7 +26,9 @@
 //!   them); they keep their arrival order and take critical slots.
 //! - **Rate.** With `rate`, non-critical requests also pass a token bucket
 //!   ([`crate::object::Drl`] semantics, refunded at completion for bytes not
-//!   moved) before they queue for a slot; critical requests never do.
+//!   moved) before they queue for a slot; critical requests do only with
+//!   `rate_critical` (the rate is then a budget for everything the object
+//!   admits, and criticality only orders).
 //!
 //! A request that nobody waits ahead of and that may go at once is admitted
 //! by one compare-and-swap on a word of slot counts, and completed by one
@@ -115,6 +117,15 @@ pub struct PriorityConfig {
     /// second (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<Rate>,
+    /// Whether critical requests pass `rate` too. false (the default): they
+    /// never wait for tokens, so a background request made critical (a
+    /// promotion, a loan, RocksDB's stall inheritance) leaves the rate
+    /// behind, at the cost of everything else on the device. true: the rate
+    /// is a budget nothing the object admits exceeds, and criticality only
+    /// orders requests and gives them the critical slots (SILK's allocation
+    /// is such a budget). Needs `rate`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rate_critical: bool,
     /// The burst of `rate`, in tokens (default: 10 ms of it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<Size>,
@@ -182,6 +193,7 @@ impl Default for PriorityConfig {
             window: default_window(),
             starvation: default_starvation(),
             rate: None,
+            rate_critical: false,
             burst: None,
             split: default_split(),
             split_when: SplitWhen::Busy,
@@ -234,6 +246,9 @@ impl PriorityConfig {
         }
         if self.burst.is_some() && self.rate.is_none() {
             return invalid("burst", "needs a rate");
+        }
+        if self.rate_critical && self.rate.is_none() {
+            return invalid("rate_critical", "needs a rate");
         }
         if self.split.0 % SPLIT_ALIGN != 0 {
             return invalid("split", SPLIT_REASON);
@@ -503,6 +518,8 @@ struct Limits {
     split: AtomicU64,
     /// `split_when = "always"`.
     split_always: AtomicBool,
+    /// `rate_critical`.
+    rate_critical: AtomicBool,
 }
 
 impl Limits {
@@ -515,6 +532,7 @@ impl Limits {
             window_ns: AtomicU64::new(0),
             split: AtomicU64::new(0),
             split_always: AtomicBool::new(false),
+            rate_critical: AtomicBool::new(false),
         };
         l.set(config);
         l
@@ -531,6 +549,7 @@ impl Limits {
         self.split.store(c.split.0, Ordering::Relaxed);
         self.split_always
             .store(c.split_when == SplitWhen::Always, Ordering::Relaxed);
+        self.rate_critical.store(c.rate_critical, Ordering::Relaxed);
     }
 }
 
@@ -713,6 +732,13 @@ impl Priority {
             drop(self.lock());
             self.changed.notify_all();
         }
+    }
+
+    /// Whether a request of class `critical` passes the rate limiter.
+    #[inline]
+    fn pays_rate(&self, critical: bool) -> bool {
+        self.rated.load(Ordering::Acquire)
+            && (!critical || self.limits.rate_critical.load(Ordering::Relaxed))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -1047,13 +1073,13 @@ impl EnforcementObject for Priority {
         let mut critical = ctx.criticality.is_critical();
         let mut note = 0;
         let mut waited_ns = 0;
-        if !critical && self.rated.load(Ordering::Acquire) {
+        if self.pays_rate(critical) {
             if let Some(drl) = self.rate.load_full() {
                 waited_ns = drl.enforce(ctx, &mut Request::new(None))?;
                 note |= NOTE_RATED;
                 // A critical thread may have started waiting for this one
                 // while it waited for tokens.
-                critical = crate::inheritance::calling_thread_holds_loan();
+                critical = critical || crate::inheritance::calling_thread_holds_loan();
             }
         }
         let (as_critical, queued_ns, token) = self.acquire(ctx, critical);
@@ -1075,7 +1101,7 @@ impl EnforcementObject for Priority {
         let critical = ctx.criticality.is_critical();
         let mut note = 0;
         let mut rated = None;
-        if !critical && self.rated.load(Ordering::Acquire) {
+        if self.pays_rate(critical) {
             if let Some(drl) = self.rate.load_full() {
                 drl.try_enforce(ctx, &mut Request::new(None))?;
                 note |= NOTE_RATED;
@@ -1533,6 +1559,58 @@ mod tests {
         let c = p.admit(&ctx(2, true, 1 << 30)).unwrap();
         assert_eq!((c.waited_ns, c.note), (0, NOTE_CRITICAL));
         p.complete(&ctx(2, true, 1 << 30), c.note, 0);
+    }
+
+    #[test]
+    fn rate_critical_makes_the_rate_a_budget_for_critical_requests_too() {
+        let config = PriorityConfig {
+            rate: Some(Rate::bytes_per_sec(1000)),
+            burst: Some(Size(1000)),
+            rate_critical: true,
+            ..PriorityConfig::default()
+        };
+        let (p, clock) = object(config.clone());
+        let k = ctx(2, true, 1000);
+        // Charged, and still admitted as critical.
+        let a = p.admit(&k).unwrap();
+        assert_eq!(a.note, NOTE_RATED | NOTE_CRITICAL);
+        // The bucket is empty: a critical request waits for tokens too.
+        assert!(p.try_admit(&ctx(2, true, 1)).is_err());
+        // A short call refunds what it did not move.
+        p.complete(&k, a.note, 400);
+        let b = p.try_admit(&ctx(2, true, 600)).unwrap();
+        assert_eq!(b.note, NOTE_RATED | NOTE_CRITICAL);
+        p.complete(&ctx(2, true, 600), b.note, 600);
+        assert!(p.try_admit(&ctx(2, true, 1)).is_err());
+        clock.advance(Duration::from_secs(1));
+        let c = p.try_admit(&ctx(2, true, 1000)).unwrap();
+        p.complete(&ctx(2, true, 1000), c.note, 1000);
+        // Switched off at run time: critical requests pass the empty bucket.
+        p.configure(&ObjectConfig::Priority(PriorityConfig {
+            rate_critical: false,
+            ..config
+        }))
+        .unwrap();
+        let d = p.try_admit(&ctx(2, true, 1000)).unwrap();
+        assert_eq!(d.note, NOTE_CRITICAL);
+        p.complete(&ctx(2, true, 1000), d.note, 1000);
+    }
+
+    #[test]
+    fn rate_critical_needs_a_rate() {
+        let e = PriorityConfig {
+            rate_critical: true,
+            ..PriorityConfig::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Invalid {
+                field: "rate_critical",
+                reason: "needs a rate".into()
+            }
+        );
     }
 
     #[test]
