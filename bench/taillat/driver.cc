@@ -92,6 +92,9 @@ struct Args {
   // Obsolete SST files deleted at this rate, in 4 MiB pieces (RocksDB's
   // SstFileManager; 0: at once, RocksDB's default).
   double delete_rate_mib = 0;
+  // paio setup: flush and L0 compaction requests critical while writes are
+  // stalled or delayed (the plugin's critical_during_stalls, its default).
+  bool paio_stall_critical = true;
   bool quiet = false;
   std::string preload_order = "random";  // random (a permutation of 0..N-1) or seq
   bool preload_wait = false;             // wait for compactions before closing
@@ -113,6 +116,7 @@ void Usage() {
                "  --write-buffer-mib N  --max-write-buffer-number N  --block-cache-mib N\n"
                "  --target-file-mib N  --level-base-mib N  --flush-threads N  --compaction-threads N\n"
                "  --bloom-bits N  --no-direct  --compaction-readahead-kib N  --delete-rate-mib X  --quiet\n"
+               "  --paio-stall-critical 0|1 (paio setup: the plugin's critical_during_stalls, default 1)\n"
                "  --slow-get-us N --slow-out FILE.csv  (diagnosis: where each Get slower than N us spent its time)\n"
                "  preload: --preload-order random|seq (default random)  --preload-wait (let compactions finish)\n");
   std::exit(2);
@@ -157,7 +161,11 @@ Args ParseArgs(int argc, char** argv) {
     else if (k == "--no-direct") a.direct = false;
     else if (k == "--compaction-readahead-kib") a.compaction_readahead_kib = std::stoull(val());
     else if (k == "--delete-rate-mib") a.delete_rate_mib = std::stod(val());
-    else if (k == "--quiet") a.quiet = true;
+    else if (k == "--paio-stall-critical") {
+      std::string v = val();
+      if (v != "0" && v != "1") Die("--paio-stall-critical " + v + ": expected 0 or 1");
+      a.paio_stall_critical = v == "1";
+    } else if (k == "--quiet") a.quiet = true;
     else if (k == "--slow-get-us") a.slow_get_us = std::stoull(val());
     else if (k == "--slow-out") a.slow_out = val();
     else if (k == "--preload-order") a.preload_order = val();
@@ -394,6 +402,7 @@ int Run(const Args& a) {
     po.stage_name = "rocksdb";
     po.labels["app"] = "taillat";
     po.labels["workload"] = a.workload;
+    po.critical_during_stalls = a.paio_stall_critical;
     std::string err;
     plugin = paio_rocksdb::Plugin::Create(po, &err);
     if (!plugin) Die("paio plugin: " + err);

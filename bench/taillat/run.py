@@ -123,6 +123,11 @@ class Scale:
     # its time went (0: off). Timers on every Get cost CPU: not for the
     # comparisons, for finding what a spike is made of.
     slow_get_us: int = 0
+    # paio setup: the plugin's critical_during_stalls (1, its default: flush
+    # and L0 compaction requests critical while RocksDB stalls or delays
+    # writes, so priority objects admit them first and their rate does not
+    # hold them; 0: they stay normal)
+    paio_stall_critical: int = 1
 
 
 FULL_SCALE = Scale(num=4_000_000, write_buffer_mib=32, level_base_mib=128, target_file_mib=16,
@@ -395,7 +400,8 @@ def driver_args(scale, setup, workload):
         "--block-cache-mib", str(scale.block_cache_mib),
     ] + (["--compaction-readahead-kib", str(scale.compaction_readahead_kib)]
          if scale.compaction_readahead_kib else []) + (
-        ["--delete-rate-mib", f"{scale.delete_rate_mib:g}"] if scale.delete_rate_mib else [])
+        ["--delete-rate-mib", f"{scale.delete_rate_mib:g}"] if scale.delete_rate_mib else []) + (
+        ["--paio-stall-critical", "0"] if setup == "paio" and not scale.paio_stall_critical else [])
 
 
 def golden_name(scale):
@@ -894,7 +900,10 @@ def main(argv=None):
         k, _, v = kv.partition("=")
         if k not in Scale.__dataclass_fields__:
             raise RunError(f"--set {kv}: no scale field {k}")
-        setattr(scale, k, type(getattr(scale, k))(float(v)) if isinstance(getattr(scale, k), int) else float(v))
+        value = type(getattr(scale, k))(float(v)) if isinstance(getattr(scale, k), int) else float(v)
+        if k == "paio_stall_critical" and value not in (0, 1):
+            raise RunError(f"--set {kv}: expected 0 or 1")
+        setattr(scale, k, value)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.report_only:

@@ -459,3 +459,19 @@ def test_delete_rate_goes_to_every_setup():
         args = run.driver_args(scale, setup, "mixture")
         i = args.index("--delete-rate-mib")
         assert args[i + 1] == "100"
+
+
+def test_stall_inheritance_off_goes_to_the_paio_setup_only(tmp_path):
+    import dataclasses
+    for setup in run.ALL_SETUPS:
+        assert "--paio-stall-critical" not in run.driver_args(run.FULL_SCALE, setup, "writeheavy")
+    scale = dataclasses.replace(run.FULL_SCALE, paio_stall_critical=0)
+    for setup in run.ALL_SETUPS:
+        args = run.driver_args(scale, setup, "writeheavy")
+        if setup == "paio":
+            assert args[args.index("--paio-stall-critical") + 1] == "0"
+        else:
+            assert "--paio-stall-critical" not in args
+    with pytest.raises(run.RunError, match="paio_stall_critical=2: expected 0 or 1"):
+        run.main(["--set", "paio_stall_critical=2", "--out", str(tmp_path)])
+    assert run.FULL_SCALE.paio_stall_critical == 1
