@@ -545,8 +545,9 @@ pub fn check_write_priority(config: &PriorityConfig, writes_only: bool) -> Resul
     check_priority("write_priority", "each class's write", config)
 }
 
-/// The checks `read_priority` and `write_priority` share: no `rate` or
-/// `burst` (the policy sets `whose` rate each period), valid settings.
+/// The checks `read_priority` and `write_priority` share: no `rate`,
+/// `burst` or `rate_critical` (the policy sets `whose` rate each period,
+/// for critical requests too), valid settings.
 fn check_priority(field: &str, whose: &str, config: &PriorityConfig) -> Result<(), PolicyError> {
     if config.rate.is_some() || config.burst.is_some() || config.rate_critical {
         return Err(PolicyError::new(format!(
