@@ -46,14 +46,15 @@
 //! #                                # issued in pieces of this size (default: whole)
 //! # read_priority = { busy_depth = 1, window = "2ms" }
 //! #                                # with read_bandwidth: compaction reads go through
-//! #                                # a priority object (its fields but rate and burst),
-//! #                                # held back while Gets are in flight
+//! #                                # a priority object (its fields but rate, burst and
+//! #                                # rate_critical), held back while Gets are in flight
 //! # read_latency_target = "2ms"    # with read_bandwidth: halve the compaction
 //! #                                # reads' budget while Gets' p99 is above it
 //! # write_priority = { busy_depth = 0, window = "0ms" }
 //! #                                # with writes_only: flush and compaction writes go
 //! #                                # through priority objects (their fields but rate,
-//! #                                # burst and split), held back while Gets are in flight
+//! #                                # burst, rate_critical and split), held back while
+//! #                                # Gets are in flight
 //! ```
 //!
 //! Kind `criticality` (a latency target for critical I/O,

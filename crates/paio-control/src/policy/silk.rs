@@ -27,8 +27,9 @@
 //! classifiers), the `foreground`, `flush` and `compaction` channels, the
 //! DRL objects `limit`, `l0` and `ln` at `{minB, minB, KVSB}` (priority
 //! objects under [`SilkPolicy::write_priority`], which replace a layout's
-//! DRLs keeping their mappings), `limit` and `ln` as default objects, the object mapping `compaction_l0 → l0` and the
-//! channel mappings of the four request contexts. Mapping rules
+//! DRLs keeping their mappings), `limit` and `ln` as default objects, the
+//! object mapping `compaction_l0 → l0` and the channel mappings of the four
+//! request contexts. Mapping rules
 //! (`map_channel`, `map_object`, `set_default_object`) are idempotent in the
 //! stage (an identical pattern is replaced, not duplicated), and are only
 //! emitted when the stage's configuration lacks them. The `unthrottled` and
