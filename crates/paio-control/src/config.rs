@@ -411,8 +411,8 @@ struct RawPolicy {
     read_bandwidth: Option<Spanned<Rate>>,
     read_split: Option<Spanned<Size>>,
     read_priority: Option<Spanned<PriorityConfig>>,
-    /// A table, not a PriorityConfig: a `split` key is refused, and its
-    /// absence means 0 (not the priority object's default).
+    /// A table, not a PriorityConfig: an absent `split` means 0 (writes go
+    /// whole), not the priority object's default.
     write_priority: Option<Spanned<toml::Table>>,
     read_latency_target: Option<Spanned<HumanDuration>>,
     latency_target: Option<Spanned<HumanDuration>>,
@@ -1045,17 +1045,12 @@ fn silk_config(cx: &Ctx<'_>, p: &RawPolicy) -> Result<PolicyConfig, ConfigError>
         Some(t) => {
             let field = "policy.write_priority";
             let bad = |message: String| cx.err(Some(t.span()), field, message);
-            if t.get_ref().contains_key("split") {
-                return Err(bad(
-                    "write_priority must not set split: the RocksDB plugin issues each flush or \
-                     compaction write whole (leave split out)"
-                        .into(),
-                ));
-            }
             let mut c: PriorityConfig = toml::Value::Table(t.get_ref().clone())
                 .try_into()
                 .map_err(|e: toml::de::Error| bad(e.message().to_string()))?;
-            c.split = paio::units::Size(0);
+            if !t.get_ref().contains_key("split") {
+                c.split = paio::units::Size(0);
+            }
             crate::policy::silk::check_write_priority(&c, writes_only)
                 .map_err(|e| bad(e.message))?;
             Some(c)
@@ -1448,14 +1443,20 @@ rules = [{ rule = "create_channel", name = "x" }]
         ))
         .unwrap();
         let p = c.policy.write_priority.clone().unwrap();
-        assert_eq!((p.busy_depth, p.depth, p.split.0), (0, 2, 0));
+        assert_eq!(
+            (p.busy_depth, p.depth, p.split.0),
+            (0, 2, 0),
+            "no split: whole"
+        );
         assert_eq!(p.window.0, Duration::from_millis(1));
         c.policy.build();
+        let c = parse(&format!(
+            "{HEAD}write_priority = {{ split = \"256KiB\" }}\n"
+        ))
+        .unwrap();
+        assert_eq!(c.policy.write_priority.clone().unwrap().split.0, 256 << 10);
+        c.policy.build();
         for (text, needle) in [
-            (
-                "write_priority = { split = \"64KiB\" }\n",
-                "must not set split",
-            ),
             (
                 "write_priority = { rate = \"1MiB/s\" }\n",
                 "must not set rate",

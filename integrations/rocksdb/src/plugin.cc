@@ -155,18 +155,27 @@ IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   return IOStatus::OK();  // fail open on internal errors
 }
 
-// The piece size paio asks a read of `size` bytes in request context
-// `context` to be issued in (paio_stage_split_size: a drl or priority
-// object's `split`), 0 for whole.
-uint64_t SplitSize(Core* core, uint16_t context, uint64_t size) {
+// The piece size paio asks a request of `type` (read or write) and `size`
+// bytes in request context `context` to be issued in
+// (paio_stage_split_size: a drl or priority object's `split`; critical
+// requests go whole), 0 for whole.
+uint64_t SplitSize(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   paio_context ctx;
   uint64_t piece = 0;
-  if (!MakeContext(core, PAIO_REQ_READ, context, size, &ctx)) return 0;
+  if (!MakeContext(core, type, context, size, &ctx)) return 0;
   if (paio_stage_split_size(core->stage, &ctx, &piece) != PAIO_OK) {
     core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
   return piece;
+}
+
+// `piece` (> 0) as a multiple of a direct-I/O file's `alignment`: rounded
+// down, and at least one `alignment`, since every piece of a direct call
+// but the last must start and end on the alignment.
+uint64_t AlignPiece(uint64_t piece, size_t alignment) {
+  if (alignment <= 1) return piece;
+  return std::max<uint64_t>(alignment, piece - piece % alignment);
 }
 
 // A two-phase request: admitted before the wrapped call (where a priority
@@ -222,22 +231,27 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
 
   IOStatus Append(const Slice& data, const IOOptions& o,
                   IODebugContext* dbg) override {
-    return Write(data, [&] { return target()->Append(data, o, dbg); });
+    return Write(data, [&](const Slice& d, uint64_t) {
+      return target()->Append(d, o, dbg);
+    });
   }
+  // The checksum in `v` covers the whole of `data`: these go whole.
   IOStatus Append(const Slice& data, const IOOptions& o,
                   const DataVerificationInfo& v, IODebugContext* dbg) override {
-    return Write(data, [&] { return target()->Append(data, o, v, dbg); });
+    return WriteWhole(Context(), data, [&] { return target()->Append(data, o, v, dbg); });
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             IODebugContext* dbg) override {
-    return Write(data,
-                 [&] { return target()->PositionedAppend(data, off, o, dbg); });
+    return Write(data, [&](const Slice& d, uint64_t at) {
+      return target()->PositionedAppend(d, off + at, o, dbg);
+    });
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             const DataVerificationInfo& v,
                             IODebugContext* dbg) override {
-    return Write(
-        data, [&] { return target()->PositionedAppend(data, off, o, v, dbg); });
+    return WriteWhole(Context(), data, [&] {
+      return target()->PositionedAppend(data, off, o, v, dbg);
+    });
   }
   // RocksDB sets the priority on the outermost wrapper only: keep it here
   // (FSWritableFile's own field, read by Charge) and pass it down too.
@@ -247,16 +261,49 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   }
 
  private:
-  // Admits the append, runs it, completes it with its size if it succeeded.
+  // An append of `data`: `call(piece, at)` writes `piece`, which starts `at`
+  // bytes into `data`. A direct write larger than 4 KiB whose object asks
+  // for pieces (paio_stage_split_size) is written as consecutive appends of
+  // at most `split` bytes (a multiple of the file's alignment: AlignPiece),
+  // each admitted and completed on its own, so that
+  // what queues behind it below the stage waits behind one piece; the
+  // caller sees one append, which fails at the first piece that fails (the
+  // pieces before it are written, as a failed pwrite inside RocksDB's own
+  // append leaves what it wrote). Buffered writes (absorbed by the page
+  // cache), critical ones and writes not larger than a piece go whole.
   template <typename Call>
   IOStatus Write(const Slice& data, Call call) {
-    Admission a(core_.get(), PAIO_REQ_WRITE,
-                Classify(kind_, GetIOPriority()), data.size());
+    const uint16_t context = Context();
+    if (use_direct_io() && data.size() > 4096) {
+      uint64_t piece = SplitSize(core_.get(), PAIO_REQ_WRITE, context, data.size());
+      if (piece > 0) piece = AlignPiece(piece, GetRequiredBufferAlignment());
+      if (piece > 0 && piece < data.size()) {
+        for (uint64_t at = 0; at < data.size(); at += piece) {
+          const size_t len = static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
+          Admission a(core_.get(), PAIO_REQ_WRITE, context, len);
+          if (!a.status().ok()) return a.status();
+          IOStatus s = call(Slice(data.data() + at, len), at);
+          a.Complete(s.ok() ? len : 0);
+          if (!s.ok()) return s;
+        }
+        return IOStatus::OK();
+      }
+    }
+    return WriteWhole(context, data, [&] { return call(data, 0); });
+  }
+
+  // Admits the append in request context `context`, runs it, completes it
+  // with its size if it succeeded.
+  template <typename Call>
+  IOStatus WriteWhole(uint16_t context, const Slice& data, Call call) {
+    Admission a(core_.get(), PAIO_REQ_WRITE, context, data.size());
     if (!a.status().ok()) return a.status();
     IOStatus s = call();
     a.Complete(s.ok() ? data.size() : 0);
     return s;
   }
+  uint16_t Context() { return Classify(kind_, GetIOPriority()); }
+
   std::shared_ptr<Core> core_;
   FileKind kind_;
 };
@@ -277,9 +324,10 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
     // readahead), and they read into `scratch`. A read of one 4 KiB page
     // or less (a Get's block) is never split: no need to ask.
     if (use_direct_io() && n > 4096) {
-      uint64_t piece = SplitSize(core_.get(), context, n);
-      if (piece > 0 && piece % GetRequiredBufferAlignment() == 0) {
-        return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
+      uint64_t piece = SplitSize(core_.get(), PAIO_REQ_READ, context, n);
+      if (piece > 0) {
+        piece = AlignPiece(piece, GetRequiredBufferAlignment());
+        if (piece < n) return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
       }
     }
     Admission a(core_.get(), PAIO_REQ_READ, context, n);

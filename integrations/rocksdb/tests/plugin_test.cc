@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -611,6 +613,216 @@ TEST(Split, DirectReadsOfADrlWithSplitGoInPieces) {
   EXPECT_EQ(reads("whole again").first, 1u + 17 + 4 + 2);
   EXPECT_EQ(plugin->EnforceErrors(), 0u);
   std::filesystem::remove_all(dir);
+}
+
+// A file system whose writable files fail every PositionedAppend at or
+// after byte `fail_at` of the file (an injected I/O error) and ask for
+// buffers aligned to `alignment` bytes (0: the default file system's).
+class TestWrites : public FileSystemWrapper {
+ public:
+  TestWrites(uint64_t fail_at, size_t alignment)
+      : FileSystemWrapper(FileSystem::Default()), fail_at_(fail_at), alignment_(alignment) {}
+  const char* Name() const override { return "TestWrites"; }
+  IOStatus NewWritableFile(const std::string& f, const FileOptions& o,
+                           std::unique_ptr<FSWritableFile>* r, IODebugContext* dbg) override {
+    std::unique_ptr<FSWritableFile> file;
+    IOStatus s = target()->NewWritableFile(f, o, &file, dbg);
+    if (s.ok()) r->reset(new File(std::move(file), fail_at_, alignment_));
+    return s;
+  }
+
+ private:
+  struct File : FSWritableFileOwnerWrapper {
+    File(std::unique_ptr<FSWritableFile>&& t, uint64_t fail_at, size_t alignment)
+        : FSWritableFileOwnerWrapper(std::move(t)), fail_at(fail_at), alignment(alignment) {}
+    using FSWritableFileOwnerWrapper::PositionedAppend;
+    IOStatus PositionedAppend(const Slice& d, uint64_t off, const IOOptions& o,
+                              IODebugContext* dbg) override {
+      if (off >= fail_at) return IOStatus::IOError("injected write error");
+      return target()->PositionedAppend(d, off, o, dbg);
+    }
+    size_t GetRequiredBufferAlignment() const override {
+      return alignment ? alignment : target()->GetRequiredBufferAlignment();
+    }
+    uint64_t fail_at;
+    size_t alignment;
+  };
+  uint64_t fail_at_;
+  size_t alignment_;
+};
+
+// A flush's direct write through a drl with `split` is issued as pieces,
+// each admitted on its own; the file holds exactly what was written. Writes
+// carrying a checksum (DataVerificationInfo), buffered writes and writes not
+// larger than a piece go whole; a failing piece fails the append.
+TEST(Split, DirectWritesOfADrlWithSplitGoInPieces) {
+  paio_rocksdb::PluginOptions po;
+  std::string err;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(plugin) << err;
+  std::string dir = (std::filesystem::current_path() /
+                     ("paio-wsplit-test-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/000007.sst";
+  const size_t kSize = 1 << 20;  // 16 pieces of 64 KiB
+  void* mem = nullptr;
+  ASSERT_EQ(posix_memalign(&mem, 4096, 2 * kSize), 0);
+  char* buf = static_cast<char*>(mem);
+  for (size_t i = 0; i < 2 * kSize; ++i) buf[i] = static_cast<char>((i * 13 + i / 4096) & 0xff);
+  using Pair = std::pair<uint64_t, uint64_t>;
+  auto writes = [&](const char* what) {
+    Json s = ParseJson(plugin->CollectJson());
+    const Json* o = Object(s, "flush", "limit");
+    EXPECT_NE(o, nullptr) << what;
+    return o ? Pair((*o)["ops"].u(), (*o)["bytes"].u()) : Pair(~0ull, ~0ull);
+  };
+  // Each call on a flush thread, on a fresh file opened `direct` or not.
+  std::shared_ptr<FileSystem> fs_under_test = plugin->file_system();
+  auto write = [&](bool direct, auto&& calls) {
+    std::thread([&] {
+      paio_set_request_context(paio_rocksdb::internal::Ids().flush);
+      FileOptions fo;
+      fo.use_direct_writes = direct;
+      std::unique_ptr<FSWritableFile> f;
+      ASSERT_TRUE(fs_under_test->NewWritableFile(path, fo, &f, nullptr).ok());
+      ASSERT_EQ(f->use_direct_io(), direct);
+      calls(f.get());
+      ASSERT_TRUE(f->Close(IOOptions(), nullptr).ok());
+    }).join();
+  };
+  auto contents = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string first(buf, kSize), both(buf, 2 * kSize);
+  auto append_twice = [&](FSWritableFile* f) {
+    ASSERT_TRUE(f->Append(Slice(buf, kSize), IOOptions(), nullptr).ok());
+    ASSERT_TRUE(f->PositionedAppend(Slice(buf + kSize, kSize), kSize, IOOptions(), nullptr).ok());
+  };
+  write(true, append_twice);  // no split configured: one write each
+  EXPECT_EQ(contents(), both);
+  EXPECT_EQ(writes("whole"), Pair(2, 2 * kSize));
+
+  ASSERT_EQ(paio_stage_apply(plugin->stage(),
+                             "{\"rule\":\"configure\",\"channel\":\"flush\",\"object\":\"limit\","
+                             "\"config\":{\"kind\":\"drl\",\"rate\":\"1GiB/s\",\"split\":\"64KiB\"}}"),
+            PAIO_OK)
+      << paio_last_error();
+  write(true, append_twice);  // 16 pieces each
+  EXPECT_EQ(contents(), both);
+  EXPECT_EQ(writes("split"), Pair(2 + 32, 4 * kSize));
+  write(true, [&](FSWritableFile* f) {
+    // The last piece shorter than the others; then not larger than a piece.
+    ASSERT_TRUE(f->Append(Slice(buf, (256 << 10) + 4096), IOOptions(), nullptr).ok());
+    ASSERT_TRUE(f->Append(Slice(buf + (260 << 10), 64 << 10), IOOptions(), nullptr).ok());
+  });
+  EXPECT_EQ(contents(), std::string(buf, (324 << 10)));
+  EXPECT_EQ(writes("a short last piece"), Pair(2 + 32 + 5 + 1, 4 * kSize + (324 << 10)));
+  write(true, [&](FSWritableFile* f) {
+    DataVerificationInfo v;  // no checksum given: the file system checks none
+    ASSERT_TRUE(f->Append(Slice(buf, kSize), IOOptions(), v, nullptr).ok());
+    ASSERT_TRUE(f->PositionedAppend(Slice(buf + kSize, kSize), kSize, IOOptions(), v, nullptr).ok());
+  });
+  EXPECT_EQ(contents(), both);
+  write(false, append_twice);  // buffered: whole
+  EXPECT_EQ(contents(), both);
+  EXPECT_EQ(writes("whole again").first, 2u + 32 + 5 + 1 + 2 + 2);
+  EXPECT_EQ(plugin->EnforceErrors(), 0u);
+
+  // A piece that fails fails the append; the pieces before it are written
+  // (as a pwrite that fails midway inside RocksDB's own append leaves what
+  // it wrote) and counted, the failed one counts no bytes.
+  fs_under_test = plugin->WrapFileSystem(std::make_shared<TestWrites>(kSize + (128 << 10), 0));
+  const Pair before = writes("before the failure");
+  write(true, [&](FSWritableFile* f) {
+    ASSERT_TRUE(f->Append(Slice(buf, kSize), IOOptions(), nullptr).ok());
+    IOStatus s = f->PositionedAppend(Slice(buf + kSize, kSize), kSize, IOOptions(), nullptr);
+    EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  });
+  EXPECT_EQ(contents(), std::string(buf, kSize + (128 << 10)));
+  EXPECT_EQ(writes("a failed piece"), Pair(before.first + 16 + 3, before.second + kSize + (128 << 10)));
+
+  // A file that needs 192 KiB alignment: 64 KiB pieces become 192 KiB ones
+  // (5 of them, and the last 64 KiB).
+  fs_under_test = plugin->WrapFileSystem(std::make_shared<TestWrites>(~0ull, 192 << 10));
+  const Pair aligned = writes("before the aligned file");
+  write(true, [&](FSWritableFile* f) {
+    ASSERT_TRUE(f->Append(Slice(buf, kSize), IOOptions(), nullptr).ok());
+  });
+  EXPECT_EQ(contents(), first);
+  EXPECT_EQ(writes("pieces of the file's alignment"), Pair(aligned.first + 6, aligned.second + kSize));
+  std::free(mem);
+  std::filesystem::remove_all(dir);
+}
+
+// RocksDB with direct I/O for flush and compaction, its write objects
+// asking for 16 KiB pieces: every flush and compaction write goes out in
+// pieces (each object's operations cover its bytes in 16 KiB), the stage
+// counts exactly the bytes the files got, and every value reads back. The
+// load stalls writes, which would make flush and L0 compaction requests
+// critical (never split): stall inheritance is off here.
+TEST(Split, RocksDbFlushAndCompactionWritesInPieces) {
+  Tally tally;
+  auto counting = std::make_shared<CountingFS>(&tally);
+  std::unique_ptr<Env> counting_env = NewCompositeEnv(counting);
+  std::string err;
+  paio_rocksdb::PluginOptions po;
+  po.critical_during_stalls = false;
+  auto plugin = paio_rocksdb::Plugin::Create(po, &err);
+  ASSERT_TRUE(plugin) << err;
+  for (const char* object : {"flush\",\"object\":\"limit", "compaction\",\"object\":\"l0",
+                             "compaction\",\"object\":\"ln"}) {
+    std::string rule = std::string("{\"rule\":\"configure\",\"channel\":\"") + object +
+                       "\",\"config\":{\"kind\":\"drl\",\"rate\":\"10GiB/s\",\"split\":\"16KiB\"}}";
+    ASSERT_EQ(paio_stage_apply(plugin->stage(), rule.c_str()), PAIO_OK) << paio_last_error();
+  }
+  Options o = SmallDbOptions();
+  o.env = counting_env.get();
+  o.use_direct_io_for_flush_and_compaction = true;
+  o.use_direct_reads = true;
+  plugin->Install(&o);
+  // Direct I/O needs a disk: the build directory's.
+  std::string dir = (std::filesystem::current_path() /
+                     ("paio-split-db-" + std::to_string(getpid()))).string();
+  DB* raw = nullptr;
+  ASSERT_TRUE(DB::Open(o, dir, &raw).ok());
+  std::unique_ptr<DB> db(raw);
+  auto value_of = [](int i) { return std::string(700 + i % 300, static_cast<char>('a' + i % 26)); };
+  const int kKeys = 20000;
+  for (int i = 0; i < kKeys; ++i) {
+    char k[32];
+    std::snprintf(k, sizeof k, "key%08d", (i * 7919) % kKeys);
+    ASSERT_TRUE(db->Put(WriteOptions(), k, value_of((i * 7919) % kKeys)).ok());
+  }
+  ASSERT_TRUE(db->CompactRange(CompactRangeOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(WaitIdle(db.get(), 300)) << "background work did not finish";
+  for (int i = 0; i < kKeys; ++i) {
+    char k[32];
+    std::snprintf(k, sizeof k, "key%08d", i);
+    std::string got;
+    ASSERT_TRUE(db->Get(ReadOptions(), k, &got).ok()) << k;
+    ASSERT_EQ(got, value_of(i)) << k;
+  }
+  ASSERT_TRUE(db->Close().ok());
+  db.reset();
+
+  Json s = ParseJson(plugin->CollectJson());
+  EXPECT_EQ(Bytes(Object(s, "flush", "limit")), tally.bytes[kClsFlush][kWrite].load());
+  EXPECT_EQ(Bytes(Object(s, "compaction", "l0")), tally.bytes[kClsL0][kWrite].load());
+  EXPECT_EQ(Bytes(Object(s, "compaction", "ln")), tally.bytes[kClsLn][kWrite].load());
+  uint64_t written = 0;
+  for (const char* o2 : {"limit", "l0", "ln"}) {
+    const Json* obj = Object(s, std::string(o2) == "limit" ? "flush" : "compaction", o2);
+    ASSERT_NE(obj, nullptr) << o2;
+    uint64_t ops = (*obj)["ops"].u(), bytes = (*obj)["bytes"].u();
+    std::printf("%-5s %10llu bytes in %6llu writes\n", o2, (unsigned long long)bytes,
+                (unsigned long long)ops);
+    EXPECT_GE(ops * (16 << 10), bytes) << o2 << ": a write of more than 16 KiB went whole";
+    written += bytes;
+  }
+  EXPECT_GT(written, 20u << 20) << "flush and compaction wrote too little to tell";
+  EXPECT_EQ(plugin->EnforceErrors(), 0u);
+  DestroyDB(dir, Options());
 }
 
 // ---------- the rate keys (docs/rocksdb.md, "Rates") ----------

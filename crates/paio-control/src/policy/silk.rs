@@ -527,20 +527,12 @@ pub fn check_read_priority(
 }
 
 /// Checks a `write_priority`: with `writes_only`, valid settings, no `rate`
-/// or `burst` (the policy sets the rates each period) and `split` 0 (the
-/// RocksDB plugin issues each write whole; a configuration file leaves
-/// `split` out and gets 0).
+/// or `burst` (the policy sets the rates each period).
 pub fn check_write_priority(config: &PriorityConfig, writes_only: bool) -> Result<(), PolicyError> {
     if !writes_only {
         return Err(PolicyError::new(
             "write_priority needs writes_only = true (without it, the flush and compaction \
              objects carry their reads too)",
-        ));
-    }
-    if config.split.0 != 0 {
-        return Err(PolicyError::new(
-            "write_priority must not split: the RocksDB plugin issues each flush or compaction \
-             write whole (leave split out of the configuration file; 0 in the Rust API)",
         ));
     }
     check_priority("write_priority", "each class's write", config)
@@ -718,8 +710,13 @@ impl SilkPolicy {
     /// Buffered writes only fill the page cache, so it does little for
     /// them. At setup, a stage's objects of another kind (the RocksDB
     /// plugin's DRLs) are replaced in one batch, their mappings and default
-    /// kept. `None` (the default): DRLs. Requires `writes_only`; `rate`,
-    /// `burst` and `rate_critical` must be absent and `split` 0. Critical
+    /// kept. With a `split`, the RocksDB plugin writes a direct flush or
+    /// compaction write larger than it as pieces of at most `split` bytes,
+    /// each admitted on its own, so that a read arriving behind it in the
+    /// device's queue waits behind one piece (more, smaller writes); 0
+    /// (what a configuration file gets when it leaves `split` out): writes
+    /// go whole. `None` (the default): DRLs. Requires `writes_only`; `rate`,
+    /// `burst` and `rate_critical` must be absent. Critical
     /// requests pass the rate too (`rate_critical`): the RocksDB plugin makes
     /// flush and L0 compaction requests critical while RocksDB stalls or
     /// delays writes, and past the allocation they took the device from the
@@ -2070,8 +2067,7 @@ name = "metadata"
                 stage.complete(a, 4096).unwrap();
             }
         });
-        // Refused: without writes_only, with a rate, burst, rate_critical or
-        // split.
+        // Refused: without writes_only, with a rate, burst or rate_critical.
         let e = policy().write_priority(Some(settings.clone())).unwrap_err();
         assert!(e.message.contains("needs writes_only"), "{e}");
         for (bad, what) in [
@@ -2088,13 +2084,6 @@ name = "metadata"
                     ..settings.clone()
                 },
                 "must not set rate, burst or rate_critical",
-            ),
-            (
-                PriorityConfig {
-                    split: paio::units::Size(64 << 10),
-                    ..settings.clone()
-                },
-                "must not split",
             ),
             (
                 PriorityConfig {
