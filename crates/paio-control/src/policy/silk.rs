@@ -1934,6 +1934,38 @@ name = "metadata"
     }
 
     #[test]
+    fn a_write_priority_split_reaches_every_write_object() {
+        let settings = PriorityConfig {
+            busy_depth: 0,
+            split: paio::units::Size(256 << 10),
+            ..PriorityConfig::default()
+        };
+        let p = read_budget().write_priority(Some(settings)).unwrap();
+        let stage = Stage::from_policy_str(PLUGIN_LAYOUT, "<plugin>").unwrap();
+        let rules = crate::server::missing(p.setup(&live(&stage, 1)), &live(&stage, 1));
+        let created: Vec<(&str, u64)> = (rules.iter())
+            .filter_map(|r| match r {
+                Rule::CreateObject {
+                    name,
+                    config: ObjectConfig::Priority(c),
+                    ..
+                } => Some((name.as_str(), c.split.0)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            created,
+            [
+                (FLUSH_OBJECT, 256 << 10),
+                (L0_OBJECT, 256 << 10),
+                (LN_OBJECT, 256 << 10)
+            ],
+            "{rules:?}"
+        );
+        stage.apply_all(&rules).unwrap();
+    }
+
+    #[test]
     fn a_write_priority_replaces_the_plugins_drls_keeping_routes_and_holds_writes_behind_gets() {
         let settings = PriorityConfig {
             busy_depth: 0,
