@@ -238,7 +238,8 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   // The checksum in `v` covers the whole of `data`: these go whole.
   IOStatus Append(const Slice& data, const IOOptions& o,
                   const DataVerificationInfo& v, IODebugContext* dbg) override {
-    return WriteWhole(Context(), data, [&] { return target()->Append(data, o, v, dbg); });
+    return WriteWhole(Context(), data,
+                      [&] { return target()->Append(data, o, v, dbg); });
   }
   IOStatus PositionedAppend(const Slice& data, uint64_t off, const IOOptions& o,
                             IODebugContext* dbg) override {
@@ -265,21 +266,23 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
   // bytes into `data`. A direct write larger than 4 KiB whose object asks
   // for pieces (paio_stage_split_size) is written as consecutive appends of
   // at most `split` bytes (a multiple of the file's alignment: AlignPiece),
-  // each admitted and completed on its own, so that
-  // what queues behind it below the stage waits behind one piece; the
-  // caller sees one append, which fails at the first piece that fails (the
-  // pieces before it are written, as a failed pwrite inside RocksDB's own
-  // append leaves what it wrote). Buffered writes (absorbed by the page
-  // cache), critical ones and writes not larger than a piece go whole.
+  // each admitted and completed on its own, so that what queues behind it
+  // below the stage waits behind one piece; the caller sees one append,
+  // which fails at the first piece that fails (the pieces before it are
+  // written, as a failed pwrite inside RocksDB's own append leaves what it
+  // wrote). Buffered writes (absorbed by the page cache), critical ones and
+  // writes not larger than a piece go whole.
   template <typename Call>
   IOStatus Write(const Slice& data, Call call) {
     const uint16_t context = Context();
     if (use_direct_io() && data.size() > 4096) {
-      uint64_t piece = SplitSize(core_.get(), PAIO_REQ_WRITE, context, data.size());
+      uint64_t piece =
+          SplitSize(core_.get(), PAIO_REQ_WRITE, context, data.size());
       if (piece > 0) piece = AlignPiece(piece, GetRequiredBufferAlignment());
       if (piece > 0 && piece < data.size()) {
         for (uint64_t at = 0; at < data.size(); at += piece) {
-          const size_t len = static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
+          const size_t len =
+              static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
           Admission a(core_.get(), PAIO_REQ_WRITE, context, len);
           if (!a.status().ok()) return a.status();
           IOStatus s = call(Slice(data.data() + at, len), at);
@@ -327,7 +330,9 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
       uint64_t piece = SplitSize(core_.get(), PAIO_REQ_READ, context, n);
       if (piece > 0) {
         piece = AlignPiece(piece, GetRequiredBufferAlignment());
-        if (piece < n) return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
+        if (piece < n) {
+          return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
+        }
       }
     }
     Admission a(core_.get(), PAIO_REQ_READ, context, n);
