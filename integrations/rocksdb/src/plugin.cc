@@ -155,11 +155,17 @@ IOStatus Enforce(Core* core, uint16_t type, uint16_t context, uint64_t size) {
   return IOStatus::OK();  // fail open on internal errors
 }
 
-// The piece size paio asks a request of `type` (read or write) and `size`
-// bytes in request context `context` to be issued in
-// (paio_stage_split_size: a drl or priority object's `split`; critical
-// requests go whole), 0 for whole.
-uint64_t SplitSize(Core* core, uint16_t type, uint16_t context, uint64_t size) {
+// The piece size a direct call of `type` (read or write) moving `size`
+// bytes in request context `context`, on a file whose direct I/O needs
+// `alignment`, is to be issued in, or 0 to issue it whole. Pieces are what
+// its object asks for (paio_stage_split_size: a drl or priority object's
+// `split`; critical requests go whole) rounded down to the alignment, and
+// at least one alignment, since every piece but the last must start and end
+// on it. A call of one 4 KiB page or less (a Get's block) or not larger
+// than a piece goes whole: no need to ask.
+uint64_t PieceSize(Core* core, uint16_t type, uint16_t context, uint64_t size,
+                   size_t alignment) {
+  if (size <= 4096) return 0;
   paio_context ctx;
   uint64_t piece = 0;
   if (!MakeContext(core, type, context, size, &ctx)) return 0;
@@ -167,15 +173,11 @@ uint64_t SplitSize(Core* core, uint16_t type, uint16_t context, uint64_t size) {
     core->enforce_errors.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  return piece;
-}
-
-// `piece` (> 0) as a multiple of a direct-I/O file's `alignment`: rounded
-// down, and at least one `alignment`, since every piece of a direct call
-// but the last must start and end on the alignment.
-uint64_t AlignPiece(uint64_t piece, size_t alignment) {
-  if (alignment <= 1) return piece;
-  return std::max<uint64_t>(alignment, piece - piece % alignment);
+  if (piece == 0) return 0;
+  if (alignment > 1) {
+    piece = std::max<uint64_t>(alignment, piece - piece % alignment);
+  }
+  return piece < size ? piece : 0;
 }
 
 // A two-phase request: admitted before the wrapped call (where a priority
@@ -263,36 +265,34 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
 
  private:
   // An append of `data`: `call(piece, at)` writes `piece`, which starts `at`
-  // bytes into `data`. A direct write larger than 4 KiB whose object asks
-  // for pieces (paio_stage_split_size) is written as consecutive appends of
-  // at most `split` bytes (a multiple of the file's alignment: AlignPiece),
-  // each admitted and completed on its own, so that what queues behind it
-  // below the stage waits behind one piece; the caller sees one append,
-  // which fails at the first piece that fails (the pieces before it are
-  // written, as a failed pwrite inside RocksDB's own append leaves what it
-  // wrote). Buffered writes (absorbed by the page cache), critical ones and
-  // writes not larger than a piece go whole.
+  // bytes into `data`. A direct write whose object asks for pieces
+  // (PieceSize) is written as consecutive appends of at most that many
+  // bytes, each admitted and completed on its own, so that what queues
+  // behind it below the stage waits behind one piece; the caller sees one
+  // append, which fails at the first piece that fails (the pieces before it
+  // are written, as a failed pwrite inside RocksDB's own append leaves what
+  // it wrote). Buffered writes (absorbed by the page cache), critical ones
+  // and small ones go whole.
   template <typename Call>
   IOStatus Write(const Slice& data, Call call) {
     const uint16_t context = Context();
-    if (use_direct_io() && data.size() > 4096) {
-      uint64_t piece =
-          SplitSize(core_.get(), PAIO_REQ_WRITE, context, data.size());
-      if (piece > 0) piece = AlignPiece(piece, GetRequiredBufferAlignment());
-      if (piece > 0 && piece < data.size()) {
-        for (uint64_t at = 0; at < data.size(); at += piece) {
-          const size_t len =
-              static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
-          Admission a(core_.get(), PAIO_REQ_WRITE, context, len);
-          if (!a.status().ok()) return a.status();
-          IOStatus s = call(Slice(data.data() + at, len), at);
-          a.Complete(s.ok() ? len : 0);
-          if (!s.ok()) return s;
-        }
-        return IOStatus::OK();
-      }
+    const uint64_t piece =
+        use_direct_io() ? PieceSize(core_.get(), PAIO_REQ_WRITE, context,
+                                    data.size(), GetRequiredBufferAlignment())
+                        : 0;
+    if (piece == 0) {
+      return WriteWhole(context, data, [&] { return call(data, 0); });
     }
-    return WriteWhole(context, data, [&] { return call(data, 0); });
+    for (uint64_t at = 0; at < data.size(); at += piece) {
+      const size_t len =
+          static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
+      Admission a(core_.get(), PAIO_REQ_WRITE, context, len);
+      if (!a.status().ok()) return a.status();
+      IOStatus s = call(Slice(data.data() + at, len), at);
+      a.Complete(s.ok() ? len : 0);
+      if (!s.ok()) return s;
+    }
+    return IOStatus::OK();
   }
 
   // Admits the append in request context `context`, runs it, completes it
@@ -324,15 +324,12 @@ class RandomAccessFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
     const uint16_t context = Context();
     // Direct reads only: they are what reaches the device's queue as one
     // request per call (a buffered read is served by the page cache and its
-    // readahead), and they read into `scratch`. A read of one 4 KiB page
-    // or less (a Get's block) is never split: no need to ask.
-    if (use_direct_io() && n > 4096) {
-      uint64_t piece = SplitSize(core_.get(), PAIO_REQ_READ, context, n);
+    // readahead), and they read into `scratch`.
+    if (use_direct_io()) {
+      const uint64_t piece = PieceSize(core_.get(), PAIO_REQ_READ, context, n,
+                                       GetRequiredBufferAlignment());
       if (piece > 0) {
-        piece = AlignPiece(piece, GetRequiredBufferAlignment());
-        if (piece < n) {
-          return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
-        }
+        return ReadInPieces(off, n, piece, context, o, r, scratch, dbg);
       }
     }
     Admission a(core_.get(), PAIO_REQ_READ, context, n);
