@@ -286,10 +286,8 @@ class WritableFile : public rocksdb::FSWritableFileOwnerWrapper {
     for (uint64_t at = 0; at < data.size(); at += piece) {
       const size_t len =
           static_cast<size_t>(std::min<uint64_t>(piece, data.size() - at));
-      Admission a(core_.get(), PAIO_REQ_WRITE, context, len);
-      if (!a.status().ok()) return a.status();
-      IOStatus s = call(Slice(data.data() + at, len), at);
-      a.Complete(s.ok() ? len : 0);
+      const Slice part(data.data() + at, len);
+      IOStatus s = WriteWhole(context, part, [&] { return call(part, at); });
       if (!s.ok()) return s;
     }
     return IOStatus::OK();
