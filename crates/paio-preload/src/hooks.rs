@@ -3,6 +3,7 @@
 //! library's own work happens under `rt::Guard`, which restores errno.
 
 use std::ffi::{c_char, c_int, c_long, c_uint, c_ulong, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{iovec, mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 use paio::RequestType;
@@ -716,18 +717,46 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 
 // ------------------------------------------------------------ sync
 
-macro_rules! fd_meta_hook {
-    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+/// A metadata hook: when nothing observes its calls ([`rt::unobserved`])
+/// and the real function is known, a test and a jump to it, with no frame
+/// of its own; otherwise `$counted`, which charges the call and makes it.
+macro_rules! meta_hook {
+    ($name:ident, $sym:literal, $rt:ident, ($($a:ident : $t:ty),*), $counted:item) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
-                return nosys();
-            };
-            rt::before_meta(RequestType::$rt, $fd);
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            unsafe { real($($a),*) }
+            static SLOT: AtomicUsize = AtomicUsize::new(0);
+            let p = SLOT.load(Ordering::Relaxed);
+            if p != 0 && rt::unobserved(RequestType::$rt) {
+                // SAFETY: `p` is the address dlsym returned for this symbol
+                // (stored by `real::resolve` below), whose C prototype is
+                // this function's; the caller's arguments, unchanged.
+                return unsafe {
+                    std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*)
+                };
+            }
+            #[inline(never)]
+            $counted
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { counted($($a),*) }
         }
+    };
+}
+
+macro_rules! fd_meta_hook {
+    ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
+        meta_hook!($name, $sym, $rt, ($($a: $t),*),
+            unsafe extern "C" fn counted($($a: $t),*) -> c_int {
+                let p = crate::real::resolve(&SLOT, $sym);
+                if p == 0 {
+                    return nosys();
+                }
+                rt::count_meta(RequestType::$rt, $fd);
+                // SAFETY: `p` is the address dlsym returned for this symbol,
+                // whose C prototype is this function's; the caller's
+                // arguments, unchanged.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) }
+            }
+        );
     };
 }
 
@@ -744,17 +773,20 @@ data_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd, 0,
 
 macro_rules! path_meta_hook {
     ($name:ident, $sym:literal, $rt:ident, $path:ident, ($($a:ident : $t:ty),*)) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
-            let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
-                return nosys();
-            };
-            // SAFETY: the caller's NUL-terminated path (or null).
-            unsafe { rt::before_meta_path(RequestType::$rt, $path) };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            unsafe { real($($a),*) }
-        }
+        meta_hook!($name, $sym, $rt, ($($a: $t),*),
+            unsafe extern "C" fn counted($($a: $t),*) -> c_int {
+                let p = crate::real::resolve(&SLOT, $sym);
+                if p == 0 {
+                    return nosys();
+                }
+                // SAFETY: the caller's NUL-terminated path (or null).
+                unsafe { rt::count_meta_path(RequestType::$rt, $path) };
+                // SAFETY: `p` is the address dlsym returned for this symbol,
+                // whose C prototype is this function's; the caller's
+                // arguments, unchanged.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) }
+            }
+        );
     };
 }
 

@@ -72,6 +72,24 @@ static PID: AtomicU64 = AtomicU64::new(0);
 static NEXT_PUSH_NS: AtomicU64 = AtomicU64::new(0);
 /// Set while one thread writes the statistics file.
 static PUSHING: AtomicBool = AtomicBool::new(false);
+/// Bit `t`: metadata calls of request type `t` go straight to libc, because
+/// nothing would observe them ([`unobserved_meta`]). Set once, before the
+/// library turns active; a forked child keeps it (same configuration, same
+/// policy).
+static UNOBSERVED_META: AtomicU64 = AtomicU64::new(0);
+
+/// The request types of the calls [`meta`] charges.
+const META_TYPES: [RequestType; 9] = [
+    RequestType::OPEN,
+    RequestType::CLOSE,
+    RequestType::STAT,
+    RequestType::UNLINK,
+    RequestType::RENAME,
+    RequestType::MKDIR,
+    RequestType::RMDIR,
+    RequestType::TRUNCATE,
+    RequestType::FALLOCATE,
+];
 
 /// Calls between two clock reads for the periodic statistics push.
 const CLOCK_EVERY: u32 = 16;
@@ -283,6 +301,8 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
                 Ok(stage) => {
                     mark_process(cfg);
                     open_board(cfg);
+                    let unobserved = unobserved_meta(cfg, &stage);
+                    UNOBSERVED_META.store(unobserved, Ordering::Relaxed);
                     let stage = Box::into_raw(Box::new(stage));
                     STAGE.store(stage, Ordering::Release);
                     reset_process();
@@ -291,7 +311,12 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
                     // SAFETY: registering a plain extern "C" fn handler.
                     unsafe { libc::pthread_atfork(None, None, Some(atfork_child)) };
                     STATE.store(ACTIVE, Ordering::Release);
-                    log("active");
+                    log(if unobserved == 0 {
+                        "active"
+                    } else {
+                        "active; metadata calls that meet only Noop objects are not \
+                         counted (no statistics file, no control plane)"
+                    });
                 }
                 Err(e) => unusable(&env, &e),
             }
@@ -1446,9 +1471,18 @@ pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {
     }
 }
 
-/// Charges an open/close/metadata call on `fd` before it runs (size 0).
+/// Charges an open/close/metadata call on `fd` before it runs (size 0),
+/// unless nothing would observe it ([`unobserved`]).
 #[inline]
 pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
+    if !unobserved(rt) {
+        count_meta(rt, fd);
+    }
+}
+
+/// [`before_meta`] for a caller that found the call observed.
+#[inline]
+pub(crate) fn count_meta(rt: RequestType, fd: c_int) {
     meta(rt, |_| fdtable::get(fd));
 }
 
@@ -1459,6 +1493,18 @@ pub(crate) fn before_meta(rt: RequestType, fd: c_int) {
 /// `path` is null or NUL-terminated.
 #[inline]
 pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
+    if !unobserved(rt) {
+        // SAFETY: the caller's contract.
+        unsafe { count_meta_path(rt, path) };
+    }
+}
+
+/// [`before_meta_path`] for a caller that found the call observed.
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+#[inline]
+pub(crate) unsafe fn count_meta_path(rt: RequestType, path: *const c_char) {
     meta(rt, |cfg| {
         if cfg.class_rules.is_empty() || path.is_null() {
             return 0;
@@ -1475,13 +1521,38 @@ pub(crate) unsafe fn before_meta_path(rt: RequestType, path: *const c_char) {
     });
 }
 
+/// Whether metadata calls of type `rt` (one of [`META_TYPES`]) skip the
+/// stage: nothing would observe them ([`unobserved_meta`]).
+#[inline(always)]
+pub(crate) fn unobserved(rt: RequestType) -> bool {
+    // Every type of META_TYPES is below 64.
+    UNOBSERVED_META.load(Ordering::Relaxed) >> (rt.raw() & 63) & 1 != 0
+}
+
+/// The [`META_TYPES`] whose calls nothing would observe, as bits of
+/// [`UNOBSERVED_META`]: with no statistics file and no control plane nobody
+/// reads the stage's counts, and without a control plane its routing never
+/// changes, so a call whose every route ends at a Noop object or at no
+/// channel ([`Stage::passes_at_once`]) would only be counted. Such calls
+/// skip the stage: a `stat` costs a load and a test instead of the counted
+/// path (~20 ns; docs/performance.md, small files).
+fn unobserved_meta(cfg: &Config, stage: &Stage) -> u64 {
+    if cfg.stats_path.is_some() || cfg.control.is_some() {
+        return 0;
+    }
+    (META_TYPES.iter())
+        .filter(|t| stage.passes_at_once(**t))
+        .fold(0, |bits, t| bits | 1 << t.raw())
+}
+
 /// Charges a metadata call of file class `class(config)` (size 0). Most
 /// such calls go where the thread's previous one of the same type went,
 /// to an object that passes them at once: [`Stage::pass_on_thread`] counts
 /// them without this library's guard (nothing on that path touches errno,
 /// allocates or calls libc), in one thread-local lookup. Every other call
 /// (a new route, a new table, an object that acts, a statistics push due,
-/// a thread's first request) takes the full path, [`submit`].
+/// a thread's first request) takes the full path, [`submit`]. Callers skip
+/// it for calls that nothing would observe ([`unobserved`]).
 #[inline]
 fn meta(rt: RequestType, class: impl FnOnce(&Config) -> u16) {
     if STATE.load(Ordering::Relaxed) != ACTIVE {

@@ -17,6 +17,11 @@ fn failing_calls_return_the_same_result_and_errno() {
     let exe = compile_errno(&dir);
     let out = same(&dir, &[&exe], &[]);
     let text = String::from_utf8_lossy(&out.stdout);
+    // Without a statistics file the metadata calls skip the stage
+    // (`unobserved_metadata_calls_skip_the_stage_and_limits_hold`): the
+    // same results and errno on that path too.
+    let unobserved = same(&dir, &[&exe], &[("PAIO_STATS", "")]);
+    assert_eq!(String::from_utf8_lossy(&unobserved.stdout), text);
     assert!(text.lines().count() >= 27, "{text}");
     assert!(text.contains("read-ok 5 777 hello"), "{text}");
     assert!(text.contains("stat-ok 0 778 12"), "{text}");
@@ -136,6 +141,57 @@ fn metadata_calls_are_each_counted_once_and_limited() {
         "only {waited} of {} stat calls waited",
         3 * n
     );
+    assert!(took >= std::time::Duration::from_millis(170), "{took:?}");
+}
+
+/// With no statistics file and no control plane nothing reads the stage's
+/// counts and its rules never change: metadata calls whose every route is a
+/// Noop go straight to libc, and the ones a rule limits are still enforced.
+#[test]
+fn unobserved_metadata_calls_skip_the_stage_and_limits_hold() {
+    let dir = scratch("unobserved");
+    let exe = compile(&dir, "meta", &[]);
+    std::fs::write(dir.join("f"), "small file\n").unwrap();
+    let skipped = "metadata calls that meet only Noop objects are not counted";
+    let log_of = |env: &[(&str, &str)]| {
+        let out = run(&dir, &[&exe, "300"], true, env);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "meta 300\n");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let log = log_of(&[("PAIO_STATS", ""), ("PAIO_LOG", "1")]);
+    assert!(log.contains(skipped), "{log}");
+    // A statistics file or a control plane observes every call.
+    let log = log_of(&[("PAIO_LOG", "1")]);
+    assert!(log.contains("active") && !log.contains(skipped), "{log}");
+    let control = dir.join("no-paiod.sock");
+    let log = log_of(&[
+        ("PAIO_STATS", ""),
+        ("PAIO_LOG", "1"),
+        ("PAIO_CONTROL", control.to_str().unwrap()),
+    ]);
+    assert!(log.contains("active") && !log.contains(skipped), "{log}");
+    take_stats(&dir);
+    // A limit on `stat` holds without a statistics file (as in
+    // `metadata_calls_are_each_counted_once_and_limited`: 900 calls at
+    // 5,000 ops/s take at least 180 ms); open and close still skip.
+    let policy = dir.join("meta.toml");
+    std::fs::write(
+        &policy,
+        meta_policy(
+            "default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\n\
+             kind = \"drl\"\nrate = \"5000ops/s\"\nburst = 1\n",
+        ),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let log = log_of(&[
+        ("PAIO_STATS", ""),
+        ("PAIO_LOG", "1"),
+        ("PAIO_POLICY", policy.to_str().unwrap()),
+    ]);
+    let took = started.elapsed();
+    assert!(log.contains(skipped), "{log}");
     assert!(took >= std::time::Duration::from_millis(170), "{took:?}");
 }
 

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::admission::{Admission, ForeignAdmission};
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
 use crate::clock::{monotonic, SharedClock};
-use crate::context::{with_thread, Context, ThreadRef, ThreadState};
+use crate::context::{with_thread, Context, RequestType, ThreadRef, ThreadState};
 use crate::criticality::CriticalActivity;
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
 use crate::object::{
@@ -113,13 +113,28 @@ struct Table {
     entries: Box<[Arc<ObjectEntry>]>,
     /// Index in `entries` of each channel's first object.
     first_entry: Box<[u32]>,
+    /// [`type_bit`]s of the request types that may reach an object other
+    /// than a Noop ([`Stage::passes_at_once`]).
+    acting_types: u64,
+}
+
+/// A request type's bit in [`Table::acting_types`]: bit `t` for type `t`
+/// below 63, bit 63 for every other type (custom ones included).
+#[inline]
+fn type_bit(t: RequestType) -> u64 {
+    1 << t.raw().min(63)
 }
 
 /// The route of requests that match no channel.
 const UNMATCHED: u32 = u32::MAX;
 
 impl Table {
-    fn new(channels: Box<[Channel]>, matcher: Matcher<u32>, default_channel: Option<u32>) -> Self {
+    fn new(
+        channels: Box<[Channel]>,
+        matcher: Matcher<u32>,
+        default_channel: Option<u32>,
+        acting_types: u64,
+    ) -> Self {
         let mut first_entry = Vec::with_capacity(channels.len());
         let mut entries = Vec::new();
         for c in channels.iter() {
@@ -132,6 +147,7 @@ impl Table {
             default_channel,
             entries: entries.into_boxed_slice(),
             first_entry: first_entry.into_boxed_slice(),
+            acting_types,
         }
     }
 
@@ -258,7 +274,29 @@ impl Model {
             self.channels.iter().map(ChannelModel::compile).collect(),
             Matcher::compile(self.channel_rules.iter().map(|(p, c)| (p, index(c)))),
             self.default_channel.as_deref().map(index),
+            self.acting_types(),
         )
+    }
+
+    /// [`type_bit`]s of the request types that may reach a channel holding
+    /// an object other than a Noop: through a rule naming the type, through
+    /// a rule naming no type (every type), or as the default channel (every
+    /// type). Conservative: a rule's other classifiers are not looked at.
+    fn acting_types(&self) -> u64 {
+        let acts = |name: &str| {
+            self.channel_index(name)
+                .is_ok_and(|i| self.channels[i].objects.iter().any(|o| !o.noop))
+        };
+        let mut types = 0;
+        if self.default_channel.as_deref().is_some_and(acts) {
+            types = u64::MAX;
+        }
+        for (pattern, channel) in &self.channel_rules {
+            if acts(channel) {
+                types |= pattern.request_type.map_or(u64::MAX, type_bit);
+            }
+        }
+        types
     }
 
     /// Applies `rule` to this model; `Ok(true)` when the routing changed.
@@ -861,6 +899,16 @@ impl Stage {
             None => self.unmatched.record_at(slot, ctx.size, 0),
         }
         true
+    }
+
+    /// Whether every request of type `rt` passes the current routing table
+    /// at once, whatever the rest of its context: no channel it can reach
+    /// (through a rule naming `rt` or no request type, or as the default
+    /// channel) holds an object other than a Noop, so all such a request
+    /// meets is counting. Conservative (`false` may be said of a type whose
+    /// requests would all pass); holds until a rule changes the routing.
+    pub fn passes_at_once(&self, rt: RequestType) -> bool {
+        self.table.load().acting_types & type_bit(rt) == 0
     }
 
     /// Admit phase of a two-phase request ([`crate::admission`]): routes
@@ -1720,6 +1768,78 @@ mod tests {
     }
 
     #[test]
+    fn passes_at_once_names_the_types_that_meet_only_noops() {
+        let policy = "[[channel]]\nname = \"meta\"\nmatch = { request_type = \"stat\" }\n\
+                      [[channel]]\nname = \"reads\"\nmatch = { request_type = \"read\" }\n\
+                      default_object = \"l\"\n\
+                      [[channel.object]]\nname = \"l\"\nkind = \"drl\"\nrate = \"1GiB/s\"\n";
+        let stage = Stage::from_policy_str(policy, "<at-once>").unwrap();
+        let custom = RequestType::named("at-once-custom").unwrap();
+        for t in [
+            RequestType::STAT,
+            RequestType::OPEN,
+            RequestType::WRITE,
+            custom,
+        ] {
+            assert!(
+                stage.passes_at_once(t),
+                "{t:?} meets only Noops or no channel"
+            );
+        }
+        assert!(
+            !stage.passes_at_once(RequestType::READ),
+            "reads meet the drl"
+        );
+        // An object that acts in the stat channel, selected only for one
+        // request context: stat may now reach it.
+        stage
+            .apply_all(&[
+                drl("meta", "m", Rate::ops_per_sec(5)),
+                Rule::MapObject {
+                    channel: "meta".into(),
+                    pattern: Pattern {
+                        request_context: Some(rc("at-once")),
+                        ..Pattern::ANY
+                    },
+                    object: "m".into(),
+                },
+            ])
+            .unwrap();
+        assert!(!stage.passes_at_once(RequestType::STAT));
+        assert!(stage.passes_at_once(RequestType::OPEN));
+        // A rule naming no request type, or a default channel that acts,
+        // reaches every type.
+        stage
+            .apply(&Rule::SetDefaultChannel {
+                channel: Some("reads".into()),
+            })
+            .unwrap();
+        for t in [RequestType::OPEN, RequestType::WRITE, custom] {
+            assert!(
+                !stage.passes_at_once(t),
+                "{t:?} may reach the default channel"
+            );
+        }
+        let any = Stage::builder("any").build();
+        any.apply_all(&[
+            channel("c"),
+            drl("c", "x", Rate::ops_per_sec(5)),
+            Rule::MapChannel {
+                pattern: Pattern {
+                    workflow: Some(7),
+                    ..Pattern::ANY
+                },
+                channel: "c".into(),
+            },
+        ])
+        .unwrap();
+        assert!(!any.passes_at_once(RequestType::STAT));
+        assert!(Stage::builder("empty")
+            .build()
+            .passes_at_once(RequestType::STAT));
+    }
+
+    #[test]
     fn pass_on_thread_counts_only_known_routes_that_pass_at_once() {
         let policy = "[[channel]]\nname = \"meta\"\nmatch = { request_type = \"stat\" }\n\
                       [[channel]]\nname = \"reads\"\nmatch = { request_type = \"read\" }\n\
@@ -2437,6 +2557,49 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `passes_at_once` is never wrong: whatever the channels, their
+        /// objects and the rules, a request whose type it says passes at
+        /// once is routed to a Noop object or to no channel.
+        #[test]
+        fn passes_at_once_only_when_every_route_is_a_noop(
+            acting in proptest::collection::vec(proptest::bool::ANY, 3),
+            rules in proptest::collection::vec((pattern_strategy(), 0usize..3), 0..8),
+            object_rule in proptest::option::of((pattern_strategy(), 0usize..3)),
+            default in proptest::option::of(0usize..3),
+            ctxs in proptest::collection::vec(context_strategy(), 1..30),
+        ) {
+            let names = ["c0", "c1", "c2"];
+            let stage = Stage::builder("at-once").build();
+            let mut setup: Vec<Rule> = names.iter().map(|n| channel(n)).collect();
+            for (n, acts) in names.iter().zip(&acting) {
+                // Every channel has an object "o": a drl where it acts.
+                setup.push(if *acts {
+                    drl(n, "o", Rate::ops_per_sec(1_000_000))
+                } else {
+                    Rule::CreateObject { channel: (*n).into(), name: "o".into(), config: ObjectConfig::Noop }
+                });
+            }
+            if let Some((p, c)) = object_rule {
+                setup.push(Rule::MapObject { channel: names[c].into(), pattern: p, object: "o".into() });
+            }
+            for (p, c) in rules {
+                setup.push(Rule::MapChannel { pattern: p, channel: names[c].into() });
+            }
+            setup.push(Rule::SetDefaultChannel { channel: default.map(|c| names[c].into()) });
+            stage.apply_all(&setup).unwrap();
+            for c in &ctxs {
+                if stage.passes_at_once(c.request_type) {
+                    if let Some((channel, object)) = stage.route(c) {
+                        let i = names.iter().position(|n| *n == channel).unwrap();
+                        proptest::prop_assert!(
+                            !acting[i] || object != "o",
+                            "{:?} reaches the drl of {}", c, channel
+                        );
+                    }
+                }
+            }
+        }
+
         /// The route memo never changes where a request goes: whatever
         /// order contexts arrive in (colliding in the memo or not), mixed
         /// with requests through `Stage::enforce` and a handle, and across
