@@ -14,11 +14,12 @@
 # bench/results/preload.csv. Then the small-files case (issue 13): meta_loop
 # times what `tar c` does per small file (fstatat twice, openat, fstat, read,
 # close), paired the same way, and the added ns per file and its share of
-# the file's cost go to bench/results/preload-smallfiles.csv. Last, GNU tar
-# as a whole (tar_cpu.py): over 20,000 small files (preload-tar.csv), over an
-# empty directory for the library's start and exit (preload-start.csv), and
-# the same writing statistics files (preload-start-stats.csv). Used by `make
-# bench`.
+# the file's cost go to bench/results/preload-smallfiles.csv, without and
+# with a statistics file (which makes every metadata call counted). Last,
+# GNU tar as a whole (tar_cpu.py): over 20,000 small files (preload-tar.csv;
+# with statistics files, preload-tar-stats.csv), over an empty directory for
+# the library's start and exit (preload-start.csv), and the same writing
+# statistics files (preload-start-stats.csv). Used by `make bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
 set -euo pipefail
@@ -39,7 +40,7 @@ lib="$target/release/libpaio_preload.so"
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 cc -O2 -o "$work/meta_loop" "$here/meta_loop.c" -ldl
 
-mkdir -p "$work/data" "$work/small"
+mkdir -p "$work/data" "$work/small" "$work/stats"
 head -c 1048576 /dev/urandom > "$work/data/file"
 for ((i = 0; i < 64; i++)); do head -c $((100 + i * 37)) /dev/urandom > "$work/small/f$i"; done
 cat > "$work/classified.toml" <<POLICY
@@ -65,6 +66,7 @@ env_for() {
     case "$1" in
         none) echo "" ;;
         passthrough) echo "LD_PRELOAD=$lib" ;;
+        counted) echo "LD_PRELOAD=$lib PAIO_STATS=$work/stats/%p.json" ;;
         classified) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/classified.toml PAIO_FILE_CLASSES=data=$work/data" ;;
         priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml" ;;
         critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml PAIO_CRITICAL=1" ;;
@@ -93,9 +95,10 @@ for ((r = 1; r <= runs; r++)); do
             fi
         done
     done
-    # The two setups alternate which goes first from round to round.
-    small_order=(passthrough classified)
-    ((r % 2)) || small_order=(classified passthrough)
+    # The three setups rotate which goes first from round to round.
+    small_setups=(passthrough counted classified)
+    shift_by=$(((r - 1) % 3))
+    small_order=("${small_setups[@]:shift_by}" "${small_setups[@]:0:shift_by}")
     for c in "${small_order[@]}"; do
         for pattern in "${patterns[@]}"; do
             # shellcheck disable=SC2046
@@ -165,10 +168,11 @@ small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
     results_header "interposer cost per small file on page-cached 100-2.4 KiB files, ns per file: pattern archive is what tar c does per file writing an archive (fstatat x2, openat, fstat, read, close), devnull what tar cf /dev/null does (fstatat x2)" \
         "bench/preload/run.sh (RUNS=$runs FILES=$files)"
     echo "# note: paired in one process (meta_loop.c): blocks of 2000 files through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per file; added_pct = added_ns / direct_ns"
+    echo "# note: passthrough = the embedded default policy with nothing observing the counts (no PAIO_STATS, no PAIO_CONTROL: metadata calls skip the stage); counted = the same writing a statistics file (PAIO_STATS, as under paio run --summary or --stats: every metadata call counted); classified = PAIO_FILE_CLASSES + a policy with file classes, no statistics file"
     echo "config,pattern,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$small_out"
 printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
-for c in passthrough classified; do
+for c in passthrough counted classified; do
     for pattern in "${patterns[@]}"; do
         d=$(echo "${small_direct[$c,$pattern]}" | median)
         a=$(echo "${small_added[$c,$pattern]}" | median)
@@ -183,8 +187,12 @@ echo "wrote $small_out" >&2
 
 # The whole program the issue measured: GNU tar archiving 20,000 small files
 # to /dev/null, CPU time with and without the interposer, paired.
-python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 6))}" \
+python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 40))}" \
     --out "${TAR_OUT:-$root/bench/results/preload-tar.csv}"
+# The same with every metadata call counted: each interposed run writes its
+# statistics file (as under `paio run --stats` or `--summary`).
+python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 40))}" --stats \
+    --out "${TAR_STATS_OUT:-$root/bench/results/preload-tar-stats.csv}"
 # The library's start and exit alone: the same tar on an empty directory.
 python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" --empty \
     --out "${START_OUT:-$root/bench/results/preload-start.csv}"

@@ -2,7 +2,8 @@
 """The interposer's cost on a whole metadata-heavy program (issue 13): GNU
 tar archiving 20,000 small files (100 B to 2.4 KiB, 20 directories) to
 /dev/null, with no limit at all (LD_PRELOAD alone: the interposer's embedded
-pass-through default, with statistics), against the same tar without it.
+pass-through default; with nothing observing the counts, its metadata calls
+skip the stage), against the same tar without it.
 
 CPU time (user + system) of each tar process, from its own resource usage
 (wait4). Runs come in pairs, one tar of each kind back to back, the order
@@ -17,7 +18,8 @@ With --empty, tar archives an empty directory instead: what remains is the
 library's cost at each process start and exit (loading, the stage, the
 board), reported in ms added per process (bench/results/preload-start.csv).
 With --stats, each run under the interposer also writes its statistics file
-(PAIO_STATS), as every process under `paio run --stats` or `--summary` does.
+(PAIO_STATS), as every process under `paio run --stats` or `--summary` does:
+then every metadata call is counted (bench/results/preload-tar-stats.csv).
 """
 
 import argparse
