@@ -719,23 +719,31 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
 
 /// A metadata hook: when nothing observes its calls ([`rt::unobserved`])
 /// and the real function is known, a test and a jump to it, with no frame
-/// of its own; otherwise `$counted`, which charges the call and makes it.
+/// of its own; otherwise a separate function charges the call (`$charge`)
+/// and makes it.
 macro_rules! meta_hook {
-    ($name:ident, $sym:literal, $rt:ident, ($($a:ident : $t:ty),*), $counted:item) => {
+    ($name:ident, $sym:literal, $rt:ident, ($($a:ident : $t:ty),*), $charge:block) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            type Real = unsafe extern "C" fn($($t),*) -> c_int;
             static SLOT: AtomicUsize = AtomicUsize::new(0);
             let p = SLOT.load(Ordering::Relaxed);
             if p != 0 && rt::unobserved(RequestType::$rt) {
                 // SAFETY: `p` is the address dlsym returned for this symbol
                 // (stored by `real::resolve` below), whose C prototype is
                 // this function's; the caller's arguments, unchanged.
-                return unsafe {
-                    std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*)
-                };
+                return unsafe { std::mem::transmute::<usize, Real>(p)($($a),*) };
             }
             #[inline(never)]
-            $counted
+            unsafe extern "C" fn counted($($a: $t),*) -> c_int {
+                let p = crate::real::resolve(&SLOT, $sym);
+                if p == 0 {
+                    return nosys();
+                }
+                $charge
+                // SAFETY: as above.
+                unsafe { std::mem::transmute::<usize, Real>(p)($($a),*) }
+            }
             // SAFETY: the caller's arguments, unchanged.
             unsafe { counted($($a),*) }
         }
@@ -744,19 +752,9 @@ macro_rules! meta_hook {
 
 macro_rules! fd_meta_hook {
     ($name:ident, $sym:literal, $rt:ident, $fd:ident, ($($a:ident : $t:ty),*)) => {
-        meta_hook!($name, $sym, $rt, ($($a: $t),*),
-            unsafe extern "C" fn counted($($a: $t),*) -> c_int {
-                let p = crate::real::resolve(&SLOT, $sym);
-                if p == 0 {
-                    return nosys();
-                }
-                rt::count_meta(RequestType::$rt, $fd);
-                // SAFETY: `p` is the address dlsym returned for this symbol,
-                // whose C prototype is this function's; the caller's
-                // arguments, unchanged.
-                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) }
-            }
-        );
+        meta_hook!($name, $sym, $rt, ($($a: $t),*), {
+            rt::count_meta(RequestType::$rt, $fd);
+        });
     };
 }
 
@@ -773,20 +771,10 @@ data_hook!(sync_file_range, c"sync_file_range", SYNC_FILE_RANGE, fd, 0,
 
 macro_rules! path_meta_hook {
     ($name:ident, $sym:literal, $rt:ident, $path:ident, ($($a:ident : $t:ty),*)) => {
-        meta_hook!($name, $sym, $rt, ($($a: $t),*),
-            unsafe extern "C" fn counted($($a: $t),*) -> c_int {
-                let p = crate::real::resolve(&SLOT, $sym);
-                if p == 0 {
-                    return nosys();
-                }
-                // SAFETY: the caller's NUL-terminated path (or null).
-                unsafe { rt::count_meta_path(RequestType::$rt, $path) };
-                // SAFETY: `p` is the address dlsym returned for this symbol,
-                // whose C prototype is this function's; the caller's
-                // arguments, unchanged.
-                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> c_int>(p)($($a),*) }
-            }
-        );
+        meta_hook!($name, $sym, $rt, ($($a: $t),*), {
+            // SAFETY: the caller's NUL-terminated path (or null).
+            unsafe { rt::count_meta_path(RequestType::$rt, $path) };
+        });
     };
 }
 

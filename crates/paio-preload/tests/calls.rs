@@ -90,6 +90,11 @@ name = "other"
     )
 }
 
+/// [`meta_policy`]'s `stat` object limiting it to 5,000 calls a second,
+/// with a burst of 1.
+const STAT_LIMIT: &str = "default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\n\
+                          kind = \"drl\"\nrate = \"5000ops/s\"\nburst = 1\n";
+
 #[test]
 fn metadata_calls_are_each_counted_once_and_limited() {
     let dir = scratch("meta");
@@ -120,14 +125,7 @@ fn metadata_calls_are_each_counted_once_and_limited() {
     // 5,000 ops/s: 900 calls take at least 180 ms, and nearly all wait; at a
     // higher rate a sleep's overshoot lets every other call through).
     let n = 300u64;
-    std::fs::write(
-        &policy,
-        meta_policy(
-            "default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\n\
-             kind = \"drl\"\nrate = \"5000ops/s\"\nburst = 1\n",
-        ),
-    )
-    .unwrap();
+    std::fs::write(&policy, meta_policy(STAT_LIMIT)).unwrap();
     let started = std::time::Instant::now();
     let out = run(&dir, &[&exe, &n.to_string()], true, &env);
     let took = started.elapsed();
@@ -176,14 +174,7 @@ fn unobserved_metadata_calls_skip_the_stage_and_limits_hold() {
     // `metadata_calls_are_each_counted_once_and_limited`: 900 calls at
     // 5,000 ops/s take at least 180 ms); open and close still skip.
     let policy = dir.join("meta.toml");
-    std::fs::write(
-        &policy,
-        meta_policy(
-            "default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\n\
-             kind = \"drl\"\nrate = \"5000ops/s\"\nburst = 1\n",
-        ),
-    )
-    .unwrap();
+    std::fs::write(&policy, meta_policy(STAT_LIMIT)).unwrap();
     let started = std::time::Instant::now();
     let log = log_of(&[
         ("PAIO_STATS", ""),
