@@ -215,7 +215,7 @@ experiment-cluster: release-bins
 soak: release-bins test-rocksdb
 	python3 bench/soak/run.py
 
-## Coverage-guided fuzzing of the policy parser, rule and protocol decoders (nightly).
+## Coverage-guided fuzzing of every parser and decoder (fuzz/fuzz_targets; nightly).
 fuzz:
 	bash fuzz/run.sh
 

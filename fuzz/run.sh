@@ -44,6 +44,9 @@ for target in "${targets[@]}"; do
     if [ "$target" = policy ]; then
         seeds+=(../policies)
     fi
+    if [ "$target" = paiod_config ]; then
+        seeds+=(../policies/paiod)
+    fi
     mkdir -p "work/$target"
     echo "== fuzzing $target for ${seconds}s" >&2
     cargo +nightly fuzz run "$target" "work/$target" "${seeds[@]}" -- \

@@ -308,3 +308,90 @@ pub fn check_protocol(data: &[u8]) {
         }
     }
 }
+
+/// The `env` target: the interposer's `PAIO_*` variables
+/// ([`paio::env::parse`], run in every process under `paio run` and by
+/// `paio run` itself before it starts the command). The input is lines of
+/// `KEY=VALUE` (a line without `=` is a key with an empty value), in order,
+/// as a process's environment lists them.
+///
+/// Invariants: the parse never panics and depends only on each key's last
+/// entry; an error names a variable that was set (its last value non-empty)
+/// and quotes that value; an accepted environment is within the documented
+/// bounds (stage name, labels, interval, absolute paths).
+pub fn check_env(data: &[u8]) -> Handled {
+    use paio::env::{self, BoardSetting, ControlSocket};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return Handled::Skipped;
+    };
+    let vars: Vec<(String, String)> = text
+        .split('\n')
+        .map(|line| match line.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (line.to_string(), String::new()),
+        })
+        .collect();
+    let last = |key: &str| {
+        vars.iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    };
+    // The same variables, each once with its last value, in first-seen order.
+    let mut once: Vec<(String, String)> = Vec::new();
+    for (k, _) in &vars {
+        if !once.iter().any(|(seen, _)| seen == k) {
+            once.push((k.clone(), last(k).unwrap_or_default().to_string()));
+        }
+    }
+    let parsed = env::parse(&vars);
+    assert_eq!(
+        parsed,
+        env::parse(&once),
+        "earlier entries of a variable changed the result"
+    );
+    match parsed {
+        Err(e) => {
+            assert!(e.variable.starts_with("PAIO_"), "{e}");
+            assert_eq!(
+                last(e.variable),
+                Some(e.value.as_str()),
+                "the error quotes a value the variable does not have: {e}"
+            );
+            assert!(
+                !e.value.is_empty(),
+                "an empty value is unset, not wrong: {e}"
+            );
+            assert!(!e.reason.is_empty(), "{e}");
+            Handled::Rejected
+        }
+        Ok(got) => {
+            if let Some(name) = &got.stage_name {
+                env::check_stage_name(name).expect("an accepted stage name passes its check");
+            }
+            assert!(got.labels.len() <= env::MAX_LABELS);
+            for (i, (k, v)) in got.labels.iter().enumerate() {
+                assert!(
+                    !k.is_empty() && k.len() <= env::MAX_LABEL_KEY,
+                    "label key {k:?}"
+                );
+                assert!(v.len() <= env::MAX_LABEL_VALUE, "label value of {k:?}");
+                assert!(
+                    !got.labels[..i].iter().any(|(seen, _)| seen == k),
+                    "label {k:?} twice"
+                );
+            }
+            assert!(!got.stats_interval.is_zero());
+            if let Some(ControlSocket::Path(p)) = &got.control {
+                assert!(p.is_absolute(), "control socket {p:?}");
+            }
+            if let BoardSetting::Path(p) = &got.board {
+                assert!(p.is_absolute(), "board {p:?}");
+            }
+            for (_, prefix) in &got.file_classes {
+                assert!(prefix.starts_with('/'), "file class prefix {prefix:?}");
+            }
+            Handled::Accepted
+        }
+    }
+}

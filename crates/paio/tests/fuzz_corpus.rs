@@ -23,6 +23,11 @@ fn rule_json_corpus() {
 }
 
 #[test]
+fn env_corpus() {
+    replay("env", checks::check_env, &[], 18);
+}
+
+#[test]
 fn protocol_corpus() {
     replay("protocol", checks::check_protocol, &[], 8);
 }
@@ -52,4 +57,10 @@ fn checks_accept_and_reject() {
         Rejected
     );
     assert_eq!(checks::check_rule_json(b"not json"), Skipped);
+    assert_eq!(
+        checks::check_env(b"PAIO_CONTROL=/a\nPAIO_CONTROL=/b\nHOME=/root"),
+        Accepted
+    );
+    assert_eq!(checks::check_env(b"PAIO_CRITICAL=yes"), Rejected);
+    assert_eq!(checks::check_env(&[0xff]), Skipped);
 }
