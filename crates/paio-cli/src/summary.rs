@@ -4,6 +4,11 @@
 //! A statistics file is one JSON document
 //! `{"pid":N,"ppid":N,"exe":"...","stats":<paio::StageStats>}`, rewritten
 //! atomically by each process. `%p` in the pattern stands for the pid.
+//!
+//! Only regular files owned by this process's effective user are read (a
+//! file another user planted in a shared directory such as `/tmp`, or a
+//! symbolic link, is refused with an error naming it), and none larger
+//! than [`MAX_STATS_FILE`].
 
 use std::ffi::{OsStr, OsString};
 use std::fmt::Write as _;
@@ -113,9 +118,33 @@ impl FileSampler {
     }
 }
 
+/// Largest statistics file read (a stage's channel takes about 2 KiB).
+pub const MAX_STATS_FILE: u64 = 64 << 20;
+
 /// Why a statistics file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum StatsError {
+    /// A file matching the pattern that this user's processes did not write.
+    #[error(
+        "{}: {what}: ignored (statistics are read only from regular files of this user, uid {me}: files its own processes wrote)",
+        .path.display()
+    )]
+    Foreign {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead (`owned by uid N`, `a symbolic link`, ...).
+        what: String,
+        /// This process's effective uid.
+        me: u32,
+    },
+    /// A file above [`MAX_STATS_FILE`].
+    #[error("{}: {len} bytes, more than the {MAX_STATS_FILE} a statistics file may have: ignored", .path.display())]
+    TooLarge {
+        /// The path.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+    },
     /// Unreadable file or directory.
     #[error("{}: {source}", .path.display())]
     Io {
@@ -188,7 +217,10 @@ fn find_stamped(
     use std::os::unix::fs::MetadataExt;
     let path = Path::new(pattern);
     let stamp = |p: &Path| {
-        let m = std::fs::metadata(p).ok().filter(|m| m.is_file())?;
+        // Not followed: a link matching the pattern is refused when read.
+        let m = std::fs::symlink_metadata(p)
+            .ok()
+            .filter(|m| m.is_file() || m.file_type().is_symlink())?;
         let mtime = m.modified().ok()?;
         since.is_none_or(|s| mtime >= s).then_some(Stamp {
             dev: m.dev(),
@@ -242,12 +274,70 @@ fn split_at_pid(name: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-/// Reads one statistics file.
+/// Checks that `m` (from `lstat`) is a statistics file this user may read:
+/// a regular file of this process's effective user, at most
+/// [`MAX_STATS_FILE`] bytes.
+fn check_owned(path: &Path, m: &std::fs::Metadata) -> Result<(), StatsError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let what = if m.file_type().is_symlink() {
+        Some("a symbolic link".to_string())
+    } else if !m.is_file() {
+        Some("not a regular file".to_string())
+    } else if m.uid() != me {
+        Some(format!("owned by uid {}", m.uid()))
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        return Err(StatsError::Foreign {
+            path: path.to_path_buf(),
+            what,
+            me,
+        });
+    }
+    if m.len() > MAX_STATS_FILE {
+        return Err(StatsError::TooLarge {
+            path: path.to_path_buf(),
+            len: m.len(),
+        });
+    }
+    Ok(())
+}
+
+/// Reads one statistics file (refused unless [`check_owned`] passes; the
+/// file is opened without following a symbolic link and read to at most
+/// [`MAX_STATS_FILE`] bytes).
 pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
-    let text = std::fs::read(path).map_err(|source| StatsError::Io {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let io = |source| StatsError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map_err(|e| match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => StatsError::Foreign {
+                path: path.to_path_buf(),
+                what: "a symbolic link".into(),
+                me: rustix::process::geteuid().as_raw(),
+            },
+            _ => io(e),
+        })?;
+    check_owned(path, &file.metadata().map_err(io)?)?;
+    let mut text = Vec::new();
+    file.take(MAX_STATS_FILE + 1)
+        .read_to_end(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_STATS_FILE {
+        return Err(StatsError::TooLarge {
+            path: path.to_path_buf(),
+            len: text.len() as u64,
+        });
+    }
     serde_json::from_slice(&text).map_err(|source| StatsError::Json {
         path: path.to_path_buf(),
         source,
@@ -798,6 +888,52 @@ total over 1 process
         assert_eq!((files.len(), errors.len()), (1, 0));
         let (files, errors) = read_all(dir.path().join("none").as_os_str(), None);
         assert_eq!((files.len(), errors.len()), (0, 0));
+    }
+
+    #[test]
+    fn only_this_users_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let pattern = dir.path().join("s.%p.json");
+        let mine = PathBuf::from(expand(pattern.as_os_str(), 7));
+        std::fs::write(&mine, serde_json::to_string(&sample(7, "/bin/x")).unwrap()).unwrap();
+        // A link matching the pattern, to a file that would parse: refused.
+        std::os::unix::fs::symlink(&mine, expand(pattern.as_os_str(), 8)).unwrap();
+        // A file above the cap (sparse): refused before it is read.
+        std::fs::File::create(expand(pattern.as_os_str(), 9))
+            .unwrap()
+            .set_len(MAX_STATS_FILE + 1)
+            .unwrap();
+        let (files, errors) = read_all(pattern.as_os_str(), None);
+        assert_eq!(files.iter().map(|f| f.pid).collect::<Vec<_>>(), [7]);
+        let said: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].contains("s.8.json: a symbolic link: ignored (statistics are read only from regular files of this user"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].contains("s.9.json: 67108865 bytes, more than the 67108864"),
+            "{said:?}"
+        );
+        // Another user's file: as root, one given away; otherwise one that
+        // root owns.
+        let me = rustix::process::geteuid().as_raw();
+        let theirs = if me == 0 {
+            let p = dir.path().join("theirs.json");
+            std::fs::copy(&mine, &p).unwrap();
+            std::os::unix::fs::chown(&p, Some(65534), None).unwrap();
+            p
+        } else {
+            PathBuf::from("/etc/passwd")
+        };
+        let owner = if me == 0 { 65534 } else { 0 };
+        let e = read_file(&theirs).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "owned by uid {owner}: ignored (statistics are read only from regular files of this user, uid {me}:"
+            )),
+            "{e}"
+        );
     }
 
     #[test]

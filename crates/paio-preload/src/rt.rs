@@ -1729,7 +1729,7 @@ fn push_stats(force: bool) {
             let path = template.replace("%p", &pid.to_string());
             let tid = paio::context::current_workflow();
             let tmp = format!("{path}.tmp.{pid}.{tid}");
-            let result = std::fs::write(&tmp, json + "\n")
+            let result = write_new(&tmp, (json + "\n").as_bytes())
                 .and_then(|()| std::fs::rename(&tmp, Path::new(&path)));
             if let Err(e) = result {
                 let _ = std::fs::remove_file(&tmp);
@@ -1738,6 +1738,31 @@ fn push_stats(force: bool) {
         }
     }
     PUSHING.store(false, Ordering::Release);
+}
+
+/// Writes `data` to a new file at `path`, refusing to follow a symbolic link
+/// or to write into a file that exists (`O_CREAT | O_EXCL`): the temporary
+/// name is predictable, and in a shared directory such as `/tmp` another
+/// user could have put a link there to a file of ours. A file left by an
+/// earlier process of the same pid and thread is removed and the write
+/// tried once more (removing another user's file in a sticky directory
+/// fails, and the error is logged).
+fn write_new(path: &str, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let create = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+    };
+    let mut file = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::remove_file(path)?;
+            create()?
+        }
+        other => other?,
+    };
+    file.write_all(data)
 }
 
 /// Whether the interposer is active (constructor ran, stage usable).

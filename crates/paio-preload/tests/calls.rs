@@ -482,6 +482,46 @@ fn vfork_children_exiting_write_no_statistics() {
     assert_eq!(stats[0].channel("read"), (1, 60));
 }
 
+/// The statistics file's temporary name is predictable (`<file>.tmp.<pid>.<tid>`):
+/// a symbolic link planted there, as another user could in `/tmp`, is not
+/// followed. The shell plants it under its own pid, then execs `cat`, which
+/// keeps the pid and writes its statistics at exit from its main thread.
+#[test]
+fn the_statistics_file_never_follows_a_planted_link() {
+    let dir = scratch("planted");
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let stats = dir.join("stats");
+    std::fs::create_dir_all(&stats).unwrap();
+    let file = stats.join("s.json");
+    let script = format!(
+        "ln -s {victim} {file}.tmp.$$.$$ && exec cat /dev/null",
+        victim = victim.display(),
+        file = file.display()
+    );
+    let out = run(
+        &dir,
+        &["/bin/sh", "-c", &script],
+        true,
+        &[("PAIO_STATS", file.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let meta = std::fs::symlink_metadata(&file).unwrap();
+    assert!(meta.is_file(), "{meta:?}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(
+        written["exe"].as_str().unwrap().ends_with("/cat"),
+        "{written}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&stats)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [std::ffi::OsString::from("s.json")]);
+}
+
 /// Buffered stdio writes are charged when they reach the kernel — a full
 /// buffer, `fflush`, `fclose`, the flush at exit — with every byte, and one
 /// operation per call that reached it; reads likewise.
