@@ -804,10 +804,13 @@ fn steps(run: &[(f64, f64)]) -> Vec<(f64, f64)> {
     out
 }
 
-/// Reads a figure from JSON (`paio plot --figure`), naming the field at
-/// fault.
+/// Largest figure read (`paio plot --figure`).
+pub const MAX_FIGURE_BYTES: usize = 64 << 20;
+
+/// Reads a figure from JSON (`paio plot --figure`, at most
+/// [`MAX_FIGURE_BYTES`]), naming the field at fault.
 pub fn read_figure(path: &Path) -> Result<Figure, PlotError> {
-    let text = std::fs::read_to_string(path)
+    let text = paio::textfile::read_bounded(path, MAX_FIGURE_BYTES)
         .map_err(|e| PlotError::Figure(format!("{}: {e}", path.display())))?;
     parse_figure(&text, path)
 }

@@ -1275,6 +1275,10 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
             ":3:9: channel[0].match.request_type: unknown request type \"reed\" (did you mean \"read\"?)",
         ),
         (
+            &["--policy", "/dev/zero"],
+            "--policy: /dev/zero:1:1: policy: more than the 1048576 bytes allowed",
+        ),
+        (
             &["--policy", zero],
             "object \"z\" of channel \"r\" has rate 0, which pauses every request it gets until a control rule raises it; without --control nothing will",
         ),
@@ -1840,7 +1844,7 @@ fn record_a_run_and_plot_it() {
     );
     refused(
         &[&os("none.jsonl"), "-o".as_ref(), png.as_os_str()],
-        "none.jsonl: No such file",
+        "none.jsonl: cannot read: No such file",
     );
     refused(
         &[

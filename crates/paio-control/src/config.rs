@@ -721,14 +721,8 @@ impl PaiodConfig {
             field: "config".into(),
             message,
         };
-        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-        if meta.len() > MAX_CONFIG_BYTES as u64 {
-            return Err(fail(format!(
-                "file of {} bytes exceeds the {MAX_CONFIG_BYTES} allowed",
-                meta.len()
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        let text = paio::textfile::read_bounded(path, MAX_CONFIG_BYTES)
+            .map_err(|e| fail(e.to_string()))?;
         Self::parse(&text, &origin)
     }
 }
@@ -1961,5 +1955,9 @@ rules = [{ rule = "create_channel", name = "x" }]
             PaiodConfig::from_file(&p).unwrap().period,
             Duration::from_secs(1)
         );
+        // Read through the bound, not by the length the metadata gives: an
+        // endless device says 0 bytes.
+        let e = PaiodConfig::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.message, "more than the 1048576 bytes allowed", "{e}");
     }
 }

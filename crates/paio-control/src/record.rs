@@ -12,7 +12,7 @@
 //! counted twice.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::time::SystemTime;
@@ -97,6 +97,14 @@ pub enum RecordError {
         path: PathBuf,
         /// The error.
         source: std::io::Error,
+    },
+    /// Not a text file of at most [`MAX_RECORDING_BYTES`].
+    #[error("{}: {source}", .path.display())]
+    Text {
+        /// The recording.
+        path: PathBuf,
+        /// Why it could not be read.
+        source: paio::textfile::TextFileError,
     },
     /// A line is not a sample of this format.
     #[error(
@@ -223,16 +231,19 @@ fn write_all(path: &Path, file: File, rx: Receiver<Sample>) -> Result<(), Record
     Ok(())
 }
 
-/// Reads a recording. An empty last line (a run cut short while writing
-/// it) is ignored; any other bad line is an error naming its number.
+/// Largest recording read (hours of a busy machine's periods).
+pub const MAX_RECORDING_BYTES: usize = 1 << 30;
+
+/// Reads a recording of at most [`MAX_RECORDING_BYTES`]. An empty last line
+/// (a run cut short while writing it) is ignored; any other bad line is an
+/// error naming its number.
 pub fn read(path: &Path) -> Result<Vec<Sample>, RecordError> {
-    let mut text = String::new();
-    File::open(path)
-        .and_then(|f| BufReader::new(f).read_to_string(&mut text))
-        .map_err(|source| RecordError::Io {
+    let text = paio::textfile::read_bounded(path, MAX_RECORDING_BYTES).map_err(|source| {
+        RecordError::Text {
             path: path.to_path_buf(),
             source,
-        })?;
+        }
+    })?;
     parse(&text, path)
 }
 

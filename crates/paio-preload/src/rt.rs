@@ -458,7 +458,7 @@ impl Config {
         let e = paio::env::parse(env).map_err(|e| e.to_string())?;
         let policy_file = match &e.policy {
             Some(path) => Some((
-                std::fs::read_to_string(path)
+                paio::textfile::read_bounded(path, paio::policy::MAX_POLICY_BYTES)
                     .map_err(|err| format!("PAIO_POLICY {}: {err}", path.display()))?,
                 path.display().to_string(),
             )),

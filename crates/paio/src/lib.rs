@@ -60,6 +60,7 @@ pub mod rule;
 pub mod stage;
 pub mod stats;
 mod sync;
+pub mod textfile;
 pub mod units;
 
 pub use admission::{Admission, ForeignAdmission, RawAdmission};

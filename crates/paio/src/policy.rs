@@ -568,14 +568,8 @@ impl Policy {
             field: "policy".into(),
             message,
         };
-        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-        if meta.len() > MAX_POLICY_BYTES as u64 {
-            return Err(fail(format!(
-                "file of {} bytes exceeds the {MAX_POLICY_BYTES} allowed",
-                meta.len()
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+        let text = crate::textfile::read_bounded(path, MAX_POLICY_BYTES)
+            .map_err(|e| fail(e.to_string()))?;
         Self::parse(&text, &origin)
     }
 
@@ -1752,7 +1746,10 @@ name = "fg"
         assert!(Stage::from_policy_file(&path).is_ok());
         std::fs::write(&path, "#".repeat(MAX_POLICY_BYTES + 1)).unwrap();
         let e = Policy::from_file(&path).unwrap_err();
-        assert!(e.message.contains("exceeds"), "{e}");
+        assert!(e.message.contains("more than the 1048576 bytes"), "{e}");
+        // Nor does an endless device, whose metadata says 0 bytes.
+        let e = Policy::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.message.contains("more than the 1048576 bytes"), "{e}");
         std::fs::remove_file(&path).unwrap();
     }
 
