@@ -274,15 +274,13 @@ fn split_at_pid(name: &[u8]) -> Vec<&[u8]> {
     parts
 }
 
-/// Checks that `m` (from `lstat`) is a statistics file this user may read:
-/// a regular file of this process's effective user, at most
-/// [`MAX_STATS_FILE`] bytes.
+/// Checks that `m` (of the opened file: a link was refused when opening)
+/// is a statistics file this user may read: a regular file of this
+/// process's effective user, at most [`MAX_STATS_FILE`] bytes.
 fn check_owned(path: &Path, m: &std::fs::Metadata) -> Result<(), StatsError> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
-    let what = if m.file_type().is_symlink() {
-        Some("a symbolic link".to_string())
-    } else if !m.is_file() {
+    let what = if !m.is_file() {
         Some("not a regular file".to_string())
     } else if m.uid() != me {
         Some(format!("owned by uid {}", m.uid()))

@@ -1,5 +1,5 @@
 //! Reading a text file whose size the reader bounds: policies, paiod's
-//! configuration, figures. The length a file's metadata gives is not a
+//! configuration, figures, recordings. The length a file's metadata gives is not a
 //! bound (`/dev/zero` and pipes say 0), so the file is read through a
 //! limit: at most `max` bytes are kept, and one more byte means the file is
 //! too large, whatever it is. Pipes and process substitution
