@@ -21,7 +21,8 @@
 //! - a per-thread depth guard lets the library's own I/O (and Rust std's)
 //!   through untouched;
 //! - per-thread state is `const`-initialised and has no destructor;
-//! - configuration comes from the constructor's `envp`, never `getenv`;
+//! - configuration comes from the constructor's `envp`, never `getenv`, and
+//!   not at all in secure-execution mode (set-user-ID programs);
 //! - a panic never unwinds into C: the hook reports through a raw syscall and
 //!   aborts (and `extern "C"` functions abort on unwind anyway).
 // The exported functions are libc's, with libc's contracts (man pages).

@@ -72,6 +72,9 @@ static PID: AtomicU64 = AtomicU64::new(0);
 static NEXT_PUSH_NS: AtomicU64 = AtomicU64::new(0);
 /// Set while one thread writes the statistics file.
 static PUSHING: AtomicBool = AtomicBool::new(false);
+/// Set once this process said on stderr that a statistics file could not be
+/// written; later failures go to the `PAIO_LOG` log only. Reset at fork.
+static STATS_LOST_SAID: AtomicBool = AtomicBool::new(false);
 /// Bit `t`: metadata calls of request type `t` go straight to libc, because
 /// nothing would observe them ([`unobserved_meta`]). Set once, before the
 /// library turns active; a forked child keeps it (same configuration, same
@@ -280,6 +283,10 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
     }));
     // SAFETY: the dynamic loader passes a NULL-terminated envp array.
     let env = unsafe { read_env(envp) };
+    if secure_execution() {
+        refuse_secure(&env);
+        return;
+    }
     match Config::from_env(&env) {
         Ok(cfg) => {
             let cfg: &'static Config = Box::leak(Box::new(cfg));
@@ -309,6 +316,38 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
             }
         }
         Err(e) => unusable(&env, &e),
+    }
+}
+
+/// Whether the process runs in secure-execution mode (`AT_SECURE`: a
+/// set-user-ID or set-group-ID program, or one with file capabilities). The
+/// loader then ignores `LD_PRELOAD` paths with a slash, so the library gets
+/// here only through `/etc/ld.so.preload` or a set-user-ID copy in a system
+/// directory; the environment is the invoking user's and cannot be trusted
+/// with the program's privileges.
+fn secure_execution() -> bool {
+    // SAFETY: getauxval only reads the auxiliary vector the kernel passed;
+    // it returns 0 for a type it does not know.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// Secure-execution mode: no `PAIO_*` variable is acted on (`PAIO_STATS`
+/// would create files, `PAIO_POLICY` read them and `PAIO_CONTROL` and
+/// `PAIO_BOARD` open sockets and shared memory, all with the program's
+/// privileges, where the invoking user chose the paths), and the process runs
+/// without a stage. Said on stderr when some `PAIO_*` variable was set, as
+/// glibc's own variables are dropped there, so limits asked for are never
+/// dropped silently.
+#[cold]
+fn refuse_secure(env: &[(String, String)]) {
+    STATE.store(OFF, Ordering::Release);
+    if env.iter().any(|(k, _)| k.starts_with("PAIO_")) {
+        raw_stderr(
+            "paio: this program runs with privileges its user does not have (set-user-ID, \
+             set-group-ID or file capabilities): PAIO_* variables are ignored and it runs \
+             without a stage (the caller's environment is not trusted with the program's \
+             privileges)\n",
+        );
     }
 }
 
@@ -381,6 +420,7 @@ extern "C" fn atfork_child() {
     // child builds a fresh stage (fresh statistics) on its first call.
     STAGE.store(ptr::null_mut(), Ordering::Release);
     PUSHING.store(false, Ordering::Relaxed);
+    STATS_LOST_SAID.store(false, Ordering::Relaxed);
     paio::context::forget_thread_id();
     // The parent's waits and loans name threads the child does not have.
     paio::inheritance::forget_after_fork();
@@ -1733,7 +1773,14 @@ fn push_stats(force: bool) {
                 .and_then(|()| std::fs::rename(&tmp, Path::new(&path)));
             if let Err(e) = result {
                 let _ = std::fs::remove_file(&tmp);
-                log(&format!("statistics to {path}: {e}"));
+                if STATS_LOST_SAID.swap(true, Ordering::Relaxed) {
+                    log(&format!("statistics to {path}: {e}"));
+                } else {
+                    raw_stderr(&format!(
+                        "paio: cannot write statistics to {path}: {e}; they are lost until a \
+                         write succeeds (PAIO_LOG=1 logs each failure)\n"
+                    ));
+                }
             }
         }
     }

@@ -522,6 +522,128 @@ fn the_statistics_file_never_follows_a_planted_link() {
     assert_eq!(left, [std::ffi::OsString::from("s.json")]);
 }
 
+/// A statistics file that cannot be written is said once per process on
+/// stderr (it was logged only with `PAIO_LOG`), and the program runs as
+/// without the library: same output and status. `PAIO_LOG=1` shows that `dd`
+/// failed many pushes, so "once" is not one push.
+#[test]
+fn an_unwritable_statistics_file_is_said_once() {
+    let dir = scratch("unwritable-stats");
+    let missing = dir.join("missing/s-%p.json");
+    // dd makes 400,000 calls over more than a few 1 ms intervals.
+    let script = "dd if=/dev/zero of=/dev/null bs=1 count=200000 status=none && \
+                  echo done && exec cat /dev/null";
+    let said = |log: &str| {
+        let out = run(
+            &dir,
+            &["/bin/sh", "-c", script],
+            true,
+            &[
+                ("PAIO_STATS", missing.to_str().unwrap()),
+                ("PAIO_STATS_INTERVAL", "1ms"),
+                ("PAIO_LOG", log),
+            ],
+        );
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"done\n");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let stderr = said("0");
+    let lines: Vec<&str> = stderr.lines().collect();
+    // One line per program: the shell, dd, and the `cat` the shell became
+    // (same pid as the shell, a fresh load of the library).
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("paio: cannot write statistics to ")
+                && l.contains("No such file or directory")),
+        "{stderr}"
+    );
+    let mut lines = lines;
+    lines.sort_unstable();
+    lines.dedup();
+    assert_eq!(lines.len(), 2, "the shell's pid twice, dd's once: {stderr}");
+    let logged = said("1");
+    let failures = logged
+        .lines()
+        .filter(|l| l.contains("]: statistics to "))
+        .count();
+    assert!(failures > 3, "dd pushed only {failures} times: {logged}");
+}
+
+/// A set-user-ID program that gets the library (through `/etc/ld.so.preload`:
+/// the loader ignores `LD_PRELOAD` paths for it) does not act on its caller's
+/// `PAIO_*` variables: `PAIO_STATS` would otherwise have it create a file,
+/// with root's rights, in a directory only root may write. It says so and
+/// runs as it would without the library. The system-wide preload lives in a
+/// private mount namespace (a tmpfs over `/etc`), the caller is `nobody`.
+#[test]
+fn set_user_id_programs_ignore_the_callers_paio_variables() {
+    use std::os::unix::fs::PermissionsExt as _;
+    assert!(
+        running_as_root(),
+        "this test makes a set-user-ID root program and runs it as nobody: run it as root"
+    );
+    require("unshare");
+    require("setpriv");
+    let dir = scratch("secure");
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    mode(&dir, 0o755);
+    let cat = dir.join("cat");
+    std::fs::copy("/bin/cat", &cat).unwrap();
+    mode(&cat, 0o4755);
+    let input = dir.join("in");
+    std::fs::write(&input, "bytes of the caller\n").unwrap();
+    mode(&input, 0o644);
+    let root_only = dir.join("root-only");
+    std::fs::create_dir(&root_only).unwrap();
+    mode(&root_only, 0o755);
+    let script = format!(
+        "mount -t tmpfs paio-test /etc && echo {lib} > /etc/ld.so.preload && \
+         exec setpriv --reuid=65534 --regid=65534 --clear-groups \
+         env PAIO_STATS={root_only}/s-%p.json PAIO_LOG=1 PAIO_BOARD=off {cat} {input}",
+        lib = lib().display(),
+        root_only = root_only.display(),
+        cat = cat.display(),
+        input = input.display(),
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", &script])
+        .env_remove("LD_PRELOAD")
+        .stdin(std::process::Stdio::null());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PAIO_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("spawn unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"bytes of the caller\n");
+    let written: Vec<_> = std::fs::read_dir(&root_only)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(written.is_empty(), "written as root: {written:?}");
+    assert!(
+        stderr.contains("PAIO_* variables are ignored and it runs without a stage"),
+        "the program did not run in secure-execution mode with the library: {stderr}"
+    );
+}
+
+/// Whether this process runs as root (effective uid 0).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
+
 /// Buffered stdio writes are charged when they reach the kernel — a full
 /// buffer, `fflush`, `fclose`, the flush at exit — with every byte, and one
 /// operation per call that reached it; reads likewise.
