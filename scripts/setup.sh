@@ -5,7 +5,7 @@
 set -euo pipefail
 
 # Debian packages the build and tests use. Add to this list, never install by hand.
-PACKAGES=(build-essential pkg-config fio python3 tar coreutils util-linux valgrind cmake librocksdb-dev rocksdb-tools libgtest-dev systemd systemd-container man-db file tmux fonts-dejavu-core etcd-server protobuf-compiler)
+PACKAGES=(build-essential pkg-config fio python3 tar coreutils util-linux valgrind cmake librocksdb-dev rocksdb-tools libgtest-dev systemd systemd-container man-db file tmux fonts-dejavu-core etcd-server protobuf-compiler libcap2-bin)
 # Installed without their recommendations: prometheus brings promtool, which
 # checks paiod's metrics exposition (it recommends a node exporter service).
 PACKAGES_ALONE=(prometheus)

@@ -1527,8 +1527,9 @@ fn top_follows_a_paio_run_through_its_statistics_files() {
 }
 
 /// `paio doctor` on real programs of each kind: a dynamically linked one
-/// (nothing in the way), fio (libaio: a note), a static binary and a
-/// set-user-ID copy (problems, exit 1), a missing control socket, a policy
+/// (nothing in the way), fio (libaio: a note), a static binary (a problem,
+/// exit 1), set-ID and capability copies (a problem exactly when the loader
+/// drops LD_PRELOAD for root), a missing control socket, a policy
 /// that would pause forever, and running processes with and without the
 /// interposer, registered with paiod or not.
 #[test]
@@ -1573,19 +1574,99 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
         "{out}"
     );
 
+    // Set-ID bits and capabilities, as root: the doctor's verdict must be
+    // the loader's (the copy under LD_PRELOAD says `active` or nothing).
     assert!(
         running_as_root(),
-        "the set-user-ID case needs root to set the bit on a copy"
+        "the set-ID cases need root to set the bits on copies"
     );
-    let suid = d.join("suid-true");
-    std::fs::copy("/bin/true", &suid).unwrap();
-    std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
-    let (code, out) = doctor(&[&os("--"), suid.as_os_str()]);
-    assert_eq!(code, Some(1), "{out}");
-    assert!(
-        out.contains("is set-user-ID: the dynamic loader ignores LD_PRELOAD"),
-        "{out}"
-    );
+    struct IdCase {
+        name: &'static str,
+        mode: u32,
+        owner: Option<u32>,
+        group: Option<u32>,
+        caps: bool,
+        says: &'static str,
+    }
+    let case = |name, mode, owner, group, caps, says| IdCase {
+        name,
+        mode,
+        owner,
+        group,
+        caps,
+        says,
+    };
+    let id_cases = [
+        case(
+            "suid-root",
+            0o4755,
+            None,
+            None,
+            false,
+            "changes no identity",
+        ),
+        case(
+            "suid-nobody",
+            0o4755,
+            Some(65534),
+            None,
+            false,
+            "is set-user-ID to uid 65534, and you are uid 0",
+        ),
+        case(
+            "sgid-nogroup",
+            0o2755,
+            None,
+            Some(65534),
+            false,
+            "is set-group-ID to gid 65534, and your gid is 0",
+        ),
+        case(
+            "caps",
+            0o755,
+            None,
+            None,
+            true,
+            "file capabilities add nothing for root",
+        ),
+    ];
+    for IdCase {
+        name,
+        mode,
+        owner,
+        group,
+        caps,
+        says,
+    } in id_cases
+    {
+        let copy = d.join(name);
+        std::fs::copy("/bin/true", &copy).unwrap();
+        std::os::unix::fs::chown(&copy, owner, group).unwrap();
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+        if caps {
+            let st = Command::new("setcap")
+                .arg("cap_net_raw+ep")
+                .arg(&copy)
+                .status()
+                .expect("setcap (libcap2-bin, scripts/setup.sh) runs");
+            assert!(st.success(), "setcap on {}", copy.display());
+        }
+        let (code, out) = doctor(&[&os("--"), copy.as_os_str()]);
+        assert!(out.contains(says), "{name}: {out}");
+        let loaded = Command::new(&copy)
+            .env("LD_PRELOAD", lib)
+            .env("PAIO_LOG", "1")
+            .output()
+            .unwrap();
+        let active = String::from_utf8_lossy(&loaded.stderr).contains("]: active");
+        assert_eq!(
+            code,
+            Some(if active { 0 } else { 1 }),
+            "{name}: the loader {} the interposer, doctor said: {out}",
+            if active { "kept" } else { "dropped" }
+        );
+    }
 
     let none = d.join("none.sock");
     let (code, out) = doctor(&[&os("--control"), none.as_os_str(), &os("--"), &os("dd")]);
