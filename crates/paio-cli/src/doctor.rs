@@ -14,12 +14,12 @@
 
 use std::ffi::OsStr;
 use std::fmt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use paio_control::ctl::{self, CtlCommand, StatusReport};
 
+use crate::privilege::Elevation;
 use crate::{args, exe, preload};
 
 /// How bad a finding is.
@@ -140,8 +140,16 @@ pub fn check_command(c: &CommandCheck<'_>) -> Vec<Finding> {
 /// Checks executable `path`; `depth` > 0 for a script's interpreter.
 fn executable(path: &Path, path_env: Option<&OsStr>, out: &mut Vec<Finding>, depth: u32) {
     let p = path.display();
-    if let Some(f) = ExecFile::of(path) {
-        out.extend(f.elevation(&Caller::this()).finding(&p.to_string()));
+    match Elevation::of(path) {
+        Some(Elevation::Harmless(why)) => {
+            out.push(Finding::ok(format!("{p}: {why}; LD_PRELOAD applies")));
+        }
+        Some(e) => {
+            if let (Some(what), Some(fix)) = (e.problem(&p.to_string()), e.fix()) {
+                out.push(Finding::problem(what, fix));
+            }
+        }
+        None => {}
     }
     let info = match exe::inspect(path) {
         Ok(i) => i,
@@ -336,129 +344,6 @@ pub fn check_pid(pid: u32) -> Vec<Finding> {
     out
 }
 
-/// What of an executable decides whether executing it elevates privilege.
-#[derive(Debug, Clone, Copy)]
-struct ExecFile {
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    /// It has a `security.capability` attribute (file capabilities).
-    caps: bool,
-    /// It lies on a `nosuid` mount: set-ID bits and capabilities are ignored.
-    nosuid: bool,
-}
-
-/// The real ids of whoever runs `paio doctor` (and so `paio run`).
-#[derive(Debug, Clone, Copy)]
-struct Caller {
-    uid: u32,
-    gid: u32,
-}
-
-impl Caller {
-    fn this() -> Caller {
-        Caller {
-            uid: rustix::process::getuid().as_raw(),
-            gid: rustix::process::getgid().as_raw(),
-        }
-    }
-}
-
-/// How executing a file would change the caller's identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Elevation {
-    /// No set-ID bit, no capabilities.
-    Plain,
-    /// Set-ID bits or capabilities that change nothing for this caller
-    /// (its own uid or gid, capabilities for root, a `nosuid` mount): the
-    /// loader keeps `LD_PRELOAD`. The text says which.
-    Harmless(&'static str),
-    /// Set-user-ID to this uid, not the caller's.
-    SetUid(u32),
-    /// Set-group-ID to this gid, not the caller's.
-    SetGid(u32),
-    /// File capabilities, for a caller that is not root.
-    Capabilities,
-}
-
-impl ExecFile {
-    /// The file at `path` (links followed, as `execve` does); `None` when
-    /// it cannot be read (the headers check then says why).
-    fn of(path: &Path) -> Option<ExecFile> {
-        use std::os::unix::fs::MetadataExt as _;
-        let meta = std::fs::metadata(path).ok()?;
-        let caps = rustix::fs::getxattr_query(path, "security.capability").is_ok();
-        let nosuid = rustix::fs::statvfs(path)
-            .is_ok_and(|v| v.f_flag.contains(rustix::fs::StatVfsMountFlags::NOSUID));
-        Some(ExecFile {
-            mode: meta.permissions().mode(),
-            uid: meta.uid(),
-            gid: meta.gid(),
-            caps,
-            nosuid,
-        })
-    }
-
-    /// The kernel's rule for a privilege-elevating exec, after which the
-    /// loader runs in secure-execution mode (`AT_SECURE`) and drops
-    /// `LD_PRELOAD` (security/commoncap.c: the new effective uid differs from
-    /// the real one, or the effective gid from the real one, or capabilities
-    /// grow for a caller whose real uid is not root; set-group-ID needs group
-    /// execute permission; a `nosuid` mount ignores all of it).
-    fn elevation(&self, c: &Caller) -> Elevation {
-        let setuid = self.mode & 0o4000 != 0;
-        let setgid = self.mode & 0o2010 == 0o2010;
-        if !setuid && !setgid && !self.caps {
-            return Elevation::Plain;
-        }
-        if self.nosuid {
-            return Elevation::Harmless(
-                "it lies on a nosuid mount, which ignores set-ID bits and capabilities",
-            );
-        }
-        if setuid && self.uid != c.uid {
-            return Elevation::SetUid(self.uid);
-        }
-        if setgid && self.gid != c.gid {
-            return Elevation::SetGid(self.gid);
-        }
-        if self.caps && c.uid != 0 {
-            return Elevation::Capabilities;
-        }
-        Elevation::Harmless(if setuid || setgid {
-            "its set-ID bits name your own ids, so executing it changes no identity"
-        } else {
-            "its file capabilities add nothing for root"
-        })
-    }
-}
-
-impl Elevation {
-    /// What `paio doctor` says of the executable `p`.
-    fn finding(self, p: &str) -> Option<Finding> {
-        const DROPS: &str = "the dynamic loader ignores LD_PRELOAD for it (secure-execution mode), so it runs without a stage";
-        let caller = Caller::this();
-        Some(match self {
-            Elevation::Plain => return None,
-            Elevation::Harmless(why) => {
-                Finding::ok(format!("{p}: {why}; LD_PRELOAD applies"))
-            }
-            Elevation::SetUid(uid) => Finding::problem(
-                format!("{p} is set-user-ID to uid {uid}, and you are uid {}: {DROPS}", caller.uid),
-                format!("run a copy without the set-ID bit, if it does not need the privilege, or run paio as uid {uid}"),
-            ),
-            Elevation::SetGid(gid) => Finding::problem(
-                format!("{p} is set-group-ID to gid {gid}, and your gid is {}: {DROPS}", caller.gid),
-                "run a copy without the set-ID bit, if it does not need the privilege",
-            ),
-            Elevation::Capabilities => Finding::problem(
-                format!("{p} has file capabilities (security.capability) and you are not root: {DROPS}"),
-                "run a copy without them (setcap -r on the copy), if it does not need them",
-            ),
-        })
-    }
-}
-
 /// Whether an auxiliary vector (`/proc/PID/auxv`: pairs of native words)
 /// has `AT_SECURE` set: the loader ran the program in secure-execution
 /// mode, in which glibc ignores LD_PRELOAD outside its trusted paths.
@@ -526,65 +411,6 @@ mod tests {
         // This test process was not started set-user-ID.
         assert!(!secure_execution(
             &std::fs::read("/proc/self/auxv").unwrap()
-        ));
-    }
-
-    #[test]
-    fn set_id_bits_and_capabilities_matter_only_when_they_change_an_id() {
-        let file = |mode, uid, gid, caps, nosuid| ExecFile {
-            mode,
-            uid,
-            gid,
-            caps,
-            nosuid,
-        };
-        let user = Caller {
-            uid: 1000,
-            gid: 1000,
-        };
-        let root = Caller { uid: 0, gid: 0 };
-        let e = |f: ExecFile, c: &Caller| f.elevation(c);
-        assert_eq!(e(file(0o755, 0, 0, false, false), &user), Elevation::Plain);
-        assert_eq!(
-            e(file(0o4755, 0, 0, false, false), &user),
-            Elevation::SetUid(0)
-        );
-        assert!(matches!(
-            e(file(0o4755, 0, 0, false, false), &root),
-            Elevation::Harmless(_)
-        ));
-        assert_eq!(
-            e(file(0o4755, 65534, 0, false, false), &root),
-            Elevation::SetUid(65534)
-        );
-        assert!(matches!(
-            e(file(0o4755, 1000, 0, false, false), &user),
-            Elevation::Harmless(_)
-        ));
-        assert_eq!(
-            e(file(0o2755, 0, 42, false, false), &root),
-            Elevation::SetGid(42)
-        );
-        assert!(matches!(
-            e(file(0o2755, 0, 1000, false, false), &user),
-            Elevation::Harmless(_)
-        ));
-        // Set-group-ID without group execute is mandatory locking, not an id.
-        assert_eq!(
-            e(file(0o2745, 0, 42, false, false), &root),
-            Elevation::Plain
-        );
-        assert_eq!(
-            e(file(0o755, 0, 0, true, false), &user),
-            Elevation::Capabilities
-        );
-        assert!(matches!(
-            e(file(0o755, 0, 0, true, false), &root),
-            Elevation::Harmless(_)
-        ));
-        assert!(matches!(
-            e(file(0o6755, 0, 0, true, true), &user),
-            Elevation::Harmless(_)
         ));
     }
 

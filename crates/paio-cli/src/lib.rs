@@ -29,6 +29,7 @@ pub mod exe;
 pub mod manuals;
 pub mod plot;
 pub mod preload;
+pub mod privilege;
 pub mod summary;
 pub mod top;
 

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use paio_cli::args::{self, ArgError, Label, Limit, StageName};
+use paio_cli::privilege::Elevation;
 use paio_cli::{child, exe, preload, summary, EXIT_PAIO_FAILED, EXIT_USAGE};
 
 #[derive(Parser)]
@@ -812,6 +813,11 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         if let Some(w) = info.warning(&resolved) {
             stderr(&format!("paio: {w}\n"));
         }
+    }
+    if let Some(what) =
+        Elevation::of(&resolved).and_then(|e| e.problem(&resolved.display().to_string()))
+    {
+        stderr(&format!("paio: warning: {what}\n"));
     }
 
     // 2. Temporary files: the generated policy and the default statistics

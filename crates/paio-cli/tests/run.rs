@@ -741,6 +741,65 @@ fn warns_about_static_binaries() {
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
 }
 
+/// A program whose execution changes the user's ids runs without the
+/// interposer (the loader drops LD_PRELOAD): `paio run` says so, with the
+/// limits given or not; one whose set-ID bit changes nothing (set-user-ID
+/// root run by root) runs enforced, with no word. Both verdicts are checked
+/// against the statistics the program wrote.
+#[test]
+fn warns_about_programs_that_run_with_other_ids() {
+    assert!(
+        running_as_root(),
+        "this test sets set-ID bits on copies owned by root and nogroup: run it as root"
+    );
+    let d = scratch("set-id");
+    let make = |name: &str, group: Option<u32>, mode: u32| {
+        let copy = d.join(name);
+        std::fs::copy("/bin/cat", &copy).unwrap();
+        std::os::unix::fs::chown(&copy, None, group).unwrap();
+        std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(mode))
+            .unwrap();
+        copy
+    };
+    let input = d.join("in");
+    std::fs::write(&input, "abc\n").unwrap();
+    let dropped = make("sgid-nogroup", Some(65534), 0o2755);
+    let kept = make("suid-root", None, 0o4755);
+    for (copy, warned) in [(&dropped, true), (&kept, false)] {
+        let stats = d.join(format!(
+            "{}.%p.json",
+            copy.file_name().unwrap().to_str().unwrap()
+        ));
+        let o = run(&[
+            "run",
+            "--limit",
+            "read=1GiB/s",
+            "--stats",
+            stats.to_str().unwrap(),
+            "--summary",
+            "--",
+            copy.to_str().unwrap(),
+            input.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(o.stdout, b"abc\n");
+        let e = stderr(&o);
+        let said = e.contains(&format!(
+            "paio: warning: {} is set-group-ID to gid 65534, and your gid is 0: the dynamic \
+             loader ignores LD_PRELOAD for it",
+            copy.display()
+        ));
+        assert_eq!(said, warned, "{e}");
+        assert_eq!(e.contains("warning"), warned, "{e}");
+        // The loader agrees: statistics exist exactly when nothing was said.
+        assert_eq!(
+            e.contains("paio: summary: 1 process with statistics"),
+            !warned,
+            "{e}"
+        );
+    }
+}
+
 #[test]
 fn help_mentions_the_exit_statuses() {
     let mut out = String::new();
