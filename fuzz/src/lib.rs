@@ -92,6 +92,7 @@ match = { request_context = "flush" }
 name = "ops"
 kind = "drl"
 rate = "100 ops/s"
+match = { workflow = 3 }
 
 [[channel]]
 name = "b"

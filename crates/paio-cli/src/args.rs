@@ -648,7 +648,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing.toml:1:1: policy: cannot read"), "{e}");
-        std::fs::write(&path, "[[channel]]\nname = \"ok\"\n").unwrap();
+        std::fs::write(&path, "[[channel]]\nname = \"ok\"\nmatch = {}\n").unwrap();
         check_policy_file(&path).unwrap();
     }
 }

@@ -543,7 +543,7 @@ fn bad_arguments_exit_2_before_running_anything() {
     );
     assert!(!marker.exists());
     // A good policy is passed as an absolute path.
-    std::fs::write(&p, "[[channel]]\nname = \"bulk\"\n").unwrap();
+    std::fs::write(&p, "[[channel]]\nname = \"bulk\"\nmatch = {}\n").unwrap();
     let o = paio()
         .current_dir(&d)
         .args([

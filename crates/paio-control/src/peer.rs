@@ -180,7 +180,7 @@ mod tests {
 
     fn hello() -> Hello {
         let stage = paio::Stage::from_policy_str(
-            "[stage]\nname = \"s\"\nlabels = { job = \"j\" }\n[[channel]]\nname = \"read\"\n",
+            "[stage]\nname = \"s\"\nlabels = { job = \"j\" }\n[[channel]]\nname = \"read\"\nmatch = {}\n",
             "<t>",
         )
         .unwrap();
@@ -196,7 +196,9 @@ mod tests {
     #[test]
     fn a_stage_within_the_caps_is_accepted() {
         check_hello(&hello()).unwrap();
-        let stage = paio::Stage::from_policy_str("[[channel]]\nname = \"read\"\n", "<t>").unwrap();
+        let stage =
+            paio::Stage::from_policy_str("[[channel]]\nname = \"read\"\nmatch = {}\n", "<t>")
+                .unwrap();
         check_stats(&stage.collect()).unwrap();
     }
 

@@ -529,6 +529,11 @@ impl Policy {
                 "stage.default_channel".into(),
             );
         }
+        // Only a policy that builds: its other errors (a name given twice, a
+        // default naming nothing) say more than "unreachable" would.
+        if p.new_stage().is_ok() {
+            check_reachable(&file.channel, &file.stage.default_channel, error)?;
+        }
         Ok(p)
     }
 
@@ -617,6 +622,52 @@ impl Policy {
         self.apply_to(&stage)?;
         Ok(stage)
     }
+}
+
+/// Refuses a channel or an object that no request can reach: it has no
+/// `match` and is not the default its parent names, so a limit written that
+/// way would limit nothing, silently.
+fn check_reachable(
+    all: &[ChannelSection],
+    default_channel: &Option<Spanned<String>>,
+    error: impl Fn(Option<Range<usize>>, String, String) -> PolicyError,
+) -> Result<(), PolicyError> {
+    let is_default =
+        |d: &Option<Spanned<String>>, name: &str| d.as_ref().is_some_and(|d| d.get_ref() == name);
+    for (ci, ch) in all.iter().enumerate() {
+        let channel = ch.name.get_ref();
+        if ch.matches.is_none() && !is_default(default_channel, channel) {
+            return Err(error(
+                Some(ch.name.span()),
+                format!("channel[{ci}].name"),
+                format!(
+                    "channel {channel:?} would receive no request: it has no `match` and is not \
+                     the stage's default_channel; add `default_channel = {channel:?}` to [stage], \
+                     or a `match` to the channel"
+                ),
+            ));
+        }
+        for (oi, obj) in ch.object.iter().enumerate() {
+            let object = obj.name.get_ref();
+            if obj.matches.is_none() && !is_default(&ch.default_object, object) {
+                let instead = ch.default_object.as_ref().map_or_else(
+                    || "the built-in pass-through object \"default\"".to_string(),
+                    |d| format!("{:?}", d.get_ref()),
+                );
+                return Err(error(
+                    Some(obj.name.span()),
+                    format!("channel[{ci}].object[{oi}].name"),
+                    format!(
+                        "object {object:?} would receive no request: it has no `match` and is \
+                         not channel {channel:?}'s default_object (requests that fit no \
+                         object's pattern go to {instead}); add `default_object = {object:?}` \
+                         to the channel, or a `match` to the object"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Records that `field` sends `pattern` to `target` (a `what`); fails if an
@@ -835,6 +886,7 @@ name = "table-rate"
 kind = "drl"
 rate = { ops_per_sec = 100 }
 burst = 4
+match = { request_type = "read" }
 
 [[channel]]
 name = "fg"
@@ -906,6 +958,10 @@ name = "fg"
         );
         assert_eq!(
             route(&stage, 1, T::READ, compaction),
+            to("compaction", "table-rate")
+        );
+        assert_eq!(
+            route(&stage, 1, T::STAT, compaction),
             to("compaction", "default")
         );
         assert_eq!(route(&stage, 7, T::WRITE, none), to("compaction", "pass"));
@@ -993,6 +1049,7 @@ name = "fg"
             vec![
                 (pat(None, Some(T::WRITE), None), "pass".to_string()),
                 (pat(None, Some(T::FSYNC), None), "pass".to_string()),
+                (pat(None, Some(T::READ), None), "table-rate".to_string()),
             ]
         );
         let fg = &info.channels[2];
@@ -1009,9 +1066,9 @@ name = "fg"
             p.to_string(),
             format!("policy full.toml ({} rules)", p.rules().len())
         );
-        // classifiers, 3 channels, 4 objects, 1 default object, 3 object
+        // classifiers, 3 channels, 4 objects, 1 default object, 4 object
         // mappings, 3 channel mappings, default channel.
-        assert_eq!(p.rules().len(), 1 + 3 + 4 + 1 + 3 + 3 + 1);
+        assert_eq!(p.rules().len(), 1 + 3 + 4 + 1 + 4 + 3 + 1);
         assert!(matches!(p.rules()[0], Rule::SetClassifiers { .. }));
         assert!(matches!(
             p.rules().last(),
@@ -1063,10 +1120,10 @@ name = "fg"
 
     #[test]
     fn apply_to_is_one_transaction() {
-        let stage = Stage::from_policy_str("[[channel]]\nname = \"a\"\n", "t").unwrap();
+        let stage = Stage::from_policy_str("[[channel]]\nname = \"a\"\nmatch = {}\n", "t").unwrap();
         let before = stage.info();
         let p = Policy::parse(
-            "[[channel]]\nname = \"b\"\nmatch = {}\n[[channel]]\nname = \"a\"\n",
+            "[[channel]]\nname = \"b\"\nmatch = {}\n[[channel]]\nname = \"a\"\nmatch = { workflow = 1 }\n",
             "second.toml",
         )
         .unwrap();
@@ -1123,6 +1180,10 @@ name = "fg"
 
     const CH: &str = "[[channel]]\nname = \"a\"\n";
     const OBJ: &str = "[[channel]]\nname = \"a\"\n[[channel.object]]\nname = \"o\"\n";
+    /// [`OBJ`] with its channel and object reachable, for policies that
+    /// must build.
+    const OBJ_REACHED: &str = "[[channel]]\nname = \"a\"\nmatch = {}\ndefault_object = \"o\"\n\
+                               [[channel.object]]\nname = \"o\"\n";
 
     #[test]
     fn toml_syntax_error() {
@@ -1332,8 +1393,8 @@ name = "fg"
     #[test]
     fn priority_objects_take_their_settings_and_defaults() {
         let text = format!(
-            "{OBJ}kind = \"priority\"\n\
-             [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\ndepth = 8\nbusy_depth = 0\n\
+            "{OBJ_REACHED}kind = \"priority\"\n\
+             [[channel.object]]\nname = \"p2\"\nkind = \"priority\"\nmatch = {{ workflow = 1 }}\ndepth = 8\nbusy_depth = 0\n\
              critical_depth = 16\nshared_busy_depth = 2\nwindow = \"500us\"\nstarvation = \"20ms\"\nrate = \"10MiB/s\"\n\
              rate_critical = true\nsplit_when = \"always\"\n"
         );
@@ -1516,7 +1577,7 @@ name = "fg"
     #[test]
     fn drl_split_is_parsed_and_checked() {
         let p = Policy::parse(
-            &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"256KiB\"\n"),
+            &format!("{OBJ_REACHED}kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"256KiB\"\n"),
             "<t>",
         )
         .unwrap();
@@ -1639,11 +1700,75 @@ name = "fg"
         // The same pattern in two channels' objects, or twice for the same
         // target, is fine.
         let ok = format!(
-            "{OBJ}kind = \"noop\"\nmatch = [{{ workflow = 1 }}, {{ workflow = 1 }}]\n\
-             [[channel]]\nname = \"b\"\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
+            "{OBJ_REACHED}kind = \"noop\"\nmatch = [{{ workflow = 1 }}, {{ workflow = 1 }}]\n\
+             [[channel]]\nname = \"b\"\nmatch = {{ workflow = 2 }}\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
              match = {{ workflow = 1 }}\n"
         );
         Stage::from_policy_str(&ok, "t").unwrap();
+    }
+
+    #[test]
+    fn channels_and_objects_no_request_can_reach_are_refused() {
+        // The trap docs/policies.md warns of: a limiter with no `match` in a
+        // channel that does not name it its default_object.
+        let e = fails(
+            &format!("{CH}match = {{}}\n[[channel.object]]\nname = \"o\"\nkind = \"drl\"\nrate = \"1MiB/s\"\n"),
+            5,
+            8,
+            "channel[0].object[0].name",
+            &[
+                "object \"o\" would receive no request",
+                "go to the built-in pass-through object \"default\"",
+                "add `default_object = \"o\"` to the channel, or a `match` to the object",
+            ],
+        );
+        assert!(!e.message.contains("channel \"a\" would"), "{e}");
+        // With another default object named, the message names it.
+        fails(
+            &format!(
+                "{CH}match = {{}}\ndefault_object = \"p\"\n[[channel.object]]\nname = \"p\"\nkind = \"noop\"\n\
+                 [[channel.object]]\nname = \"o\"\nkind = \"noop\"\n"
+            ),
+            9,
+            8,
+            "channel[0].object[1].name",
+            &["go to \"p\""],
+        );
+        // A channel with no match that is not the stage's default_channel.
+        fails(
+            &format!("{CH}match = {{}}\n[[channel]]\nname = \"b\"\n"),
+            5,
+            8,
+            "channel[1].name",
+            &[
+                "channel \"b\" would receive no request",
+                "add `default_channel = \"b\"` to [stage], or a `match` to the channel",
+            ],
+        );
+        // Reached as defaults, or through a match: accepted.
+        for ok in [
+            format!("[stage]\ndefault_channel = \"a\"\n{CH}"),
+            format!("{OBJ_REACHED}kind = \"noop\"\n"),
+            format!("{CH}match = {{}}\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\nmatch = {{}}\n"),
+        ] {
+            Stage::from_policy_str(&ok, "t").unwrap();
+        }
+        // A misspelt default is reported as the name it is, not as the
+        // channel or object it leaves unreached.
+        fails(
+            &format!("{CH}match = {{}}\ndefault_object = \"oo\"\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n"),
+            4,
+            18,
+            "channel[0].default_object",
+            &["no object named \"oo\""],
+        );
+        fails(
+            &format!("[stage]\ndefault_channel = \"aa\"\n{CH}"),
+            2,
+            19,
+            "stage.default_channel",
+            &["no channel named \"aa\""],
+        );
     }
 
     #[test]
@@ -1742,7 +1867,7 @@ name = "fg"
             "{e}"
         );
 
-        std::fs::write(&path, CH).unwrap();
+        std::fs::write(&path, format!("{CH}match = {{}}\n")).unwrap();
         assert!(Stage::from_policy_file(&path).is_ok());
         std::fs::write(&path, "#".repeat(MAX_POLICY_BYTES + 1)).unwrap();
         let e = Policy::from_file(&path).unwrap_err();

@@ -450,7 +450,9 @@ mod tests {
 
     #[test]
     fn stats_decode_alike_with_and_without_the_fast_path() {
-        let stage = crate::Stage::from_policy_str("[[channel]]\nname = \"read\"\n", "<t>").unwrap();
+        let stage =
+            crate::Stage::from_policy_str("[[channel]]\nname = \"read\"\nmatch = {}\n", "<t>")
+                .unwrap();
         let m = Message::Stats {
             id: 9,
             stats: Box::new(stage.collect()),

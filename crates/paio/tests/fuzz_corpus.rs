@@ -38,8 +38,13 @@ fn protocol_corpus() {
 fn checks_accept_and_reject() {
     use checks::Handled::{Accepted, Rejected, Skipped};
     assert_eq!(
-        checks::check_policy(b"[[channel]]\nname = \"a\"\n"),
+        checks::check_policy(b"[[channel]]\nname = \"a\"\nmatch = {}\n"),
         Accepted
+    );
+    // Builds, but no request could reach the channel: refused.
+    assert_eq!(
+        checks::check_policy(b"[[channel]]\nname = \"a\"\n"),
+        Rejected
     );
     assert_eq!(checks::check_policy(b"[[channel]\n"), Rejected);
     // Parses, but the stage refuses a second channel of the same name.

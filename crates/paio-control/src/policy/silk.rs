@@ -1203,6 +1203,7 @@ rate = "200MiB/s"
 
 [[channel]]
 name = "unthrottled"
+match = { request_context = "unthrottled" }
 
 [[channel]]
 name = "other"
