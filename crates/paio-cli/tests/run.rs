@@ -1639,24 +1639,17 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
         running_as_root(),
         "the set-ID cases need root to set the bits on copies"
     );
-    struct IdCase {
-        name: &'static str,
-        mode: u32,
-        owner: Option<u32>,
-        group: Option<u32>,
-        caps: bool,
-        says: &'static str,
-    }
-    let case = |name, mode, owner, group, caps, says| IdCase {
-        name,
-        mode,
-        owner,
-        group,
-        caps,
-        says,
-    };
-    let id_cases = [
-        case(
+    // name, mode, owner, group, file capabilities, what doctor says.
+    type IdCase = (
+        &'static str,
+        u32,
+        Option<u32>,
+        Option<u32>,
+        bool,
+        &'static str,
+    );
+    let id_cases: [IdCase; 4] = [
+        (
             "suid-root",
             0o4755,
             None,
@@ -1664,7 +1657,7 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
             false,
             "changes no identity",
         ),
-        case(
+        (
             "suid-nobody",
             0o4755,
             Some(65534),
@@ -1672,7 +1665,7 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
             false,
             "is set-user-ID to uid 65534, and you are uid 0",
         ),
-        case(
+        (
             "sgid-nogroup",
             0o2755,
             None,
@@ -1680,7 +1673,7 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
             false,
             "is set-group-ID to gid 65534, and your gid is 0",
         ),
-        case(
+        (
             "caps",
             0o755,
             None,
@@ -1689,15 +1682,7 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
             "file capabilities add nothing for root",
         ),
     ];
-    for IdCase {
-        name,
-        mode,
-        owner,
-        group,
-        caps,
-        says,
-    } in id_cases
-    {
+    for (name, mode, owner, group, caps, says) in id_cases {
         let copy = d.join(name);
         std::fs::copy("/bin/true", &copy).unwrap();
         std::os::unix::fs::chown(&copy, owner, group).unwrap();
