@@ -1010,6 +1010,21 @@ mod tests {
                 Ok(())
             }
         }
+        // tracing caches each callsite's interest for the whole process, and
+        // while only one dispatcher exists it asks the registering thread's:
+        // a sibling test with no subscriber that reaches a warning first
+        // would cache "never" for it and blind this capture (seen once in
+        // a parallel run; tokio-rs/tracing#3611). A second dispatcher, alive
+        // for the whole test binary, makes every callsite's interest the
+        // union of all live dispatchers'.
+        static ANCHOR: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+        ANCHOR.get_or_init(|| {
+            tracing::Dispatch::new(
+                tracing_subscriber::fmt()
+                    .with_writer(std::io::sink)
+                    .finish(),
+            )
+        });
         let log = Log::default();
         let writer = log.clone();
         let subscriber = tracing_subscriber::fmt()
