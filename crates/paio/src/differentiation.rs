@@ -152,6 +152,22 @@ impl Pattern {
         ClassifierSet(m)
     }
 
+    /// Whether some request matches both this pattern and `other`: on every
+    /// classifier they name a value of, they name the same one.
+    pub fn overlaps(&self, other: &Pattern) -> bool {
+        fn agree<T: PartialEq>(a: Option<T>, b: Option<T>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+        }
+        agree(self.workflow, other.workflow)
+            && agree(self.request_type, other.request_type)
+            && agree(self.request_context, other.request_context)
+            && agree(self.file_class, other.file_class)
+            && agree(self.criticality, other.criticality)
+    }
+
     /// Whether `ctx` matches this pattern.
     pub fn matches(&self, ctx: &Context) -> bool {
         self.workflow.is_none_or(|w| w == ctx.workflow)
@@ -588,6 +604,40 @@ mod tests {
                 .max_by_key(|(i, p)| (Pattern::rank(p.classifiers().0), *i))
                 .map(|(i, _)| i);
             prop_assert_eq!(m.find(&ctx), expect);
+        }
+
+        /// Two patterns overlap exactly when some request matches both: a
+        /// request matching both proves it, and when they overlap, the
+        /// request taking each classifier's value from whichever names one
+        /// matches both.
+        #[test]
+        fn overlaps_exactly_when_a_request_matches_both(
+            a in pattern(), b in pattern(),
+            w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3, k in 0u8..2,
+        ) {
+            let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
+            let ctx = Context::explicit(
+                w, types[t],
+                if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
+                0,
+            )
+            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) })
+            .with_criticality(Criticality::from_raw(k).unwrap());
+            prop_assert_eq!(a.overlaps(&b), b.overlaps(&a));
+            if a.matches(&ctx) && b.matches(&ctx) {
+                prop_assert!(a.overlaps(&b));
+            }
+            if a.overlaps(&b) {
+                let both = Context::explicit(
+                    a.workflow.or(b.workflow).unwrap_or(w),
+                    a.request_type.or(b.request_type).unwrap_or(types[t]),
+                    a.request_context.or(b.request_context).unwrap_or(RequestContext::NONE),
+                    0,
+                )
+                .with_file_class(a.file_class.or(b.file_class).unwrap_or(FileClass::NONE))
+                .with_criticality(a.criticality.or(b.criticality).unwrap_or(ctx.criticality));
+                prop_assert!(a.matches(&both) && b.matches(&both), "{} {}", a, b);
+            }
         }
     }
 }

@@ -647,8 +647,38 @@ fn check_reachable(
                 ),
             ));
         }
+        // The requests a channel other than the default gets all fit one of
+        // its patterns; the default channel may get any.
+        let takes: Option<Vec<Pattern>> = match &ch.matches {
+            Some(m) if !is_default(default_channel, channel) => Some(
+                m.get_ref()
+                    .patterns(m.span())
+                    .into_iter()
+                    .map(|(p, ..)| p)
+                    .collect(),
+            ),
+            _ => None,
+        };
         for (oi, obj) in ch.object.iter().enumerate() {
             let object = obj.name.get_ref();
+            if let (Some(takes), Some(m)) = (&takes, &obj.matches) {
+                for (pattern, span, f) in m.get_ref().patterns(m.span()) {
+                    if !takes.iter().any(|t| t.overlaps(&pattern)) {
+                        let shown: Vec<String> = takes.iter().map(|t| t.to_string()).collect();
+                        return Err(error(
+                            Some(span),
+                            format!("channel[{ci}].object[{oi}].{f}"),
+                            format!(
+                                "pattern {pattern} of object {object:?} fits no request channel \
+                                 {channel:?} gets: the channel takes only requests fitting {}; \
+                                 change the pattern, or move the object to a channel whose \
+                                 requests it fits",
+                                shown.join(" or ")
+                            ),
+                        ));
+                    }
+                }
+            }
             if obj.matches.is_none() && !is_default(&ch.default_object, object) {
                 let instead = ch.default_object.as_ref().map_or_else(
                     || "the built-in pass-through object \"default\"".to_string(),
@@ -1701,7 +1731,7 @@ name = "fg"
         // target, is fine.
         let ok = format!(
             "{OBJ_REACHED}kind = \"noop\"\nmatch = [{{ workflow = 1 }}, {{ workflow = 1 }}]\n\
-             [[channel]]\nname = \"b\"\nmatch = {{ workflow = 2 }}\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
+             [[channel]]\nname = \"b\"\nmatch = {{ request_type = \"read\" }}\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\n\
              match = {{ workflow = 1 }}\n"
         );
         Stage::from_policy_str(&ok, "t").unwrap();
@@ -1750,6 +1780,33 @@ name = "fg"
             format!("[stage]\ndefault_channel = \"a\"\n{CH}"),
             format!("{OBJ_REACHED}kind = \"noop\"\n"),
             format!("{CH}match = {{}}\n[[channel.object]]\nname = \"o\"\nkind = \"noop\"\nmatch = {{}}\n"),
+        ] {
+            Stage::from_policy_str(&ok, "t").unwrap();
+        }
+        // An object pattern no request of its channel fits: refused, at the
+        // pattern; in the default channel, which may get any request, not.
+        fails(
+            &format!(
+                "{CH}match = {{ request_type = \"read\" }}\n[[channel.object]]\nname = \"o\"\n\
+                 kind = \"noop\"\nmatch = [{{ workflow = 1 }}, {{ request_type = \"write\" }}]\n"
+            ),
+            7,
+            28,
+            "channel[0].object[0].match[1]",
+            &[
+                "pattern {request_type = write} of object \"o\" fits no request channel \"a\" gets",
+                "takes only requests fitting {request_type = read}",
+            ],
+        );
+        for ok in [
+            format!(
+                "[stage]\ndefault_channel = \"a\"\n{CH}match = {{ request_type = \"read\" }}\n\
+                 [[channel.object]]\nname = \"o\"\nkind = \"noop\"\nmatch = {{ request_type = \"write\" }}\n"
+            ),
+            format!(
+                "{CH}match = [{{ request_type = \"read\" }}, {{ workflow = 2 }}]\n\
+                 [[channel.object]]\nname = \"o\"\nkind = \"noop\"\nmatch = {{ request_type = \"write\" }}\n"
+            ),
         ] {
             Stage::from_policy_str(&ok, "t").unwrap();
         }
