@@ -780,7 +780,7 @@ static int read_full(int fd, void *buf, size_t n) {
 
 static void test_policy_as(void) {
     const char *policy = "[stage]\nname = \"orig\"\nlabels = { job = \"a\", tier = \"x\" }\n"
-                         "[[channel]]\nname = \"c\"\n";
+                         "[[channel]]\nname = \"c\"\nmatch = {}\n";
     const char *keys[] = {"job", "instance"};
     const char *values[] = {"b", "db1"};
     paio_stage *stage = NULL;
