@@ -563,7 +563,7 @@ mod tests {
     }
 
     fn pattern() -> impl Strategy<Value = Pattern> {
-        let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
+        let types = TYPES;
         (
             proptest::option::of(0u64..3),
             proptest::option::of(0usize..3),
@@ -580,6 +580,29 @@ mod tests {
             })
     }
 
+    const TYPES: [RequestType; 3] = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
+
+    /// A request of the values [`pattern`] draws from (`c == 3`: no request
+    /// context, `f == 2`: no file class).
+    fn request(w: u64, t: usize, c: u16, f: u16, k: u8) -> Context {
+        Context::explicit(
+            w,
+            TYPES[t],
+            if c == 3 {
+                RequestContext::NONE
+            } else {
+                rc(&format!("dif-prop-{c}"))
+            },
+            0,
+        )
+        .with_file_class(if f == 2 {
+            FileClass::NONE
+        } else {
+            fc(&format!("dif-prop-file-{f}"))
+        })
+        .with_criticality(Criticality::from_raw(k).unwrap())
+    }
+
     proptest! {
         /// The compiled matcher agrees with a brute-force search for the
         /// highest-ranked matching pattern (last one added among equals).
@@ -588,14 +611,7 @@ mod tests {
             patterns in proptest::collection::vec(pattern(), 0..24),
             w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3, k in 0u8..2,
         ) {
-            let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
-            let ctx = Context::explicit(
-                w, types[t],
-                if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
-                0,
-            )
-            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) })
-            .with_criticality(Criticality::from_raw(k).unwrap());
+            let ctx = request(w, t, c, f, k);
             let m = Matcher::compile(patterns.iter().enumerate().map(|(i, p)| (p, i)));
             let expect = patterns
                 .iter()
@@ -615,14 +631,8 @@ mod tests {
             a in pattern(), b in pattern(),
             w in 0u64..3, t in 0usize..3, c in 0u16..4, f in 0u16..3, k in 0u8..2,
         ) {
-            let types = [RequestType::READ, RequestType::WRITE, RequestType::FSYNC];
-            let ctx = Context::explicit(
-                w, types[t],
-                if c == 3 { RequestContext::NONE } else { rc(&format!("dif-prop-{c}")) },
-                0,
-            )
-            .with_file_class(if f == 2 { FileClass::NONE } else { fc(&format!("dif-prop-file-{f}")) })
-            .with_criticality(Criticality::from_raw(k).unwrap());
+            let types = TYPES;
+            let ctx = request(w, t, c, f, k);
             prop_assert_eq!(a.overlaps(&b), b.overlaps(&a));
             if a.matches(&ctx) && b.matches(&ctx) {
                 prop_assert!(a.overlaps(&b));
