@@ -307,7 +307,6 @@ fn check_owned(path: &Path, m: &std::fs::Metadata) -> Result<(), StatsError> {
 /// file is opened without following a symbolic link and read to at most
 /// [`MAX_STATS_FILE`] bytes).
 pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
-    use std::io::Read as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let io = |source| StatsError::Io {
         path: path.to_path_buf(),
@@ -326,16 +325,13 @@ pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
             _ => io(e),
         })?;
     check_owned(path, &file.metadata().map_err(io)?)?;
-    let mut text = Vec::new();
-    file.take(MAX_STATS_FILE + 1)
-        .read_to_end(&mut text)
-        .map_err(io)?;
-    if text.len() as u64 > MAX_STATS_FILE {
-        return Err(StatsError::TooLarge {
+    // It may have grown since the check.
+    let text = paio::textfile::read_at_most(file, MAX_STATS_FILE as usize)
+        .map_err(io)?
+        .ok_or_else(|| StatsError::TooLarge {
             path: path.to_path_buf(),
-            len: text.len() as u64,
-        });
-    }
+            len: MAX_STATS_FILE + 1,
+        })?;
     serde_json::from_slice(&text).map_err(|source| StatsError::Json {
         path: path.to_path_buf(),
         source,

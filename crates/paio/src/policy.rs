@@ -76,6 +76,9 @@ pub struct Policy {
     rules: Vec<Rule>,
     /// For each rule, where in the file it came from.
     sources: Vec<Source>,
+    /// A channel, object or pattern of the file that no request can reach
+    /// ([`check_reachable`]): refused when the policy is applied.
+    unreachable: Option<PolicyError>,
 }
 
 #[derive(Debug, Clone)]
@@ -429,6 +432,7 @@ impl Policy {
             helper_window,
             rules: Vec::new(),
             sources: Vec::new(),
+            unreachable: check_reachable(&file.channel, &file.stage.default_channel, error).err(),
         };
         let mut push = |rule: Rule, span: Range<usize>, field: String| {
             p.rules.push(rule);
@@ -529,11 +533,6 @@ impl Policy {
                 "stage.default_channel".into(),
             );
         }
-        // Only a policy that builds: its other errors (a name given twice, a
-        // default naming nothing) say more than "unreachable" would.
-        if p.new_stage().is_ok() {
-            check_reachable(&file.channel, &file.stage.default_channel, error)?;
-        }
         Ok(p)
     }
 
@@ -560,6 +559,7 @@ impl Policy {
             helper_window: DEFAULT_HELPER_WINDOW,
             rules,
             sources,
+            unreachable: None,
         }
     }
 
@@ -585,6 +585,14 @@ impl Policy {
 
     /// Applies the policy to an existing stage, as one transaction.
     pub fn apply_to(&self, stage: &Stage) -> Result<(), PolicyError> {
+        if let Some(e) = &self.unreachable {
+            return Err(e.clone());
+        }
+        self.apply_rules(stage)
+    }
+
+    /// The rules applied to `stage`, as one transaction.
+    fn apply_rules(&self, stage: &Stage) -> Result<(), PolicyError> {
         stage.try_apply_all(&self.rules).map_err(|(i, e)| {
             let src = &self.sources[i];
             let (line, column) = line_col(&self.text, src.span.start);
@@ -619,8 +627,13 @@ impl Policy {
             builder = builder.label(k.clone(), v.clone());
         }
         let stage = builder.build();
-        self.apply_to(&stage)?;
-        Ok(stage)
+        // The rules first: a name given twice or a default naming nothing
+        // says more than "unreachable" would.
+        self.apply_rules(&stage)?;
+        match &self.unreachable {
+            Some(e) => Err(e.clone()),
+            None => Ok(stage),
+        }
     }
 }
 

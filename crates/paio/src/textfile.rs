@@ -28,14 +28,18 @@ pub enum TextFileError {
 /// The text of the file at `path`, if it has at most `max` bytes of UTF-8.
 /// Never reads more than `max + 1` bytes.
 pub fn read_bounded(path: &Path, max: usize) -> Result<String, TextFileError> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(max as u64 + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() > max {
-        return Err(TextFileError::TooLarge { max });
-    }
+    let bytes =
+        read_at_most(std::fs::File::open(path)?, max)?.ok_or(TextFileError::TooLarge { max })?;
     String::from_utf8(bytes).map_err(|_| TextFileError::NotUtf8)
+}
+
+/// What `reader` yields up to its end, if that is at most `max` bytes;
+/// `None` if it yields more. Never reads more than `max + 1` bytes (for a
+/// file the caller opened itself, with checks of its own).
+pub fn read_at_most(reader: impl std::io::Read, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    reader.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() <= max).then_some(bytes))
 }
 
 #[cfg(test)]
