@@ -474,8 +474,10 @@ enum paio_status paio_stage_collect(const struct paio_stage *stage, char **out_j
 
 /**
  * Registers the stage with the control plane, paiod, listening at `socket`
- * (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`
- * or `/run/paio/paiod.sock` for root). Starts one background thread and
+ * (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`,
+ * else `/run/paio/paiod.sock` for root and `/tmp/paio-<uid>/paiod.sock`
+ * for other users; a set-user-ID or set-group-ID program does not read
+ * `XDG_RUNTIME_DIR`). Starts one background thread and
  * returns at once: the stage keeps working without paiod, connects when
  * paiod appears, applies the rules paiod sends, answers its statistics
  * requests, and keeps its rules and reconnects if paiod goes away

@@ -281,6 +281,16 @@ fn open_board_once() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let env = std::env::var("PAIO_BOARD").ok();
+        if secure_execution() {
+            if env.is_some() {
+                eprintln!(
+                    "paio: this program runs with privileges its user does not have \
+                     (set-user-ID, set-group-ID or file capabilities): PAIO_BOARD is ignored \
+                     and no board is used (critical I/O of other processes is not seen)"
+                );
+            }
+            return;
+        }
         let path = match env.as_deref() {
             Some("off") => return,
             Some(p) if !p.is_empty() && !p.starts_with('/') => {
@@ -303,6 +313,16 @@ fn open_board_once() {
             ),
         }
     });
+}
+
+/// Whether the process runs in secure-execution mode (`AT_SECURE`: a
+/// set-user-ID or set-group-ID program, or one with file capabilities): its
+/// environment is the invoking user's and is not acted on with the
+/// program's privileges (as `secure_getenv`).
+fn secure_execution() -> bool {
+    // SAFETY: getauxval only reads the auxiliary vector the kernel passed;
+    // it returns 0 for a type it does not know.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
 /// A forked child's critical requests are its own: a slot of its own.
@@ -726,8 +746,10 @@ pub unsafe extern "C" fn paio_stage_collect(
 }
 
 /// Registers the stage with the control plane, paiod, listening at `socket`
-/// (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`
-/// or `/run/paio/paiod.sock` for root). Starts one background thread and
+/// (NULL or "": paiod's default socket, `$XDG_RUNTIME_DIR/paio/paiod.sock`,
+/// else `/run/paio/paiod.sock` for root and `/tmp/paio-<uid>/paiod.sock`
+/// for other users; a set-user-ID or set-group-ID program does not read
+/// `XDG_RUNTIME_DIR`). Starts one background thread and
 /// returns at once: the stage keeps working without paiod, connects when
 /// paiod appears, applies the rules paiod sends, answers its statistics
 /// requests, and keeps its rules and reconnects if paiod goes away
@@ -755,6 +777,8 @@ pub unsafe extern "C" fn paio_stage_connect(
             Some(unsafe { c_str(socket, "socket") }?).filter(|s| !s.is_empty())
         };
         let path = match path {
+            // `XDG_RUNTIME_DIR` is the caller's in a set-ID program.
+            None if secure_execution() => paio::control::default_socket_path_from(None),
             None => paio::control::default_socket_path(),
             Some(p) if p.starts_with('/') => std::path::PathBuf::from(p),
             Some(p) => {

@@ -5,7 +5,8 @@
 //   LD_PRELOAD=libpaio_rocksdb_preload.so db_bench --fs_uri=paio ...
 //
 // (or --env_uri=paio: an Env over the same file system)
-// Configured by environment variables (docs/rocksdb.md):
+// Configured by environment variables (docs/rocksdb.md; none of them in a
+// set-user-ID or set-group-ID program):
 //   PAIO_ROCKSDB_POLICY      policy file (default: the embedded layout)
 //   PAIO_ROCKSDB_SOCKET      paiod socket ("default" for paiod's default)
 //   PAIO_ROCKSDB_STAGE_NAME  stage name (default "rocksdb")
@@ -15,6 +16,7 @@
 //   PAIO_ROCKSDB_STALL_INHERIT  0: flush and L0 compaction stay normal during
 //                            write stalls (default 1: critical)
 // SPDX-License-Identifier: Apache-2.0
+#include <sys/auxv.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,9 +33,29 @@
 
 namespace {
 
+// A variable of the environment; "" when unset, and always in a program
+// that runs with privileges its user does not have (set-user-ID,
+// set-group-ID, file capabilities): the paths it names are the invoking
+// user's choice and would be read and written with the program's rights.
 std::string Getenv(const char* name) {
-  const char* v = std::getenv(name);
+  const char* v = secure_getenv(name);
   return v ? v : "";
+}
+
+// Says once, in such a program, that the PAIO_ROCKSDB_* variables it was
+// given are ignored (the plugin then runs with its defaults).
+void SayIfIgnored() {
+  if (getauxval(AT_SECURE) == 0) return;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "PAIO_ROCKSDB_", 13) == 0) {
+      std::fprintf(stderr,
+                   "paio-rocksdb preload: this program runs with privileges its "
+                   "user does not have (set-user-ID, set-group-ID or file "
+                   "capabilities): PAIO_ROCKSDB_* variables are ignored and the "
+                   "plugin runs with its defaults\n");
+      return;
+    }
+  }
 }
 
 // The process-wide plugin, created on first use and never freed (RocksDB
@@ -43,6 +65,7 @@ paio_rocksdb::Plugin* GlobalPlugin(std::string* error) {
   static paio_rocksdb::Plugin* plugin = nullptr;
   static std::string create_error;
   std::call_once(once, [] {
+    SayIfIgnored();
     paio_rocksdb::PluginOptions o;
     o.policy_file = Getenv("PAIO_ROCKSDB_POLICY");
     o.control_socket = Getenv("PAIO_ROCKSDB_SOCKET");

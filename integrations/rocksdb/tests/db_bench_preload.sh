@@ -132,4 +132,47 @@ total = sum(c["bytes"] for c in d["channels"])
 print("--env_uri=paio: the stage counted", total, "bytes")
 assert total > 0, d
 PY
+# A set-user-ID program runs with the invoking user's environment: the
+# plugin must not write PAIO_ROCKSDB_STATS with the program's rights (here
+# root's, into a directory only root may write). The library comes in
+# through /etc/ld.so.preload (the loader ignores LD_PRELOAD paths there), in
+# a private mount namespace; db_bench is a set-user-ID root copy started by
+# nobody. Started by root, the same command writes the file, so the check
+# can fail.
+[ "$(id -u)" = 0 ] ||
+    { echo "db_bench_preload.sh: the set-user-ID check runs db_bench as nobody: run it as root" >&2; exit 1; }
+for tool in unshare setpriv; do
+    command -v "$tool" >/dev/null ||
+        { echo "db_bench_preload.sh: $tool (util-linux) is needed" >&2; exit 1; }
+done
+chmod 755 "$work"
+sec="$work/secure"
+mkdir -m 755 "$sec" "$sec/root-only"
+cp "$db_bench" "$sec/db_bench"
+chmod 4755 "$sec/db_bench"
+cp /etc/ld.so.cache "$sec/ld.so.cache"
+set_id_run() {  # set_id_run [setpriv options...]: db_bench through the system preload
+    unshare -m sh -c 'sec="$1"; preload="$2"; shift 2
+        mount -t tmpfs paio-test /etc && cp "$sec/ld.so.cache" /etc/ &&
+        echo "$preload" >/etc/ld.so.preload &&
+        exec setpriv "$@" env PAIO_ROCKSDB_STATS="$sec/root-only/stats.json" \
+            "$sec/db_bench" --fs_uri=paio --benchmarks=fillseq --num=1000 --db="$sec/db"' \
+        sh "$sec" "$preload" "$@" >"$sec/out" 2>&1 </dev/null ||
+        { cat "$sec/out" >&2; exit 1; }
+    rm -rf "$sec/db"
+}
+set_id_run --reuid=0
+[ -f "$sec/root-only/stats.json" ] ||
+    { echo "db_bench_preload.sh: started by root, db_bench wrote no statistics:" >&2; cat "$sec/out" >&2; exit 1; }
+rm "$sec/root-only/stats.json"
+set_id_run --reuid=65534 --regid=65534 --clear-groups
+if [ -n "$(ls -A "$sec/root-only")" ]; then
+    echo "db_bench_preload.sh: a set-user-ID db_bench wrote the caller's PAIO_ROCKSDB_STATS as root:" >&2
+    ls -l "$sec/root-only" >&2
+    exit 1
+fi
+grep -q "PAIO_ROCKSDB_\* variables are ignored" "$sec/out" ||
+    { echo "db_bench_preload.sh: the set-user-ID db_bench did not say it ignores PAIO_ROCKSDB_*:" >&2; cat "$sec/out" >&2; exit 1; }
+echo "set-user-ID db_bench: $(grep -m1 'are ignored' "$sec/out")"
+
 echo "db_bench on paio: OK"

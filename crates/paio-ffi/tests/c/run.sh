@@ -75,6 +75,38 @@ echo "== test_paio (libpaio.a)"
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer: the
 # C side instrumented, every allocation (Rust's too) tracked by ASan's
 # allocator, leaks checked at exit, any report fatal.
+# A set-user-ID program linked with libpaio runs with the invoking user's
+# environment: PAIO_BOARD must not make it create files with its own rights
+# (here, root's, in a directory only root may write). Run as root, the
+# same program creates the board there, so the check can fail.
+echo "== a set-user-ID program ignores the caller's PAIO_BOARD (libpaio.a)"
+[ "$(id -u)" = 0 ] ||
+    { echo "run.sh: this check makes a set-user-ID root program and runs it as nobody: run it as root" >&2; exit 1; }
+command -v setpriv >/dev/null ||
+    { echo "run.sh: setpriv (util-linux) is needed to run a program as nobody" >&2; exit 1; }
+secure="$(mktemp -d /tmp/paio-secure.XXXXXX)"
+trap 'rm -rf "$secure"' EXIT
+chmod 755 "$secure"
+mkdir -m 755 "$secure/root-only"
+"$cc" "${cflags[@]}" -pthread -I"$crate/include" "$here/secure.c" \
+    "$libdir/libpaio.a" -lpthread -ldl -lm -o "$secure/secure"
+chmod 4755 "$secure/secure"
+PAIO_BOARD="$secure/root-only/board" "$secure/secure" >/dev/null
+[ -f "$secure/root-only/board" ] ||
+    { echo "run.sh: run by root, secure.c did not create its PAIO_BOARD" >&2; exit 1; }
+rm "$secure/root-only/board"
+setpriv --reuid=65534 --regid=65534 --clear-groups \
+    env PAIO_BOARD="$secure/root-only/board" "$secure/secure" >"$secure/out" 2>"$secure/err" ||
+    { echo "run.sh: the set-user-ID program failed:" >&2; cat "$secure/err" >&2; exit 1; }
+grep -qx "stage created" "$secure/out"
+if [ -n "$(ls -A "$secure/root-only")" ]; then
+    echo "run.sh: a set-user-ID program created the caller's PAIO_BOARD as root:" >&2
+    ls -l "$secure/root-only" >&2
+    exit 1
+fi
+grep -q "PAIO_BOARD is ignored and no board is used" "$secure/err" ||
+    { echo "run.sh: the set-user-ID program did not say it ignores PAIO_BOARD:" >&2; cat "$secure/err" >&2; exit 1; }
+
 echo "== test_paio under ASan + UBSan (libpaio.a)"
 "$cc" "${cflags[@]}" -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=all -pthread -I"$crate/include" "$here/test_paio.c" \
