@@ -216,31 +216,35 @@ positional_vec_hook!(pwritev64, c"pwritev64", WRITE, off64_t, ());
 positional_vec_hook!(pwritev2, c"pwritev2", WRITE, off_t, (flags: c_int));
 positional_vec_hook!(pwritev64v2, c"pwritev64v2", WRITE, off64_t, (flags: c_int));
 
-/// Calls moving bytes between two descriptors: counted as a read of `fd_in`
-/// and a write of `fd_out`.
+/// Calls moving bytes between two descriptors: a read of `fd_in` (in two
+/// phases when the bytes the call can move are known before it runs) and a
+/// write of `fd_out` ([`rt::copy_call`]).
 macro_rules! copy_hook {
-    ($name:ident, $sym:literal, $fin:ident, $fout:ident, ($($a:ident : $t:ty),*)) => {
+    ($name:ident, $sym:literal, $fin:ident, $off:ident, $fout:ident, $len:ident, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> ssize_t {
             let Some(real) = real_fn!($sym, fn($($t),*) -> ssize_t) else {
                 return nosys() as ssize_t;
             };
-            // SAFETY: the caller's arguments, unchanged, to the real function
-            // of the same prototype.
-            let r = unsafe { real($($a),*) };
-            rt::after_copy($fin, $fout, r as i64);
-            r
+            // SAFETY: the libc contract: the input offset is NULL or points
+            // to one offset, which the real call reads too.
+            let from = unsafe { $off.as_ref() }.map(|&o| o as i64);
+            rt::copy_call($fin, from, $fout, $len as u64, || {
+                // SAFETY: the caller's arguments, unchanged, to the real
+                // function of the same prototype.
+                unsafe { real($($a),*) as i64 }
+            }) as ssize_t
         }
     };
 }
 
-copy_hook!(copy_file_range, c"copy_file_range", fd_in, fd_out,
+copy_hook!(copy_file_range, c"copy_file_range", fd_in, off_in, fd_out, len,
     (fd_in: c_int, off_in: *mut Loff, fd_out: c_int, off_out: *mut Loff, len: size_t, flags: c_uint));
-copy_hook!(splice, c"splice", fd_in, fd_out,
+copy_hook!(splice, c"splice", fd_in, off_in, fd_out, len,
     (fd_in: c_int, off_in: *mut Loff, fd_out: c_int, off_out: *mut Loff, len: size_t, flags: c_uint));
-copy_hook!(sendfile, c"sendfile", in_fd, out_fd,
+copy_hook!(sendfile, c"sendfile", in_fd, offset, out_fd, count,
     (out_fd: c_int, in_fd: c_int, offset: *mut off_t, count: size_t));
-copy_hook!(sendfile64, c"sendfile64", in_fd, out_fd,
+copy_hook!(sendfile64, c"sendfile64", in_fd, offset, out_fd, count,
     (out_fd: c_int, in_fd: c_int, offset: *mut off64_t, count: size_t));
 
 // ------------------------------------------------------------ stdio data

@@ -877,16 +877,10 @@ fn splittable(fd: c_int) -> Option<Regular> {
     if flags < 0 || flags as c_int & libc::O_APPEND != 0 {
         return None;
     }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
-    if unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: fstat succeeded, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(Regular {
+    let (kind, size) = file_kind(fd)?;
+    (kind == libc::S_IFREG).then_some(Regular {
         direct: flags as c_int & libc::O_DIRECT != 0,
-        size: st.st_size.max(0) as u64,
+        size,
     })
 }
 
@@ -1487,14 +1481,128 @@ fn reread_thread_name(g: &Guard) {
     }
 }
 
-/// Charges a call that moved bytes from `fd_in` to `fd_out`
-/// (sendfile, copy_file_range, splice): a read and a write.
-#[inline]
-pub(crate) fn after_copy(fd_in: c_int, fd_out: c_int, result: i64) {
-    if let Some(g) = Guard::enter() {
-        let n = result.max(0) as u64;
-        submit(&g, RequestType::READ, n, fdtable::get(fd_in));
-        submit(&g, RequestType::WRITE, n, fdtable::get(fd_out));
+/// Runs a call moving bytes from `fd_in` to `fd_out` (`sendfile`,
+/// `copy_file_range`, `splice`; `call` is the real call with the caller's
+/// arguments, asking for `len` bytes) as a read of `fd_in` and a write of
+/// `fd_out`.
+///
+/// The read goes in two phases like a data call: admitted before the call
+/// (a priority object may hold it back), completed after it with the bytes
+/// it moved and the call's latency. Only a route that charges bytes (a rate
+/// in bytes) needs to know beforehand how many the call will move: for it
+/// the read is admitted with [`copy_bound`], anything moved beyond that (a
+/// file that grew meanwhile) is charged after the call as a request of its
+/// own, and a call whose bound is not known (a socket) is charged after it
+/// runs, as one request. The write is charged after the call with the bytes
+/// moved. Only one admission is ever held across the call, so a copy never
+/// waits for a slot of its own object. The caller sees the real call's
+/// result and errno.
+pub(crate) fn copy_call(
+    fd_in: c_int,
+    off_in: Option<i64>,
+    fd_out: c_int,
+    len: u64,
+    call: impl FnOnce() -> i64,
+) -> i64 {
+    let Some(g) = Guard::enter() else {
+        return call();
+    };
+    let (Some(cfg), Some(stage)) = (config(), stage()) else {
+        drop(g);
+        return call();
+    };
+    check_thread_name(&g);
+    let in_class = fdtable::get(fd_in);
+    let asked = adjust(cfg, g.thread.context(RequestType::READ, len), in_class);
+    // The size admitted, when the read is admitted before the call.
+    let admitted = if stage.charges_bytes_on_thread(g.thread, &asked) {
+        Some(copy_bound(fd_in, off_in, fd_out, len)).filter(|&n| n > 0)
+    } else {
+        Some(len)
+    };
+    let read = admitted.map(|n| {
+        let ctx = Context { size: n, ..asked };
+        (n, stage.admit_on_thread(g.thread, &ctx))
+    });
+    let thread = g.thread;
+    drop(g);
+    let r = call();
+    if let Some(g) = Guard::reenter(thread) {
+        let moved = r.max(0) as u64;
+        let unadmitted = match read {
+            Some((n, admission)) => {
+                if let Ok(a) = admission {
+                    let _ = stage.complete_on_thread(g.thread, a, moved.min(n));
+                }
+                moved.checked_sub(n).filter(|&extra| extra > 0)
+            }
+            None => Some(moved),
+        };
+        if let Some(n) = unadmitted {
+            submit(&g, RequestType::READ, n, in_class);
+        }
+        let out_class = fdtable::get(fd_out);
+        submit(&g, RequestType::WRITE, moved, out_class);
+        let written = adjust(cfg, g.thread.context(RequestType::WRITE, moved), out_class);
+        wrote(&g, RequestType::WRITE, &written, fd_out, r);
+    }
+    r
+}
+
+/// The most bytes a copy of `len` from `fd_in` (at `off_in`, else its file
+/// offset) to `fd_out` can move, when that is known before the call; 0 when
+/// not. Known for a regular file (to its end) or a pipe (what it holds)
+/// copied to a regular file or a pipe (at most its free space): Linux moves
+/// no more, and in the common case exactly that. Not for sockets and other
+/// descriptors, whose share of a call depends on the peer. Raw system
+/// calls: nothing interposed, errno restored by the caller's guard.
+fn copy_bound(fd_in: c_int, off_in: Option<i64>, fd_out: c_int, len: u64) -> u64 {
+    let len = len.min(MAX_RW_COUNT);
+    let available = match file_kind(fd_in) {
+        Some((libc::S_IFREG, size)) => {
+            let pos = match off_in {
+                Some(o) => o,
+                // SAFETY: lseek takes plain integers.
+                None => unsafe { libc::syscall(libc::SYS_lseek, fd_in, 0, libc::SEEK_CUR) },
+            };
+            u64::try_from(pos).map_or(0, |p| size.saturating_sub(p))
+        }
+        Some((libc::S_IFIFO, _)) => pipe_bytes(fd_in),
+        _ => 0,
+    };
+    let room = match file_kind(fd_out) {
+        Some((libc::S_IFREG, _)) => u64::MAX,
+        Some((libc::S_IFIFO, _)) => {
+            // SAFETY: F_GETPIPE_SZ takes no third argument.
+            let capacity = unsafe { libc::syscall(libc::SYS_fcntl, fd_out, libc::F_GETPIPE_SZ) };
+            u64::try_from(capacity).map_or(0, |c| c.saturating_sub(pipe_bytes(fd_out)))
+        }
+        _ => 0,
+    };
+    len.min(available).min(room)
+}
+
+/// A descriptor's file type (`S_IFMT` bits) and size, by a raw `fstat`.
+fn file_kind(fd: c_int) -> Option<(libc::mode_t, u64)> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
+    if unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    Some((st.st_mode & libc::S_IFMT, st.st_size.max(0) as u64))
+}
+
+/// The bytes a pipe holds (`FIONREAD`), 0 when it cannot be asked.
+fn pipe_bytes(fd: c_int) -> u64 {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int to the valid pointer given.
+    let r = unsafe { libc::syscall(libc::SYS_ioctl, fd, libc::FIONREAD, &mut n as *mut c_int) };
+    if r == 0 {
+        n.max(0) as u64
+    } else {
+        0
     }
 }
 

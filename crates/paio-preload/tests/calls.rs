@@ -644,6 +644,63 @@ fn running_as_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Calls that move bytes between two descriptors (`copy_file_range`,
+/// `sendfile`, `splice`, with and without explicit offsets, file to file,
+/// file to pipe, pipe to file) copy byte-exact and are charged every byte
+/// they moved as a read and a write. Each is a timed two-phase read; under a
+/// rate in bytes, each whose size is known beforehand (every call that
+/// moved bytes here; the calls at the end of the file are charged after
+/// they ran), and the rate is charged exactly what moved.
+#[test]
+fn copy_calls_are_charged_exactly_and_timed() {
+    let dir = scratch("copy");
+    let n: u64 = 3 * (1 << 20) + 4321;
+    random_file(&dir.join("in"), n as usize);
+    let exe = compile(&dir, "copy", &[]);
+    let limit = dir.join("limit.toml");
+    std::fs::write(
+        &limit,
+        "[[channel]]\nname = \"read\"\nmatch = { request_type = \"read\" }\n\
+         default_object = \"d\"\n[[channel.object]]\nname = \"d\"\nkind = \"drl\"\n\
+         rate = \"100GiB/s\"\n[[channel]]\nname = \"write\"\n\
+         match = { request_type = \"write\" }\n",
+    )
+    .unwrap();
+    let input = std::fs::read(dir.join("in")).unwrap();
+    for policy in [None, Some(&limit)] {
+        let env: Vec<(&str, &str)> = policy
+            .map(|p| ("PAIO_POLICY", p.to_str().unwrap()))
+            .into_iter()
+            .collect();
+        let out = same(&dir, &[exe.as_str()], &env);
+        for (i, skip) in [(1, 0), (2, 1000), (3, 0), (4, 0)] {
+            let copy = std::fs::read(dir.join(format!("out{i}"))).unwrap();
+            assert!(copy == input[skip..], "out{i} differs from in[{skip}..]");
+        }
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let figures: Vec<u64> = text
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        let [moved, calls, moving] = figures[..] else {
+            panic!("unexpected output {text:?}")
+        };
+        // out1, out2 (from offset 1000), out3, and out4 through the pipe: in and out.
+        assert_eq!(moved, 5 * n - 1000);
+        let stats = take_stats(&dir);
+        assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+        assert_eq!(bytes_of(&stats, "copy"), (moved, moved), "{policy:?}");
+        let read = stats[0].channel_json("read").unwrap();
+        let timed = if policy.is_some() { moving } else { calls };
+        assert_eq!(
+            read["latency_total"]["ops"].as_u64(),
+            Some(timed),
+            "{policy:?}: {read}"
+        );
+        assert_eq!(read["ops"].as_u64(), Some(calls), "{policy:?}: {read}");
+    }
+}
+
 /// Buffered stdio writes are charged when they reach the kernel — a full
 /// buffer, `fflush`, `fclose`, the flush at exit — with every byte, and one
 /// operation per call that reached it; reads likewise.

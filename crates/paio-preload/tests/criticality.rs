@@ -419,13 +419,16 @@ impl std::ops::DerefMut for Reaped {
     }
 }
 
-/// Starts a background `dd` reading `dir/in.bin` under `dir/bg.toml` and
+/// The background program of [`held_background`]: `dd` reading `in.bin`.
+const BACKGROUND_DD: &[&str] = &["dd", "if=in.bin", "of=/dev/null", "bs=4096"];
+
+/// Starts a background program (`argv`, in `dir`) under `dir/bg.toml` and
 /// the board `board`, and checks that it is still held 500 ms later
 /// (`why`: what should hold it).
-fn held_background(dir: &Path, board: &Path, why: &str) -> Reaped {
+fn held_background(dir: &Path, board: &Path, argv: &[&str], why: &str) -> Reaped {
     let mut background = Reaped(
-        Command::new("dd")
-            .args(["if=in.bin", "of=/dev/null", "bs=4096"])
+        Command::new(argv[0])
+            .args(&argv[1..])
             .current_dir(dir)
             .env("LD_PRELOAD", lib())
             .env("PAIO_POLICY", dir.join("bg.toml"))
@@ -460,12 +463,33 @@ fn await_success(background: &mut Reaped) {
 /// A background program under a priority object with `busy_depth = 0` holds
 /// its reads while another program's critical read is in flight (seen through
 /// the shared board), and goes on once it completed.
-fn background_and_critical(kill_critical: bool) {
+///
+/// With `copy`, the background program is `cp` (one `copy_file_range`)
+/// under a priority object for reads only: it is held before its copy
+/// moves a byte, not after (its output stays empty while held).
+fn background_and_critical(kill_critical: bool, copy: bool) {
     use std::io::Write;
     let dir = board_scratch(
-        if kill_critical { "board-kill" } else { "board" },
+        match (kill_critical, copy) {
+            (true, _) => "board-kill",
+            (false, false) => "board",
+            (false, true) => "board-copy",
+        },
         "busy_depth = 0",
     );
+    let background_argv: &[&str] = if copy {
+        // Opens, stats and the write side pass; the copy's read is held.
+        std::fs::write(
+            dir.join("bg.toml"),
+            "[[channel]]\nname = \"reads\"\nmatch = { request_type = \"read\" }\n\
+             default_object = \"p\"\n[[channel.object]]\nname = \"p\"\n\
+             kind = \"priority\"\nbusy_depth = 0\nstarvation = \"60s\"\n",
+        )
+        .unwrap();
+        &["cp", "in.bin", "out.bin"]
+    } else {
+        BACKGROUND_DD
+    };
     let board = dir.join("test.board");
     let board = board.to_str().unwrap();
     let fifo = dir.join("fifo");
@@ -490,7 +514,16 @@ fn background_and_critical(kill_critical: bool) {
     let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     // Wait until the critical read is on the board (its in-flight word).
     await_board_word(Path::new(board), 2, 1, "the critical read");
-    let mut background = held_background(&dir, Path::new(board), "the critical one in flight");
+    let mut background = held_background(
+        &dir,
+        Path::new(board),
+        background_argv,
+        "the critical one in flight",
+    );
+    if copy {
+        let held = std::fs::metadata(dir.join("out.bin")).map_or(0, |m| m.len());
+        assert_eq!(held, 0, "the copy moved {held} bytes while held");
+    }
     if kill_critical {
         // Dies with its request in flight: the board takes it back.
         critical.kill().unwrap();
@@ -511,6 +544,12 @@ fn background_and_critical(kill_critical: bool) {
         );
     }
     await_success(&mut background);
+    if copy {
+        assert!(
+            std::fs::read(dir.join("out.bin")).unwrap()
+                == std::fs::read(dir.join("in.bin")).unwrap()
+        );
+    }
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds, the board's time line.
@@ -529,14 +568,21 @@ fn monotonic_ns() -> u64 {
 
 #[test]
 fn background_waits_for_another_programs_critical_io() {
-    background_and_critical(false);
+    background_and_critical(false, false);
+}
+
+/// A background copy (`cp`: `copy_file_range`) waits before it moves a
+/// byte while another program's critical read is in flight.
+#[test]
+fn a_background_copy_waits_before_it_moves_bytes() {
+    background_and_critical(false, true);
 }
 
 /// A critical program killed with a request in flight does not hold the
 /// others back: readers reclaim a dead process's count (within a second).
 #[test]
 fn a_dead_critical_program_is_reclaimed() {
-    background_and_critical(true);
+    background_and_critical(true, false);
 }
 
 /// `shared_busy_depth` across programs: one background program holds the
@@ -587,7 +633,7 @@ fn shared_pool(kill_holder: bool) {
         .open(dir.join("crit"))
         .unwrap();
     await_board_word(&board, 2, 1, "the critical read");
-    let mut background = held_background(&dir, &board, "the pool full");
+    let mut background = held_background(&dir, &board, BACKGROUND_DD, "the pool full");
     if kill_holder {
         holder.kill().unwrap();
         holder.wait().unwrap();

@@ -1033,6 +1033,24 @@ impl Stage {
         })
     }
 
+    /// Whether admitting a request of `ctx` would charge its size
+    /// ([`EnforcementObject::charges_bytes`] of the object it routes to), on
+    /// the calling thread whose state `thread` is. Routing only: nothing is
+    /// enforced or counted.
+    #[inline]
+    pub fn charges_bytes_on_thread(&self, thread: ThreadRef<'_>, ctx: &Context) -> bool {
+        self.with_table(thread.0, |table, memo| {
+            let route = match memo {
+                Some(memo) => memo.route(table, ctx),
+                None => table.route(ctx),
+            };
+            table
+                .entries
+                .get(route as usize)
+                .is_some_and(|e| !e.noop && e.object.charges_bytes(ctx))
+        })
+    }
+
     /// Promotes the requests kernel thread `thread` has waiting in the
     /// stage's objects to critical ([`EnforcementObject::promote_thread`]):
     /// a critical thread waits for that thread ([`crate::inheritance`]).
@@ -1764,6 +1782,54 @@ mod tests {
             );
             let critical = read.with_criticality(crate::Criticality::Critical);
             assert_eq!(stage.split_size_on_thread(t, &critical), None);
+        });
+    }
+
+    #[test]
+    fn charges_bytes_follows_the_route_and_the_rates_unit() {
+        let policy = "[stage]\ndefault_channel = \"free\"\n\
+                      [[channel]]\nname = \"free\"\n\
+                      [[channel]]\nname = \"bytes\"\nmatch = { request_type = \"read\" }\n\
+                      default_object = \"l\"\n\
+                      [[channel.object]]\nname = \"l\"\nkind = \"drl\"\nrate = \"1MiB/s\"\n\
+                      [[channel]]\nname = \"ops\"\nmatch = { request_type = \"write\" }\n\
+                      default_object = \"o\"\n\
+                      [[channel.object]]\nname = \"o\"\nkind = \"drl\"\nrate = \"100ops/s\"\n\
+                      [[channel]]\nname = \"prio\"\nmatch = { request_type = \"get\" }\n\
+                      default_object = \"p\"\n\
+                      [[channel.object]]\nname = \"p\"\nkind = \"priority\"\nrate = \"1MiB/s\"\n\
+                      [[channel]]\nname = \"slots\"\nmatch = { request_type = \"put\" }\n\
+                      default_object = \"q\"\n\
+                      [[channel.object]]\nname = \"q\"\nkind = \"priority\"\n";
+        let stage = Stage::from_policy_str(policy, "<charges-bytes>").unwrap();
+        crate::context::with_thread_ref(|t| {
+            let of = |rt| ctx(rt, RequestContext::NONE, 4096);
+            assert!(
+                stage.charges_bytes_on_thread(t, &of(RequestType::READ)),
+                "drl in bytes"
+            );
+            assert!(
+                !stage.charges_bytes_on_thread(t, &of(RequestType::WRITE)),
+                "drl in operations"
+            );
+            assert!(
+                !stage.charges_bytes_on_thread(t, &of(RequestType::OPEN)),
+                "noop"
+            );
+            assert!(
+                !stage.charges_bytes_on_thread(t, &of(RequestType::PUT)),
+                "priority without a rate"
+            );
+            let get = of(RequestType::GET);
+            assert!(
+                stage.charges_bytes_on_thread(t, &get),
+                "priority with a rate in bytes"
+            );
+            let critical = get.with_criticality(crate::Criticality::Critical);
+            assert!(
+                !stage.charges_bytes_on_thread(t, &critical),
+                "critical requests skip the rate without rate_critical"
+            );
         });
     }
 

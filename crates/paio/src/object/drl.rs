@@ -26,7 +26,7 @@
 //! - The bucket's mutex is held only to update the arithmetic, never while a
 //!   request sleeps, so a control-plane update never waits behind requests.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -186,6 +186,8 @@ pub struct Drl {
     clock: SharedClock,
     /// `split` of the configuration, readable without the bucket's lock.
     split: AtomicU64,
+    /// Whether the rate is in bytes, readable without the bucket's lock.
+    bytes: AtomicBool,
 }
 
 fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
@@ -210,6 +212,7 @@ impl Drl {
         validate(&config)?;
         let burst_nt = config.effective_burst() as u128 * NANO;
         let split = config.split.0;
+        let bytes = config.rate.unit == RateUnit::Bytes;
         let bucket = Bucket {
             config,
             burst_nt,
@@ -220,6 +223,7 @@ impl Drl {
         };
         Ok(Self {
             split: AtomicU64::new(split),
+            bytes: AtomicBool::new(bytes),
             bucket: Mutex::new(bucket),
             released: Condvar::new(),
             clock,
@@ -352,6 +356,8 @@ impl EnforcementObject for Drl {
             b.config = new.clone();
         }
         self.split.store(new.split.0, Ordering::Relaxed);
+        self.bytes
+            .store(new.rate.unit == RateUnit::Bytes, Ordering::Relaxed);
         self.released.notify_all();
         Ok(())
     }
@@ -412,6 +418,11 @@ impl EnforcementObject for Drl {
     /// move (a short read, an error): see [`Drl::refund`].
     fn complete(&self, ctx: &Context, _note: u32, moved: u64) {
         self.refund(ctx, moved);
+    }
+
+    /// A rate in bytes charges every request's size.
+    fn charges_bytes(&self, _ctx: &Context) -> bool {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// `split` ([`DrlConfig::split`]) for a non-critical request larger than

@@ -230,6 +230,16 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether admitting a request of `ctx` charges its size (a rate in
+    /// bytes), so that a layer that cannot tell before a call how many bytes
+    /// it will move must find that out first; `false` (the default): the
+    /// size asked for only reaches the statistics, which count what the
+    /// call moved. Must be cheap: it is asked before such calls.
+    fn charges_bytes(&self, ctx: &Context) -> bool {
+        let _ = ctx;
+        false
+    }
+
     /// Turns the requests that kernel thread `thread` has waiting in this
     /// object into critical ones (a critical thread waits for that thread:
     /// [`crate::inheritance`]), keeping their order; returns how many. Must

@@ -1064,6 +1064,17 @@ impl EnforcementObject for Priority {
         self.active_now(w, critical_queued).then_some(n)
     }
 
+    /// A request that passes a rate in bytes ([`PriorityConfig::rate`]) is
+    /// charged its size.
+    fn charges_bytes(&self, ctx: &Context) -> bool {
+        self.pays_rate(ctx.criticality.is_critical())
+            && self
+                .rate
+                .load()
+                .as_ref()
+                .is_some_and(|drl| drl.charges_bytes(ctx))
+    }
+
     fn promote_thread(&self, thread: u64) -> u32 {
         self.promote_where(|w| w.thread == thread)
     }
