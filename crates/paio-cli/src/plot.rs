@@ -766,6 +766,13 @@ fn draw_panel(
                 run
             };
             match (s.kind, s.dash) {
+                // A line through one point draws nothing: a recording of
+                // one period, or a value between two gaps. A dot instead.
+                (Kind::Line | Kind::Steps, _) if run.len() == 1 => {
+                    let r = style.stroke_width + 2;
+                    chart
+                        .draw_series(run.into_iter().map(|p| Circle::new(p, r, color.filled())))?;
+                }
                 (Kind::Line | Kind::Steps, Dash::Solid) => {
                     chart.draw_series(LineSeries::new(run, style))?;
                 }
@@ -1031,6 +1038,50 @@ mod tests {
         assert!(!rows.is_empty() && rows.len() <= 4, "{rows:?}");
         let mid = rows[rows.len() / 2];
         assert!((120..=170).contains(&mid), "{mid}");
+    }
+
+    /// A line series with a single drawable point (a recording of one
+    /// period, or a value between two gaps) is drawn as a dot where the
+    /// point is, not left out.
+    #[test]
+    fn a_line_through_one_point_is_a_dot() {
+        load_font(None).expect("fonts-dejavu-core (make setup installs it)");
+        let f = Figure {
+            title: String::new(),
+            columns: 1,
+            panel_width: 400,
+            panel_height: 300,
+            panels: vec![Panel {
+                x_min: Some(0.0),
+                x_max: Some(10.0),
+                y_min: Some(0.0),
+                y_max: Some(4.0),
+                series: vec![Series {
+                    color: Some("blue".into()),
+                    dash: Dash::Dashed,
+                    points: vec![(2.0, Some(1.0)), (5.0, None), (8.0, Some(3.0))],
+                    ..Series::default()
+                }],
+                ..Panel::default()
+            }],
+        };
+        let (w, h, px) = render_rgb(&f).unwrap();
+        let blue = (31, 119, 180);
+        let drawn: Vec<(u32, u32)> = (0..w)
+            .flat_map(|x| (0..h).map(move |y| (x, y)))
+            .filter(|&(x, y)| rgb_at(&px, w, x, y) == blue)
+            .collect();
+        // Two dots, a few pixels across each, the one at x = 2 lower (larger
+        // y in pixels) and left of the one at x = 8; no line between them.
+        let (left, right): (Vec<_>, Vec<_>) = drawn.iter().partition(|&&(x, _)| x < w / 2);
+        assert!(!left.is_empty() && !right.is_empty(), "{drawn:?}");
+        assert!(
+            drawn.len() < 200,
+            "a line was drawn: {} pixels",
+            drawn.len()
+        );
+        let mean_y = |v: &[(u32, u32)]| v.iter().map(|p| p.1).sum::<u32>() / v.len() as u32;
+        assert!(mean_y(&left) > mean_y(&right) + 50, "{left:?} {right:?}");
     }
 
     /// Panels stacked in one column share one legend width, so their plots

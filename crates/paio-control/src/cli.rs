@@ -26,8 +26,9 @@ pub struct Args {
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The Unix socket stages and `paio ctl` connect to (overrides the
-    /// configuration). Default: $XDG_RUNTIME_DIR/paio/paiod.sock, or
-    /// /run/paio/paiod.sock for root.
+    /// configuration). Default: $XDG_RUNTIME_DIR/paio/paiod.sock; without
+    /// XDG_RUNTIME_DIR, /run/paio/paiod.sock for root and
+    /// /tmp/paio-<uid>/paiod.sock for other users.
     #[arg(long, short = 's', value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464;
