@@ -19,7 +19,10 @@
 # GNU tar as a whole (tar_cpu.py): over 20,000 small files (preload-tar.csv;
 # with statistics files, preload-tar-stats.csv), over an empty directory for
 # the library's start and exit (preload-start.csv), and the same writing
-# statistics files (preload-start-stats.csv). Used by `make bench`.
+# statistics files (preload-start-stats.csv). Copy calls (copy_loop.c:
+# 4 KiB splices through a pipe and copy_file_range, paired the same way,
+# with the default policy and under a rate in bytes) go to
+# preload-copy.csv. Used by `make bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
 set -euo pipefail
@@ -39,6 +42,7 @@ lib="$target/release/libpaio_preload.so"
 [ -f "$lib" ] || { echo "run.sh: $lib was not built" >&2; exit 1; }
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 cc -O2 -o "$work/meta_loop" "$here/meta_loop.c" -ldl
+cc -O2 -o "$work/copy_loop" "$here/copy_loop.c" -ldl
 
 mkdir -p "$work/data" "$work/small" "$work/stats"
 head -c 1048576 /dev/urandom > "$work/data/file"
@@ -61,6 +65,20 @@ kind = "noop"
 name = "other"
 POLICY
 
+# A rate in bytes on reads, too high to make anything wait: what a copy
+# call pays to find its size before the call.
+cat > "$work/bytes.toml" <<POLICY
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+default_object = "rate"
+
+[[channel.object]]
+name = "rate"
+kind = "drl"
+rate = "100GiB/s"
+POLICY
+
 # setup NAME: the environment of each configuration.
 env_for() {
     case "$1" in
@@ -70,6 +88,7 @@ env_for() {
         classified) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/classified.toml PAIO_FILE_CLASSES=data=$work/data" ;;
         priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml" ;;
         critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml PAIO_CRITICAL=1" ;;
+        bytes) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/bytes.toml" ;;
     esac
 }
 
@@ -78,7 +97,8 @@ sizes=(0 4096)
 files="${FILES:-200000}"
 # What tar does per file writing an archive, and for `tar cf /dev/null`.
 patterns=(archive devnull)
-declare -A samples paired small_added small_direct
+copy_patterns=(splice copy)
+declare -A samples paired small_added small_direct copy_added copy_direct
 for ((r = 1; r <= runs; r++)); do
     # The configurations' order rotates by one each round.
     shift_by=$(((r - 1) % ${#configs[@]}))
@@ -105,6 +125,19 @@ for ((r = 1; r <= runs; r++)); do
             v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files" "$pattern")
             small_added[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
             small_direct[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
+        done
+    done
+    # Copy calls (sendfile, copy_file_range, splice), the two setups in
+    # turn first.
+    copy_setups=(passthrough bytes)
+    shift_by=$(((r - 1) % 2))
+    copy_order=("${copy_setups[@]:shift_by}" "${copy_setups[@]:0:shift_by}")
+    for c in "${copy_order[@]}"; do
+        for pattern in "${copy_patterns[@]}"; do
+            # shellcheck disable=SC2046
+            v=$(env $(env_for "$c") "$work/copy_loop" "$work/data/file" "${COPIES:-200000}" "$pattern")
+            copy_added[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
+            copy_direct[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
         done
     done
     echo "preload overhead: run $r/$runs done" >&2
@@ -184,6 +217,28 @@ for c in passthrough counted classified; do
     done
 done
 echo "wrote $small_out" >&2
+
+copy_out="${COPY_OUT:-$root/bench/results/preload-copy.csv}"
+{
+    results_header "interposer cost per call moving 4 KiB between two descriptors, page-cached: pattern splice is a splice from a file into a pipe then from the pipe into a file (per call), copy a copy_file_range from file to file" \
+        "bench/preload/run.sh (RUNS=$runs COPIES=${COPIES:-200000})"
+    echo "# note: paired in one process (copy_loop.c): blocks of 2000 calls (splice: 2000 pairs) through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per call; added_pct = added_ns / direct_ns"
+    echo "# note: passthrough = the embedded default policy, no statistics file (the read admitted before the call without its size, completed with what moved); bytes = a drl in bytes on reads at 100 GiB/s (never waits): the read is admitted with the most the call can move, found with fstat, lseek, FIONREAD and F_GETPIPE_SZ"
+    echo "config,pattern,runs,calls,direct_ns,added_ns,added_min,added_max,added_pct"
+} > "$copy_out"
+printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
+for c in passthrough bytes; do
+    for pattern in "${copy_patterns[@]}"; do
+        d=$(echo "${copy_direct[$c,$pattern]}" | median)
+        a=$(echo "${copy_added[$c,$pattern]}" | median)
+        amin=$(echo "${copy_added[$c,$pattern]}" | minimum)
+        amax=$(echo "${copy_added[$c,$pattern]}" | maximum)
+        pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
+        echo "$c,$pattern,$runs,${COPIES:-200000},$d,$a,$amin,$amax,$pct" >> "$copy_out"
+        printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+    done
+done
+echo "wrote $copy_out" >&2
 
 # The whole program the issue measured: GNU tar archiving 20,000 small files
 # to /dev/null, CPU time with and without the interposer, paired.
