@@ -870,6 +870,29 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     if let Some(s) = &stats_pattern {
         cmd.env("PAIO_STATS", s);
     }
+    // An outer `paio run` (or the user's environment) asked for a policy or
+    // statistics files that this run replaces for its command: said, never
+    // dropped silently.
+    let inherited = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty());
+    if let (true, Some(outer)) = (
+        a.policy.is_some() || generated.is_some(),
+        inherited("PAIO_POLICY"),
+    ) {
+        stderr(&format!(
+            "paio: warning: PAIO_POLICY is already set ({}: an outer paio run, or your \
+             environment): the command runs under this run's policy instead, so that \
+             policy's limits do not apply to it\n",
+            Path::new(&outer).display()
+        ));
+    }
+    if let (Some(_), Some(outer)) = (&stats_pattern, inherited("PAIO_STATS")) {
+        stderr(&format!(
+            "paio: warning: PAIO_STATS is already set ({}: an outer paio run, or your \
+             environment): the command's statistics go to this run's files instead, so \
+             an outer --summary, --stats, --progress or --record does not see them\n",
+            Path::new(&outer).display()
+        ));
+    }
     if !label_list.is_empty() {
         cmd.env("PAIO_LABELS", &labels);
     }

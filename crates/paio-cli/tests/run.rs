@@ -468,6 +468,46 @@ fn limits_become_a_temporary_policy() {
     assert!(!Path::new(path).exists(), "{path} was not removed");
 }
 
+/// A `paio run` inside another replaces the outer run's policy and
+/// statistics files for its command: it says so, once each, and only when
+/// it does (an inner run with neither a policy nor statistics of its own
+/// keeps both).
+#[test]
+fn a_nested_run_says_what_it_replaces() {
+    let inner = |extra: &[&str]| {
+        let mut v = vec![PAIO, "run"];
+        v.extend_from_slice(extra);
+        v.extend_from_slice(&["--", "true"]);
+        v.join(" ")
+    };
+    let policy_said = "paio: warning: PAIO_POLICY is already set (";
+    let stats_said = "paio: warning: PAIO_STATS is already set (";
+    for (extra, policy, stats) in [
+        (&["--limit", "read=1GiB/s", "--summary"][..], 1, 1),
+        (&["--limit", "read=1GiB/s"][..], 1, 0),
+        (&["--summary"][..], 0, 1),
+        (&[][..], 0, 0),
+    ] {
+        let o = run(&[
+            "run",
+            "--limit",
+            "read=5MiB/s",
+            "--summary",
+            "--",
+            "sh",
+            "-c",
+            &inner(extra),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        let e = stderr(&o);
+        assert_eq!(e.matches(policy_said).count(), policy, "{extra:?}: {e}");
+        assert_eq!(e.matches(stats_said).count(), stats, "{extra:?}: {e}");
+    }
+    // Not nested: nothing to say.
+    let o = run(&["run", "--limit", "read=1GiB/s", "--summary", "--", "true"]);
+    assert!(!stderr(&o).contains("is already set"), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_arguments_exit_2_before_running_anything() {
     let d = scratch("badargs");
