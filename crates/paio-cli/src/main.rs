@@ -910,6 +910,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             Some(p) if p.as_os_str() != "default" => absolute(p)?,
             _ => paio::control::default_socket_path(),
         };
+        if let Some(outer) = inherited("PAIO_CONTROL").filter(|o| Path::new(o) != sock) {
+            stderr(&format!(
+                "paio: warning: PAIO_CONTROL is already set ({}: an outer paio run, or your \
+                 environment): the command's stages register with {} instead, so that \
+                 paiod's rules do not apply to them\n",
+                Path::new(&outer).display(),
+                sock.display()
+            ));
+        }
         cmd.env("PAIO_CONTROL", sock);
     }
     // Every PAIO_* the interposer will see, inherited or set above, checked

@@ -503,6 +503,24 @@ fn a_nested_run_says_what_it_replaces() {
         assert_eq!(e.matches(policy_said).count(), policy, "{extra:?}: {e}");
         assert_eq!(e.matches(stats_said).count(), stats, "{extra:?}: {e}");
     }
+    // Another paiod for the inner command's stages, then the same one.
+    let said = |inner_control: &str| {
+        let o = run(&[
+            "run",
+            "--control",
+            "/tmp/paio-test-outer.sock",
+            "--",
+            "sh",
+            "-c",
+            &inner(&["--control", inner_control]),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        stderr(&o)
+            .matches("paio: warning: PAIO_CONTROL is already set (")
+            .count()
+    };
+    assert_eq!(said("/tmp/paio-test-inner.sock"), 1);
+    assert_eq!(said("/tmp/paio-test-outer.sock"), 0);
     // Not nested: nothing to say.
     let o = run(&["run", "--limit", "read=1GiB/s", "--summary", "--", "true"]);
     assert!(!stderr(&o).contains("is already set"), "{}", stderr(&o));
