@@ -73,8 +73,37 @@ pub(crate) struct ChannelModel {
     /// Object patterns in the order they were added; unique patterns.
     pub(crate) rules: Vec<(Pattern, String)>,
     pub(crate) default_object: String,
-    /// Objects removed from the channel, kept so its totals stay exact.
+    /// The latest [`KEPT_REMOVED`] objects removed from the channel, kept
+    /// so that a request admitted before the removal completes through its
+    /// object and is counted.
     pub(crate) retired: Vec<Arc<ObjectEntry>>,
+    /// The counts of objects removed before those, folded when they were
+    /// freed, so the channel's totals stay exact.
+    retired_before: Sample,
+}
+
+/// How many removed objects a channel (or removed channels a stage) keeps
+/// whole. Each holds its recorder (a latency histogram per thread slot:
+/// about 260 KiB of address space), so keeping every one let a control
+/// plane that creates and removes objects grow the application's memory
+/// without bound. A request still in flight through an object older than
+/// this many removals when it is freed is not counted, and that object's
+/// complete phase does not run (nothing else uses it any more).
+pub(crate) const KEPT_REMOVED: usize = 16;
+
+/// Appends `item` to `kept`, folding the oldest beyond [`KEPT_REMOVED`]
+/// into `before` (by `sample`) and freeing it.
+pub(crate) fn keep_removed<T>(
+    kept: &mut Vec<T>,
+    before: &mut Sample,
+    item: T,
+    sample: impl Fn(&T) -> Sample,
+) {
+    kept.push(item);
+    if kept.len() > KEPT_REMOVED {
+        let oldest = kept.remove(0);
+        before.merge(&sample(&oldest));
+    }
 }
 
 impl ChannelModel {
@@ -86,7 +115,16 @@ impl ChannelModel {
             rules: Vec::new(),
             default_object: DEFAULT_OBJECT.to_string(),
             retired: Vec::new(),
+            retired_before: Sample::default(),
         }
+    }
+
+    /// Moves `entry`, just removed from the channel's objects, to the
+    /// retired ones ([`keep_removed`]).
+    pub(crate) fn retire(&mut self, entry: Arc<ObjectEntry>) {
+        keep_removed(&mut self.retired, &mut self.retired_before, entry, |e| {
+            e.recorder.sample()
+        });
     }
 
     pub(crate) fn object_index(&self, name: &str) -> Option<usize> {
@@ -95,7 +133,7 @@ impl ChannelModel {
 
     /// The cumulative figures of every object the channel ever had.
     pub(crate) fn sample(&self) -> Sample {
-        let mut total = Sample::default();
+        let mut total = self.retired_before.clone();
         for o in self.objects.iter().chain(&self.retired) {
             total.merge(&o.recorder.sample());
         }
