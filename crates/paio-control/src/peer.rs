@@ -29,10 +29,10 @@ pub const MAX_LABEL_KEY: usize = paio::env::MAX_LABEL_KEY;
 pub const MAX_LABEL_VALUE: usize = paio::env::MAX_LABEL_VALUE;
 /// Bytes of other text: host, user, executable, ctl keys and values.
 pub const MAX_TEXT: usize = 4096;
-/// Channels of one stage.
-pub const MAX_CHANNELS: usize = 1024;
-/// Objects of one channel.
-pub const MAX_OBJECTS: usize = 256;
+/// Channels of one stage (what a stage's rules may create).
+pub const MAX_CHANNELS: usize = paio::rule::MAX_CHANNELS;
+/// Objects of one channel (what a stage's rules may create).
+pub const MAX_OBJECTS: usize = paio::rule::MAX_OBJECTS;
 /// Bytes of a peer's message (error, goodbye) written to the log; the rest
 /// is cut and its length said.
 pub const MAX_LOGGED: usize = 512;

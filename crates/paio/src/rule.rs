@@ -145,6 +145,15 @@ impl Rule {
     }
 }
 
+/// Channels a stage may have: a `create_channel` beyond is refused. paiod
+/// refuses a stage reporting more (its registration and statistics are
+/// bounded by the same numbers), so a stage never grows past what its
+/// control plane accepts.
+pub const MAX_CHANNELS: usize = 1024;
+/// Objects a channel may have, its `default` pass-through object included:
+/// a `create_object` beyond is refused.
+pub const MAX_OBJECTS: usize = 256;
+
 /// Why a rule was rejected. The stage is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
@@ -197,6 +206,17 @@ pub enum RuleError {
         classifier: Classifier,
         /// The enabled classifiers.
         enabled: String,
+    },
+    /// The stage has [`MAX_CHANNELS`] channels, or the channel
+    /// [`MAX_OBJECTS`] objects, already.
+    #[error("{what} has {max} {items} already, the most it may have: remove one first")]
+    TooMany {
+        /// `the stage` or `channel "x"`.
+        what: String,
+        /// `channels` or `objects`.
+        items: &'static str,
+        /// The cap.
+        max: usize,
     },
     /// The object rejected its configuration.
     #[error("object {object:?} in channel {channel:?}: {source}")]

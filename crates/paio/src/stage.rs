@@ -319,6 +319,13 @@ impl Model {
                         name: name.clone(),
                     });
                 }
+                if self.channels.len() >= crate::rule::MAX_CHANNELS {
+                    return Err(RuleError::TooMany {
+                        what: "the stage".into(),
+                        items: "channels",
+                        max: crate::rule::MAX_CHANNELS,
+                    });
+                }
                 self.channel_by_name
                     .insert(name.clone(), self.channels.len());
                 self.channels.push(ChannelModel::new(name.clone()));
@@ -359,6 +366,13 @@ impl Model {
                     return Err(RuleError::Exists {
                         what: "object",
                         name: name.clone(),
+                    });
+                }
+                if ch.objects.len() >= crate::rule::MAX_OBJECTS {
+                    return Err(RuleError::TooMany {
+                        what: format!("channel {channel:?}"),
+                        items: "objects",
+                        max: crate::rule::MAX_OBJECTS,
                     });
                 }
                 let object =
@@ -2437,6 +2451,46 @@ mod tests {
         );
         let model = stage.model();
         assert_eq!(model.channels[0].retired.len(), KEPT_REMOVED);
+    }
+
+    /// Rules cannot grow a stage past what paiod accepts from it.
+    #[test]
+    fn channels_and_objects_are_capped() {
+        use crate::rule::{MAX_CHANNELS, MAX_OBJECTS};
+        let stage = Stage::builder("s").build();
+        let channels: Vec<Rule> = (0..MAX_CHANNELS)
+            .map(|i| channel(&format!("c{i}")))
+            .collect();
+        stage.apply_all(&channels).unwrap();
+        let e = stage.apply(&channel("one-more")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the stage has 1024 channels already, the most it may have: remove one first"
+        );
+        // The default object counts.
+        let objects: Vec<Rule> = (1..MAX_OBJECTS)
+            .map(|i| drl("c0", &format!("o{i}"), Rate::bytes_per_sec(1 << 20)))
+            .collect();
+        stage.apply_all(&objects).unwrap();
+        let e = stage
+            .apply(&drl("c0", "one-more", Rate::bytes_per_sec(1 << 20)))
+            .unwrap_err();
+        assert!(matches!(e, RuleError::TooMany { max: 256, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("channel \"c0\" has 256 objects already"),
+            "{e}"
+        );
+        // Room again once one is removed.
+        stage
+            .apply(&Rule::RemoveObject {
+                channel: "c0".into(),
+                name: "o1".into(),
+            })
+            .unwrap();
+        stage
+            .apply(&drl("c0", "one-more", Rate::bytes_per_sec(1 << 20)))
+            .unwrap();
     }
 
     /// Upper-cases the request: a transforming object.
