@@ -154,6 +154,11 @@ pub const MAX_CHANNELS: usize = 1024;
 /// a `create_object` beyond is refused.
 pub const MAX_OBJECTS: usize = 256;
 
+/// Mappings (patterns) a stage may have to its channels, and a channel to
+/// its objects: a `map_channel` or `map_object` with a new pattern beyond
+/// is refused.
+pub const MAX_MAPPINGS: usize = 1024;
+
 /// Why a rule was rejected. The stage is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuleError {
@@ -207,13 +212,13 @@ pub enum RuleError {
         /// The enabled classifiers.
         enabled: String,
     },
-    /// The stage has [`MAX_CHANNELS`] channels, or the channel
-    /// [`MAX_OBJECTS`] objects, already.
+    /// The stage has [`MAX_CHANNELS`] channels, a channel [`MAX_OBJECTS`]
+    /// objects, or either [`MAX_MAPPINGS`] mappings, already.
     #[error("{what} has {max} {items} already, the most it may have: remove one first")]
     TooMany {
         /// `the stage` or `channel "x"`.
         what: String,
-        /// `channels` or `objects`.
+        /// `channels`, `objects` or `mappings`.
         items: &'static str,
         /// The cap.
         max: usize,

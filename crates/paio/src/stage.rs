@@ -432,7 +432,9 @@ impl Model {
             Rule::MapChannel { pattern, channel } => {
                 self.check_pattern(pattern)?;
                 self.channel_index(channel)?;
-                upsert(&mut self.channel_rules, *pattern, channel.clone());
+                upsert(&mut self.channel_rules, *pattern, channel.clone(), || {
+                    "the stage".into()
+                })?;
             }
             Rule::UnmapChannel { pattern } => remove_pattern(&mut self.channel_rules, pattern)?,
             Rule::SetDefaultChannel { channel } => {
@@ -450,7 +452,9 @@ impl Model {
                 let ch = self.channel_mut(channel)?;
                 ch.object_index(object)
                     .ok_or_else(|| unknown_object(channel, object))?;
-                upsert(&mut ch.rules, *pattern, object.clone());
+                upsert(&mut ch.rules, *pattern, object.clone(), || {
+                    format!("channel {channel:?}")
+                })?;
             }
             Rule::UnmapObject { channel, pattern } => {
                 remove_pattern(&mut self.channel_mut(channel)?.rules, pattern)?
@@ -528,11 +532,28 @@ fn check_name(name: &str) -> Result<(), RuleError> {
     Ok(())
 }
 
-fn upsert(rules: &mut Vec<(Pattern, String)>, pattern: Pattern, target: String) {
+/// Maps `pattern` to `target` in `rules` (those of `owner`), replacing the
+/// target of an identical pattern; a new pattern beyond
+/// [`crate::rule::MAX_MAPPINGS`] is refused.
+fn upsert(
+    rules: &mut Vec<(Pattern, String)>,
+    pattern: Pattern,
+    target: String,
+    owner: impl FnOnce() -> String,
+) -> Result<(), RuleError> {
+    let full = rules.len() >= crate::rule::MAX_MAPPINGS;
     match rules.iter_mut().find(|(p, _)| *p == pattern) {
         Some(r) => r.1 = target,
+        None if full => {
+            return Err(RuleError::TooMany {
+                what: owner(),
+                items: "mappings",
+                max: crate::rule::MAX_MAPPINGS,
+            })
+        }
         None => rules.push((pattern, target)),
     }
+    Ok(())
 }
 
 fn remove_pattern(rules: &mut Vec<(Pattern, String)>, pattern: &Pattern) -> Result<(), RuleError> {
@@ -2491,6 +2512,41 @@ mod tests {
         stage
             .apply(&drl("c0", "one-more", Rate::bytes_per_sec(1 << 20)))
             .unwrap();
+        // Mappings: the stage's to channels, a channel's to objects.
+        let by_workflow = |w: u64| Pattern {
+            workflow: Some(w),
+            ..Pattern::ANY
+        };
+        stage
+            .apply(&Rule::SetClassifiers {
+                classifiers: vec![crate::Classifier::Workflow],
+            })
+            .unwrap();
+        let maps = |n: usize| -> Vec<Rule> {
+            (0..n as u64)
+                .flat_map(|w| {
+                    [
+                        Rule::MapChannel {
+                            pattern: by_workflow(w),
+                            channel: "c1".into(),
+                        },
+                        Rule::MapObject {
+                            channel: "c0".into(),
+                            pattern: by_workflow(w),
+                            object: "o2".into(),
+                        },
+                    ]
+                })
+                .collect()
+        };
+        stage.apply_all(&maps(crate::rule::MAX_MAPPINGS)).unwrap();
+        // An existing pattern is remapped, a new one refused.
+        stage.apply_all(&maps(1)).unwrap();
+        let beyond = maps(crate::rule::MAX_MAPPINGS + 1).split_off(2 * crate::rule::MAX_MAPPINGS);
+        for rule in &beyond {
+            let e = stage.apply(rule).unwrap_err();
+            assert!(e.to_string().contains("has 1024 mappings already"), "{e}");
+        }
     }
 
     /// Upper-cases the request: a transforming object.
