@@ -204,19 +204,34 @@ small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
     echo "# note: passthrough = the embedded default policy with nothing observing the counts (no PAIO_STATS, no PAIO_CONTROL: metadata calls skip the stage); counted = the same writing a statistics file (PAIO_STATS, as under paio run --summary or --stats: every metadata call counted); classified = PAIO_FILE_CLASSES + a policy with file classes, no statistics file"
     echo "config,pattern,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$small_out"
-printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
-for c in passthrough counted classified; do
-    for pattern in "${patterns[@]}"; do
-        d=$(echo "${small_direct[$c,$pattern]}" | median)
-        a=$(echo "${small_added[$c,$pattern]}" | median)
-        amin=$(echo "${small_added[$c,$pattern]}" | minimum)
-        amax=$(echo "${small_added[$c,$pattern]}" | maximum)
-        pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
-        echo "$c,$pattern,$runs,$files,$d,$a,$amin,$amax,$pct" >> "$small_out"
-        printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+# paired_rows OUT COUNT ADDED DIRECT CONFIG... -- PATTERN...: for each
+# configuration and pattern, the median, extremes and share of the paired
+# figures kept in the associative arrays named ADDED and DIRECT (keys
+# "config,pattern", space-separated samples), appended to OUT as a CSV row
+# (COUNT in its fourth column) and shown on stderr.
+paired_rows() {
+    local out="$1" count="$2" c pattern d a amin amax pct
+    local -n added_of="$3" direct_of="$4"
+    shift 4
+    local configs=()
+    while [ "$1" != -- ]; do configs+=("$1"); shift; done
+    shift
+    printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
+    for c in "${configs[@]}"; do
+        for pattern in "$@"; do
+            d=$(echo "${direct_of[$c,$pattern]}" | median)
+            a=$(echo "${added_of[$c,$pattern]}" | median)
+            amin=$(echo "${added_of[$c,$pattern]}" | minimum)
+            amax=$(echo "${added_of[$c,$pattern]}" | maximum)
+            pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
+            echo "$c,$pattern,$runs,$count,$d,$a,$amin,$amax,$pct" >> "$out"
+            printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
+        done
     done
-done
-echo "wrote $small_out" >&2
+    echo "wrote $out" >&2
+}
+paired_rows "$small_out" "$files" small_added small_direct \
+    passthrough counted classified -- "${patterns[@]}"
 
 copy_out="${COPY_OUT:-$root/bench/results/preload-copy.csv}"
 {
@@ -226,19 +241,8 @@ copy_out="${COPY_OUT:-$root/bench/results/preload-copy.csv}"
     echo "# note: passthrough = the embedded default policy, no statistics file (the read admitted before the call without its size, completed with what moved); bytes = a drl in bytes on reads at 100 GiB/s (never waits): the read is admitted with the most the call can move, found with fstat, lseek, FIONREAD and F_GETPIPE_SZ"
     echo "config,pattern,runs,calls,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$copy_out"
-printf '\n%-12s %-8s %12s %22s %10s\n' config pattern "direct ns" "added ns (min-max)" "added %" >&2
-for c in passthrough bytes; do
-    for pattern in "${copy_patterns[@]}"; do
-        d=$(echo "${copy_direct[$c,$pattern]}" | median)
-        a=$(echo "${copy_added[$c,$pattern]}" | median)
-        amin=$(echo "${copy_added[$c,$pattern]}" | minimum)
-        amax=$(echo "${copy_added[$c,$pattern]}" | maximum)
-        pct=$(awk -v a="$a" -v d="$d" 'BEGIN {printf "%.2f", 100 * a / d}')
-        echo "$c,$pattern,$runs,${COPIES:-200000},$d,$a,$amin,$amax,$pct" >> "$copy_out"
-        printf '%-12s %-8s %12s %22s %10s\n' "$c" "$pattern" "$d" "+$a ($amin-$amax)" "$pct%" >&2
-    done
-done
-echo "wrote $copy_out" >&2
+paired_rows "$copy_out" "${COPIES:-200000}" copy_added copy_direct \
+    passthrough bytes -- "${copy_patterns[@]}"
 
 # The whole program the issue measured: GNU tar archiving 20,000 small files
 # to /dev/null, CPU time with and without the interposer, paired.
