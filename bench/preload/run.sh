@@ -92,6 +92,30 @@ env_for() {
     esac
 }
 
+# paired_round ROUND ADDED DIRECT PROGRAM INPUT COUNT SETUP... -- PATTERN...:
+# one round of a paired client (meta_loop, copy_loop: "PROGRAM INPUT COUNT
+# PATTERN" prints "interposed_ns direct_ns added_ns") under each setup and
+# pattern, the setups' order rotating by one each round; its figures are
+# appended to the associative arrays named ADDED and DIRECT (keys
+# "setup,pattern").
+paired_round() {
+    local round="$1" program="$4" input="$5" count="$6" c pattern v
+    local -n added_to="$2" direct_to="$3"
+    shift 6
+    local setups=()
+    while [ "$1" != -- ]; do setups+=("$1"); shift; done
+    shift
+    local by=$(((round - 1) % ${#setups[@]}))
+    for c in "${setups[@]:by}" "${setups[@]:0:by}"; do
+        for pattern in "$@"; do
+            # shellcheck disable=SC2046
+            v=$(env $(env_for "$c") "$program" "$input" "$count" "$pattern")
+            added_to[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
+            direct_to[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
+        done
+    done
+}
+
 configs=(none passthrough classified priority critical)
 sizes=(0 4096)
 files="${FILES:-200000}"
@@ -115,31 +139,11 @@ for ((r = 1; r <= runs; r++)); do
             fi
         done
     done
-    # The three setups rotate which goes first from round to round.
-    small_setups=(passthrough counted classified)
-    shift_by=$(((r - 1) % 3))
-    small_order=("${small_setups[@]:shift_by}" "${small_setups[@]:0:shift_by}")
-    for c in "${small_order[@]}"; do
-        for pattern in "${patterns[@]}"; do
-            # shellcheck disable=SC2046
-            v=$(env $(env_for "$c") "$work/meta_loop" "$work/small" "$files" "$pattern")
-            small_added[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
-            small_direct[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
-        done
-    done
-    # Copy calls (sendfile, copy_file_range, splice), the two setups in
-    # turn first.
-    copy_setups=(passthrough bytes)
-    shift_by=$(((r - 1) % 2))
-    copy_order=("${copy_setups[@]:shift_by}" "${copy_setups[@]:0:shift_by}")
-    for c in "${copy_order[@]}"; do
-        for pattern in "${copy_patterns[@]}"; do
-            # shellcheck disable=SC2046
-            v=$(env $(env_for "$c") "$work/copy_loop" "$work/data/file" "${COPIES:-200000}" "$pattern")
-            copy_added[$c,$pattern]+="$(echo "$v" | cut -d' ' -f3) "
-            copy_direct[$c,$pattern]+="$(echo "$v" | cut -d' ' -f2) "
-        done
-    done
+    # Small files, then copy calls (sendfile, copy_file_range, splice).
+    paired_round "$r" small_added small_direct "$work/meta_loop" "$work/small" "$files" \
+        passthrough counted classified -- "${patterns[@]}"
+    paired_round "$r" copy_added copy_direct "$work/copy_loop" "$work/data/file" \
+        "${COPIES:-200000}" passthrough bytes -- "${copy_patterns[@]}"
     echo "preload overhead: run $r/$runs done" >&2
 done
 

@@ -874,24 +874,31 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     // statistics files that this run replaces for its command: said, never
     // dropped silently.
     let inherited = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty());
+    let replaced = |var: &str, outer: &OsString, then: &str| {
+        stderr(&format!(
+            "paio: warning: {var} is already set ({}: an outer paio run, or your \
+             environment): {then}\n",
+            Path::new(outer).display()
+        ));
+    };
     if let (true, Some(outer)) = (
         a.policy.is_some() || generated.is_some(),
         inherited("PAIO_POLICY"),
     ) {
-        stderr(&format!(
-            "paio: warning: PAIO_POLICY is already set ({}: an outer paio run, or your \
-             environment): the command runs under this run's policy instead, so that \
-             policy's limits do not apply to it\n",
-            Path::new(&outer).display()
-        ));
+        replaced(
+            "PAIO_POLICY",
+            &outer,
+            "the command runs under this run's policy instead, so that policy's limits do \
+             not apply to it",
+        );
     }
     if let (Some(_), Some(outer)) = (&stats_pattern, inherited("PAIO_STATS")) {
-        stderr(&format!(
-            "paio: warning: PAIO_STATS is already set ({}: an outer paio run, or your \
-             environment): the command's statistics go to this run's files instead, so \
-             an outer --summary, --stats, --progress or --record does not see them\n",
-            Path::new(&outer).display()
-        ));
+        replaced(
+            "PAIO_STATS",
+            &outer,
+            "the command's statistics go to this run's files instead, so an outer --summary, \
+             --stats, --progress or --record does not see them",
+        );
     }
     if !label_list.is_empty() {
         cmd.env("PAIO_LABELS", &labels);
@@ -911,13 +918,15 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             _ => paio::control::default_socket_path(),
         };
         if let Some(outer) = inherited("PAIO_CONTROL").filter(|o| Path::new(o) != sock) {
-            stderr(&format!(
-                "paio: warning: PAIO_CONTROL is already set ({}: an outer paio run, or your \
-                 environment): the command's stages register with {} instead, so that \
-                 paiod's rules do not apply to them\n",
-                Path::new(&outer).display(),
-                sock.display()
-            ));
+            replaced(
+                "PAIO_CONTROL",
+                &outer,
+                &format!(
+                    "the command's stages register with {} instead, so that paiod's rules do \
+                     not apply to them",
+                    sock.display()
+                ),
+            );
         }
         cmd.env("PAIO_CONTROL", sock);
     }
