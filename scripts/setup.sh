@@ -51,6 +51,6 @@ for mod in pytest; do
 done
 
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: cargo not found. Install Rust (https://rustup.rs), 1.85 or newer, then re-run." >&2
+  echo "setup: cargo not found. Install Rust (https://rustup.rs), 1.88 or newer, then re-run." >&2
   exit 1
 fi

@@ -176,7 +176,7 @@ fn demand(a: &Args, g: u64, i: usize) -> BTreeMap<String, (u32, f64, bool)> {
         } else {
             a.stages - a.stages / 2
         };
-        let hungry = (j as u64 + g) % 2 == 0;
+        let hungry = (j as u64 + g).is_multiple_of(2);
         let achieved = (1 + (i as u64 * 7 + g * 13) % 50) as f64 * MIB;
         m.insert(format!("j{j}"), (stages, achieved, hungry));
     }

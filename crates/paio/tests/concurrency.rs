@@ -96,7 +96,11 @@ fn totals_are_exact_under_concurrent_rule_changes() {
                             },
                         ])
                         .unwrap();
-                    let target = if round % 2 == 0 { "limit" } else { "default" };
+                    let target = if round.is_multiple_of(2) {
+                        "limit"
+                    } else {
+                        "default"
+                    };
                     stage
                         .apply(&Rule::MapObject {
                             channel: ch,

@@ -492,7 +492,7 @@ pub fn check_read_split(bytes: u64, read_b: Option<f64>) -> Result<(), PolicyErr
              which exists only under a read budget)",
         ));
     }
-    if bytes % SPLIT_ALIGN != 0 {
+    if !bytes.is_multiple_of(SPLIT_ALIGN) {
         return Err(PolicyError::new(format!(
             "read_split must be 0 (off) or a multiple of 4 KiB, got {bytes} bytes"
         )));

@@ -197,7 +197,7 @@ fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
             reason: "must be at least one token".to_string(),
         });
     }
-    if config.split.0 % SPLIT_ALIGN != 0 {
+    if !config.split.0.is_multiple_of(SPLIT_ALIGN) {
         return Err(ConfigError::Invalid {
             field: "split",
             reason: SPLIT_REASON.to_string(),

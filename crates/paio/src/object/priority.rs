@@ -250,7 +250,7 @@ impl PriorityConfig {
         if self.rate_critical && self.rate.is_none() {
             return invalid("rate_critical", "needs a rate");
         }
-        if self.split.0 % SPLIT_ALIGN != 0 {
+        if !self.split.0.is_multiple_of(SPLIT_ALIGN) {
             return invalid("split", SPLIT_REASON);
         }
         Ok(())
