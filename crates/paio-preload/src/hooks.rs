@@ -13,6 +13,7 @@ use crate::fdtable;
 use crate::real::real_fn;
 use crate::rt;
 use crate::stdio;
+use crate::streams;
 
 type Loff = libc::loff_t;
 
@@ -259,7 +260,7 @@ macro_rules! fread_hook {
             let Some(real) = real_fn!($sym, fn($buf, $($pt,)* size_t, size_t, *mut FILE) -> size_t) else {
                 return 0;
             };
-            stdio::call(RequestType::$rt, stream, stdio::Lock::$lock,
+            stdio::call(RequestType::$rt, stream, stdio::Lock::$lock, size.saturating_mul(n),
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 || unsafe { real(ptr, $($pre,)* size, n, stream) },
@@ -309,7 +310,9 @@ macro_rules! fgets_hook {
                 nosys();
                 return std::ptr::null_mut();
             };
-            stdio::call(RequestType::READ, stream, stdio::Lock::$lock,
+            // At most n - 1 bytes (fewer at a newline).
+            let asks = (n.max(1) - 1) as usize;
+            stdio::call(RequestType::READ, stream, stdio::Lock::$lock, asks,
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 || unsafe { real(s, $($pre,)* n, stream) },
@@ -330,14 +333,16 @@ macro_rules! fputs_hook {
             let Some(real) = real_fn!($sym, fn(*const c_char, *mut FILE) -> c_int) else {
                 return nosys();
             };
+            let len = c_len(s);
             stdio::call(
                 RequestType::WRITE,
                 stream,
                 stdio::Lock::$lock,
+                len as usize,
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 || unsafe { real(s, stream) },
-                |&r| if r >= 0 { c_len(s) } else { -1 },
+                |&r| if r >= 0 { len } else { -1 },
             )
         }
     };
@@ -362,6 +367,7 @@ pub unsafe extern "C" fn getline(
         RequestType::READ,
         stream,
         stdio::Lock::Take,
+        usize::MAX,
         // SAFETY: the caller's arguments, unchanged, to the real function.
         || unsafe { real(line, n, stream) },
         |&r| r as i64,
@@ -387,6 +393,7 @@ macro_rules! getdelim_hook {
                 RequestType::READ,
                 stream,
                 stdio::Lock::Take,
+                usize::MAX,
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 || unsafe { real(line, n, delim, stream) },
@@ -400,21 +407,218 @@ getdelim_hook!(getdelim, c"getdelim");
 getdelim_hook!(__getdelim, c"__getdelim");
 
 macro_rules! fflush_hook {
-    ($name:ident, $sym:literal) => {
+    ($name:ident, $sym:literal, $lock:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(stream: *mut FILE) -> c_int {
             let Some(real) = real_fn!($sym, fn(*mut FILE) -> c_int) else {
                 return nosys();
             };
-            stdio::before_flush(stream);
             // SAFETY: the caller's argument to the real function.
-            unsafe { real(stream) }
+            stdio::flush(stream, stdio::Lock::$lock, || unsafe { real(stream) })
         }
     };
 }
 
-fflush_hook!(fflush, c"fflush");
-fflush_hook!(fflush_unlocked, c"fflush_unlocked");
+fflush_hook!(fflush, c"fflush", Take);
+fflush_hook!(fflush_unlocked, c"fflush_unlocked", Held);
+
+/// A repositioning call: it writes the stream's buffered output first.
+macro_rules! fseek_hook {
+    ($name:ident, $sym:literal, ($($a:ident : $t:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: *mut FILE, $($a: $t),*) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut FILE, $($t),*) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments to the real function.
+            stdio::flush(stream, stdio::Lock::Take, || unsafe { real(stream, $($a),*) })
+        }
+    };
+}
+
+fseek_hook!(fseek, c"fseek", (offset: c_long, whence: c_int));
+fseek_hook!(fseeko, c"fseeko", (offset: off_t, whence: c_int));
+fseek_hook!(fseeko64, c"fseeko64", (offset: off64_t, whence: c_int));
+fseek_hook!(fsetpos, c"fsetpos", (pos: *const libc::fpos_t));
+fseek_hook!(fsetpos64, c"fsetpos64", (pos: *const libc::fpos64_t));
+
+#[no_mangle]
+pub unsafe extern "C" fn rewind(stream: *mut FILE) {
+    let Some(real) = real_fn!(c"rewind", fn(*mut FILE) -> ()) else {
+        nosys();
+        return;
+    };
+    // SAFETY: the caller's argument to the real function.
+    stdio::flush(stream, stdio::Lock::Take, || unsafe { real(stream) })
+}
+
+// One byte at a time: the calls glibc exports (`putc`, ...) and the two its
+// inline macros call when a buffer is full or empty (`__overflow`,
+// `__uflow`). Bytes the macros move with no call are counted at the next
+// call seen on the stream (crate::streams).
+
+extern "C" {
+    static mut stdin: *mut FILE;
+    static mut stdout: *mut FILE;
+}
+
+/// The stream `stdin` or `stdout` (`which`) names now (a program may
+/// reassign them).
+#[inline]
+fn std_stream(which: *const *mut FILE) -> *mut FILE {
+    // SAFETY: a pointer-sized libc variable, written by programs only
+    // before they use it from several threads (as for any stdio use).
+    unsafe { std::ptr::read_volatile(which) }
+}
+
+/// The bytes a one-byte call moved: 1 unless it returned EOF.
+#[inline]
+fn one(r: c_int) -> i64 {
+    (r != libc::EOF) as i64
+}
+
+macro_rules! putc_hook {
+    ($name:ident, $sym:literal, $lock:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(c: c_int, stream: *mut FILE) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int, *mut FILE) -> c_int) else {
+                return nosys();
+            };
+            stdio::call(
+                RequestType::WRITE,
+                stream,
+                stdio::Lock::$lock,
+                1,
+                // SAFETY: the caller's arguments to the real function.
+                || unsafe { real(c, stream) },
+                |&r| one(r),
+            )
+        }
+    };
+}
+
+putc_hook!(fputc, c"fputc", Take);
+putc_hook!(putc, c"putc", Take);
+putc_hook!(_IO_putc, c"_IO_putc", Take);
+putc_hook!(fputc_unlocked, c"fputc_unlocked", Held);
+putc_hook!(putc_unlocked, c"putc_unlocked", Held);
+
+macro_rules! putchar_hook {
+    ($name:ident, $sym:literal, $lock:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(c: c_int) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int) -> c_int) else {
+                return nosys();
+            };
+            let stream = std_stream(&raw const stdout);
+            stdio::call(
+                RequestType::WRITE,
+                stream,
+                stdio::Lock::$lock,
+                1,
+                // SAFETY: the caller's argument to the real function.
+                || unsafe { real(c) },
+                |&r| one(r),
+            )
+        }
+    };
+}
+
+putchar_hook!(putchar, c"putchar", Take);
+putchar_hook!(putchar_unlocked, c"putchar_unlocked", Held);
+
+/// `putc_unlocked`'s inline body calls it with a full buffer (or on a
+/// line-buffered or unbuffered stream, every time).
+#[no_mangle]
+pub unsafe extern "C" fn __overflow(stream: *mut FILE, c: c_int) -> c_int {
+    let Some(real) = real_fn!(c"__overflow", fn(*mut FILE, c_int) -> c_int) else {
+        return nosys();
+    };
+    stdio::call(
+        RequestType::WRITE,
+        stream,
+        stdio::Lock::Held,
+        // Called when the byte does not fit (or on a line-buffered stream).
+        usize::MAX,
+        // SAFETY: the caller's arguments to the real function.
+        || unsafe { real(stream, c) },
+        |&r| if c == libc::EOF { 0 } else { one(r) },
+    )
+}
+
+macro_rules! getc_hook {
+    ($name:ident, $sym:literal, $lock:ident, $asks:expr, $moved:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(stream: *mut FILE) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut FILE) -> c_int) else {
+                return nosys();
+            };
+            stdio::call(
+                RequestType::READ,
+                stream,
+                stdio::Lock::$lock,
+                $asks,
+                // SAFETY: the caller's argument to the real function.
+                || unsafe { real(stream) },
+                $moved,
+            )
+        }
+    };
+}
+
+getc_hook!(fgetc, c"fgetc", Take, 1, |&r| one(r));
+getc_hook!(getc, c"getc", Take, 1, |&r| one(r));
+getc_hook!(_IO_getc, c"_IO_getc", Take, 1, |&r| one(r));
+getc_hook!(fgetc_unlocked, c"fgetc_unlocked", Held, 1, |&r| one(r));
+getc_hook!(getc_unlocked, c"getc_unlocked", Held, 1, |&r| one(r));
+// `getc_unlocked`'s inline body calls it on an empty buffer: it refills it
+// and takes a byte.
+getc_hook!(__uflow, c"__uflow", Held, usize::MAX, |&r| one(r));
+// It refills an empty buffer and takes nothing (a peek).
+getc_hook!(__underflow, c"__underflow", Held, usize::MAX, |_| 0);
+
+macro_rules! getchar_hook {
+    ($name:ident, $sym:literal, $lock:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name() -> c_int {
+            let Some(real) = real_fn!($sym, fn() -> c_int) else {
+                return nosys();
+            };
+            let stream = std_stream(&raw const stdin);
+            stdio::call(
+                RequestType::READ,
+                stream,
+                stdio::Lock::$lock,
+                1,
+                // SAFETY: no arguments.
+                || unsafe { real() },
+                |&r| one(r),
+            )
+        }
+    };
+}
+
+getchar_hook!(getchar, c"getchar", Take);
+getchar_hook!(getchar_unlocked, c"getchar_unlocked", Held);
+
+#[no_mangle]
+pub unsafe extern "C" fn puts(s: *const c_char) -> c_int {
+    let Some(real) = real_fn!(c"puts", fn(*const c_char) -> c_int) else {
+        return nosys();
+    };
+    let stream = std_stream(&raw const stdout);
+    // The string and a newline.
+    let len = c_len(s) + 1;
+    stdio::call(
+        RequestType::WRITE,
+        stream,
+        stdio::Lock::Take,
+        len as usize,
+        // SAFETY: the caller's argument to the real function.
+        || unsafe { real(s) },
+        |&r| if r >= 0 { len } else { -1 },
+    )
+}
 
 // ------------------------------------------------------------ open / close
 // open and openat are variadic in C. Defining a variadic function is not
@@ -658,8 +862,14 @@ macro_rules! fopen_hook {
             unsafe { rt::before_meta_path(RequestType::OPEN, path) };
             // SAFETY: the caller's arguments to the real function.
             let r = unsafe { real(path, mode) };
-            if !r.is_null() && rt::classifying() {
-                rt::opened(stream_fd(r));
+            if !r.is_null() {
+                // A stream closed where the library did not see it (by
+                // libc itself: endmntent, ...) may have left its entry to
+                // this address.
+                streams::forget(r);
+                if rt::classifying() {
+                    rt::opened(stream_fd(r));
+                }
             }
             r
         }
@@ -685,6 +895,9 @@ macro_rules! freopen_hook {
                 return std::ptr::null_mut();
             };
             let old = stream_fd(stream);
+            // The stream's output is written and its file closed (or, with
+            // no path, its mode changed): as for fclose.
+            stdio::before_close(stream);
             // SAFETY: the caller's NUL-terminated path (or null).
             unsafe { rt::before_meta_path(RequestType::OPEN, path) };
             // SAFETY: the caller's arguments to the real function.
@@ -709,13 +922,36 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
         return nosys();
     };
     let fd = stream_fd(stream);
-    if !stream.is_null() {
-        stdio::before_flush(stream);
-    }
+    stdio::before_close(stream);
     rt::before_meta(RequestType::CLOSE, fd);
     // SAFETY: the caller's argument to the real fclose.
     let r = unsafe { real(stream) };
     fdtable::set(fd, 0);
+    r
+}
+
+/// `pclose` closes the stream as `fclose` does, then waits for the command.
+#[no_mangle]
+pub unsafe extern "C" fn pclose(stream: *mut FILE) -> c_int {
+    let Some(real) = real_fn!(c"pclose", fn(*mut FILE) -> c_int) else {
+        return nosys();
+    };
+    stdio::before_close(stream);
+    // SAFETY: the caller's argument to the real pclose.
+    unsafe { real(stream) }
+}
+
+/// `fcloseall` writes every stream's output and closes them all.
+#[no_mangle]
+pub unsafe extern "C" fn fcloseall() -> c_int {
+    let Some(real) = real_fn!(c"fcloseall", fn() -> c_int) else {
+        return nosys();
+    };
+    // SAFETY: no arguments.
+    let r = stdio::flush(std::ptr::null_mut(), stdio::Lock::Take, || unsafe {
+        real()
+    });
+    streams::forget_all();
     r
 }
 

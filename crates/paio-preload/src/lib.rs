@@ -15,7 +15,9 @@
 //!   latency); large non-critical positional calls may be split into pieces
 //!   with the semantics of one call; nothing of the library is held across
 //!   the real call. stdio calls are charged after the call, one request per
-//!   call that reached the kernel ([`stdio`]); copy calls after the call;
+//!   call that reached the kernel ([`stdio`]), with the bytes stdio's inline
+//!   macros moved since the stream's last call ([`streams`]); the printf
+//!   family's variadic bodies are C ([`printf`]); copy calls after the call;
 //!   open/close/metadata calls before it;
 //! - errno is saved and restored around everything the library does itself;
 //! - a per-thread depth guard lets the library's own I/O (and Rust std's)
@@ -35,8 +37,10 @@ mod dirty;
 mod fdtable;
 mod hooks;
 mod locks;
+mod printf;
 mod real;
 mod ring;
 mod rt;
 mod stdio;
+mod streams;
 mod tsc;

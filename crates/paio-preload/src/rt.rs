@@ -380,10 +380,13 @@ fn unusable(env: &[(String, String)], why: &str) {
 
 /// Runs from `.fini_array` at normal exit (after the program's own atexit
 /// handlers, before stdio flushes its buffers): the exiting thread's
-/// carried stdio bytes, then the final statistics push.
+/// carried stdio bytes with what the standard streams buffered since last
+/// seen, then the final statistics push.
 extern "C" fn destructor() {
     if STATE.load(Ordering::Acquire) == ACTIVE {
+        let unseen = crate::stdio::at_exit();
         if let Some(g) = Guard::enter_always() {
+            add_carried(&g, unseen);
             charge_carried_on(
                 &g,
                 ptr::null_mut(),
@@ -1950,12 +1953,24 @@ fn carry_slot(rt: RequestType) -> usize {
 }
 
 /// Charges a stdio call on `stream` that moved `bytes` in direction `rt`
-/// ([`crate::stdio`]): one request of the bytes carried so far plus these
-/// when it `reached` the kernel, else the bytes are carried.
+/// ([`crate::stdio`]), after `unseen` bytes (`[read, written]`) moved
+/// through its buffer with no call: one request of the bytes carried so far
+/// plus these when it `reached` the kernel, else the bytes are carried.
 #[inline]
-pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, reached: bool) {
+pub(crate) fn after_stdio(
+    rt: RequestType,
+    stream: *mut libc::FILE,
+    bytes: u64,
+    unseen: [u64; 2],
+    reached: bool,
+) {
     if let Some(g) = Guard::enter() {
-        let carried = &g.thread.embedder().carried[carry_slot(rt)];
+        let cells = &g.thread.embedder().carried;
+        let here = carry_slot(rt);
+        let other = &cells[1 - here];
+        other.set(other.get().saturating_add(unseen[1 - here]));
+        let bytes = bytes.saturating_add(unseen[here]);
+        let carried = &cells[here];
         if reached {
             let size = carried.replace(0).saturating_add(bytes);
             submit(&g, rt, size, stream_class(stream));
@@ -1971,11 +1986,47 @@ pub(crate) fn after_stdio(rt: RequestType, stream: *mut libc::FILE, bytes: u64, 
     }
 }
 
-/// Charges the calling thread's carried stdio bytes (reads and writes) as
-/// requests on `stream`'s class: its buffered output is about to reach the
-/// kernel (`fflush`, `fclose`, the process's exit).
-pub(crate) fn charge_carried(stream: *mut libc::FILE) {
+/// Charges a write of `r` bytes to `fd` that a call made without an
+/// interposed `write` (`dprintf`, formatting in libc), after it: one
+/// request of the bytes written (none on an error).
+pub(crate) fn after_write(fd: c_int, r: i64) {
+    if r < 0 {
+        return;
+    }
     if let Some(g) = Guard::enter() {
+        let class = fdtable::get(fd);
+        submit(&g, RequestType::WRITE, r as u64, class);
+        if let Some(cfg) = config() {
+            let ctx = adjust(cfg, g.thread.context(RequestType::WRITE, r as u64), class);
+            wrote(&g, RequestType::WRITE, &ctx, fd, r);
+        }
+    }
+}
+
+/// Adds `unseen` bytes (`[read, written]`, moved through a stream's buffer
+/// with no call) to the calling thread's carried stdio bytes.
+pub(crate) fn carry(unseen: [u64; 2]) {
+    if unseen == [0, 0] {
+        return;
+    }
+    if let Some(g) = Guard::enter() {
+        add_carried(&g, unseen);
+    }
+}
+
+fn add_carried(g: &Guard, unseen: [u64; 2]) {
+    let cells = &g.thread.embedder().carried;
+    for (cell, n) in cells.iter().zip(unseen) {
+        cell.set(cell.get().saturating_add(n));
+    }
+}
+
+/// Charges the calling thread's carried stdio bytes (reads and writes), and
+/// `unseen` more, as requests on `stream`'s class: its buffered output is
+/// about to reach the kernel (`fflush`, `fclose`, ...).
+pub(crate) fn charge_carried(stream: *mut libc::FILE, unseen: [u64; 2]) {
+    if let Some(g) = Guard::enter() {
+        add_carried(&g, unseen);
         charge_carried_on(&g, stream, &[RequestType::READ, RequestType::WRITE]);
     }
 }

@@ -11,29 +11,41 @@
 //! - a call *reached the kernel* unless it only moved the stream's buffer
 //!   pointers by the bytes it moved (glibc's `struct _IO_FILE`, public in
 //!   `<bits/types/struct_FILE.h>`, read under the stream's lock);
-//! - `fflush` and `fclose` of a stream with buffered output reach the
-//!   kernel: they charge the carried bytes; so does the process's exit
-//!   (stdio flushes its buffers after the interposer's destructor);
+//! - bytes moved with no call at all, by the macros `<stdio.h>` inlines
+//!   (`getc_unlocked`, `putc_unlocked`), are the distance the buffer's
+//!   pointers moved since the library last saw the stream
+//!   ([`crate::streams`]): they join the next call seen on the stream;
+//! - `fflush`, `fseek` and `fclose` of a stream with buffered output reach
+//!   the kernel: they charge the carried bytes; so does the process's exit
+//!   (stdio flushes its buffers after the interposer's destructor), with
+//!   what the open streams' buffers took since last seen;
 //! - bytes are charged as the program handed them over or took them (not
 //!   the read-ahead stdio fetched), so byte limits and statistics stay exact
 //!   for a thread's stdio; the carried bytes of a thread that ends without
 //!   another such call are not charged (at most what its streams buffered).
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 
 use libc::FILE;
 use paio::RequestType;
 
 use crate::rt;
+use crate::streams::{self, Marks};
 
 extern "C" {
     // POSIX stream locks (recursive in glibc; not in the libc crate).
     fn flockfile(stream: *mut FILE);
+    fn ftrylockfile(stream: *mut FILE) -> c_int;
     fn funlockfile(stream: *mut FILE);
+    // glibc's list of open streams (exported since glibc 2.2.5, as
+    // `fflush(NULL)` and the exit flush walk it) and its lock (recursive).
+    static mut _IO_list_all: *mut FILE;
+    fn _IO_list_lock();
+    fn _IO_list_unlock();
 }
 
 /// The leading fields of glibc's `struct _IO_FILE` (unchanged since glibc
-/// 2.1: it is the public layout of `FILE`).
+/// 2.1: it is the public layout of `FILE`, `<bits/types/struct_FILE.h>`).
 #[repr(C)]
 struct IoFilePrefix {
     flags: c_int,
@@ -42,15 +54,15 @@ struct IoFilePrefix {
     read_base: *mut c_char,
     write_base: *mut c_char,
     write_ptr: *mut c_char,
-}
-
-/// Where a stream's buffer pointers stood.
-#[derive(Clone, Copy)]
-struct Marks {
-    read_ptr: usize,
-    read_end: usize,
-    /// Bytes of output waiting in the buffer.
-    pending: usize,
+    write_end: *mut c_char,
+    buf_base: *mut c_char,
+    buf_end: *mut c_char,
+    save_base: *mut c_char,
+    backup_base: *mut c_char,
+    save_end: *mut c_char,
+    markers: *mut c_void,
+    /// The next open stream in `_IO_list_all`.
+    chain: *mut FILE,
 }
 
 /// # Safety
@@ -63,19 +75,21 @@ unsafe fn marks(stream: *mut FILE) -> Marks {
     Marks {
         read_ptr: f.read_ptr as usize,
         read_end: f.read_end as usize,
-        pending: (f.write_ptr as usize).saturating_sub(f.write_base as usize),
+        read_base: f.read_base as usize,
+        write_base: f.write_base as usize,
+        write_ptr: f.write_ptr as usize,
     }
 }
 
 /// Whether a call that moved `bytes` in direction `rt` went past the
 /// stream's buffer (`before`/`after` its marks).
-fn reached_kernel(rt: RequestType, before: Marks, after: Marks, bytes: u64) -> bool {
+fn reached_kernel(rt: RequestType, before: &Marks, after: &Marks, bytes: u64) -> bool {
     let bytes = bytes as usize;
     if rt == RequestType::READ {
         !(after.read_end == before.read_end
             && after.read_ptr == before.read_ptr.wrapping_add(bytes))
     } else {
-        after.pending != before.pending.wrapping_add(bytes)
+        after.pending() != before.pending().wrapping_add(bytes)
     }
 }
 
@@ -90,56 +104,197 @@ pub(crate) enum Lock {
     Held,
 }
 
-/// Runs the stdio call `call` on `stream` (direction `rt`) and charges it:
-/// `moved` gives the bytes it moved from its result (negative: none).
+/// Runs `f` with `stream` locked if `lock` says so.
+#[inline]
+fn locked<R>(stream: *mut FILE, lock: Lock, f: impl FnOnce() -> R) -> R {
+    if lock == Lock::Take {
+        // SAFETY: a valid stream (the stdio call's own contract); locks
+        // are recursive, so the real call takes it again.
+        unsafe { flockfile(stream) };
+    }
+    let r = f();
+    if lock == Lock::Take {
+        // SAFETY: taken above on this thread.
+        unsafe { funlockfile(stream) };
+    }
+    r
+}
+
+/// The bytes a call in direction `rt` can move through `stream`'s buffer
+/// without a refill or a flush: what is left to read in it, or its room
+/// for output (none on a line-buffered or unbuffered stream, whose
+/// `write_end` glibc keeps at the buffer's start).
+///
+/// # Safety
+/// As [`marks`].
+unsafe fn room(stream: *mut FILE, rt: RequestType) -> usize {
+    // SAFETY: as `marks` (the caller's contract).
+    let f = unsafe { &*(stream as *const IoFilePrefix) };
+    if rt == RequestType::READ {
+        (f.read_end as usize).saturating_sub(f.read_ptr as usize)
+    } else {
+        (f.write_end as usize).saturating_sub(f.write_ptr as usize)
+    }
+}
+
+/// Runs the stdio call `call` on `stream` (direction `rt`, asking to move
+/// at most `asks` bytes; `usize::MAX` when that is not known beforehand)
+/// and charges it: `moved` gives the bytes it moved from its result
+/// (negative: none).
+///
+/// A call whose `asks` bytes fit in the buffer (glibc then neither refills
+/// nor flushes it) only copies: it is made with no more than a look at the
+/// buffer, and its bytes are counted at the next call seen on the stream
+/// as the distance the buffer's pointers moved ([`crate::streams`]), like
+/// the inline macros' bytes.
 #[inline]
 pub(crate) fn call<R>(
     rt: RequestType,
     stream: *mut FILE,
     lock: Lock,
+    asks: usize,
     call: impl FnOnce() -> R,
     moved: impl FnOnce(&R) -> i64,
 ) -> R {
     if !rt::active() || stream.is_null() {
         return call();
     }
-    if lock == Lock::Take {
-        // SAFETY: a valid stream (the stdio call's own contract); locks
-        // are recursive, so the real call takes it again.
-        unsafe { flockfile(stream) };
-    }
-    // SAFETY: the stream is valid and locked (or the caller's, unlocked).
-    let before = unsafe { marks(stream) };
-    let r = call();
-    // SAFETY: as above; the call does not close the stream.
-    let after = unsafe { marks(stream) };
-    if lock == Lock::Take {
-        // SAFETY: taken above on this thread.
-        unsafe { funlockfile(stream) };
-    }
+    let seen = locked(stream, lock, || {
+        // SAFETY: the stream is valid and locked (or the caller's,
+        // unlocked).
+        if asks <= unsafe { room(stream, rt) } && streams::tracked(stream) {
+            return Err(call());
+        }
+        // SAFETY: as above.
+        let before = unsafe { marks(stream) };
+        let r = call();
+        // SAFETY: as above; the call does not close the stream.
+        let after = unsafe { marks(stream) };
+        let unseen = streams::saw(stream, &before, &after);
+        Ok((r, before, after, unseen))
+    });
+    let (r, before, after, unseen) = match seen {
+        Ok(seen) => seen,
+        Err(r) => return r,
+    };
     let bytes = moved(&r).max(0) as u64;
-    rt::after_stdio(rt, stream, bytes, reached_kernel(rt, before, after, bytes));
+    let reached = reached_kernel(rt, &before, &after, bytes);
+    rt::after_stdio(rt, stream, bytes, unseen, reached);
     r
 }
 
-/// Before `fflush(stream)`/`fclose(stream)`: if it will write buffered
-/// output (or `stream` is NULL: every stream), the thread's carried bytes
-/// are charged now.
+/// Runs `call`, which writes `stream`'s buffered output if it has any
+/// (`fflush`, `fseek`, `rewind`, ...; NULL for `fflush(NULL)`: every
+/// stream), and charges the thread's carried bytes if it did.
 #[inline]
-pub(crate) fn before_flush(stream: *mut FILE) {
+pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) -> R {
     if !rt::active() {
+        return call();
+    }
+    if stream.is_null() {
+        // Every open stream is flushed, each under its own lock taken
+        // inside (holding one across the call could deadlock with another
+        // thread's `fflush(NULL)`): each is seen before and after.
+        let mut unseen = [0, 0];
+        each_open_stream(|s| unseen = add(unseen, &observe(s, Lock::Take, true)));
+        rt::charge_carried(stream, unseen);
+        let r = call();
+        each_open_stream(|s| {
+            observe(s, Lock::Take, false);
+        });
+        return r;
+    }
+    let (r, before, unseen) = locked(stream, lock, || {
+        // SAFETY: valid and locked (or the caller's, unlocked).
+        let before = unsafe { marks(stream) };
+        let r = call();
+        // SAFETY: as above; the call does not close the stream.
+        let after = unsafe { marks(stream) };
+        (r, before, streams::saw(stream, &before, &after))
+    });
+    if before.pending() > 0 {
+        rt::charge_carried(stream, unseen);
+    } else {
+        rt::carry(unseen);
+    }
+    r
+}
+
+/// Before `fclose(stream)`: counts what its buffer took since last seen
+/// and frees its entry; if it will write buffered output, the thread's
+/// carried bytes are charged now (the stream is gone after the call).
+#[inline]
+pub(crate) fn before_close(stream: *mut FILE) {
+    if !rt::active() || stream.is_null() {
         return;
     }
-    let flushes = stream.is_null() || {
-        // SAFETY: a valid stream (the caller's contract for fflush/fclose).
-        unsafe { flockfile(stream) };
-        // SAFETY: valid and locked.
-        let pending = unsafe { marks(stream) }.pending;
-        // SAFETY: taken above.
-        unsafe { funlockfile(stream) };
-        pending > 0
-    };
-    if flushes {
-        rt::charge_carried(stream);
+    let (pending, unseen) = locked(stream, Lock::Take, || {
+        // SAFETY: valid (the caller's contract for fclose) and locked.
+        let m = unsafe { marks(stream) };
+        let unseen = streams::saw(stream, &m, &m);
+        streams::forget(stream);
+        (m.pending(), unseen)
+    });
+    if pending > 0 {
+        rt::charge_carried(stream, unseen);
+    } else {
+        rt::carry(unseen);
     }
+}
+
+/// At the process's exit, before stdio's final flush: what the open
+/// streams' buffers took since last seen (`[read, written]`). Walked as
+/// glibc's exit flush walks them, without the list's lock; a stream another
+/// thread holds locked is skipped (waiting could hang the exit).
+pub(crate) fn at_exit() -> [u64; 2] {
+    let mut unseen = [0, 0];
+    // SAFETY: glibc's exported list head, read as its own exit flush does.
+    let mut s = unsafe { (&raw const _IO_list_all).read() };
+    while !s.is_null() {
+        // SAFETY: an open stream on glibc's list.
+        if unsafe { ftrylockfile(s) } == 0 {
+            unseen = add(unseen, &observe(s, Lock::Held, true));
+            // SAFETY: locked above by this thread.
+            unsafe { funlockfile(s) };
+        }
+        // SAFETY: as above; `chain` links the list.
+        s = unsafe { (*(s as *const IoFilePrefix)).chain };
+    }
+    unseen
+}
+
+/// Runs `f` on every open stream (glibc's list, under its lock: the order
+/// `fflush(NULL)` takes the list's lock, then each stream's).
+fn each_open_stream(mut f: impl FnMut(*mut FILE)) {
+    // SAFETY: glibc's list lock, released below on this thread.
+    unsafe { _IO_list_lock() };
+    // SAFETY: the list head, read under its lock.
+    let mut s = unsafe { (&raw const _IO_list_all).read() };
+    while !s.is_null() {
+        f(s);
+        // SAFETY: an open stream on the list, which stays linked while the
+        // list's lock is held.
+        s = unsafe { (*(s as *const IoFilePrefix)).chain };
+    }
+    // SAFETY: taken above.
+    unsafe { _IO_list_unlock() };
+}
+
+/// Sees `stream` with no call of its own: counts what its buffer took
+/// since last seen (when `count`), or only keeps where it stands.
+fn observe(stream: *mut FILE, lock: Lock, count: bool) -> [u64; 2] {
+    locked(stream, lock, || {
+        // SAFETY: valid and locked.
+        let m = unsafe { marks(stream) };
+        if count {
+            streams::saw(stream, &m, &m)
+        } else {
+            streams::reset(stream, &m);
+            [0, 0]
+        }
+    })
+}
+
+fn add(a: [u64; 2], b: &[u64; 2]) -> [u64; 2] {
+    [a[0].saturating_add(b[0]), a[1].saturating_add(b[1])]
 }

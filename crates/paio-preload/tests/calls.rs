@@ -3,6 +3,7 @@
 
 mod support;
 use std::path::Path;
+use std::process::Command;
 use support::*;
 
 fn compile_errno(dir: &Path) -> String {
@@ -685,7 +686,12 @@ fn copy_calls_are_charged_exactly_and_timed() {
         assert_eq!(moved, 5 * n - 1000);
         let stats = take_stats(&dir);
         assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
-        assert_eq!(bytes_of(&stats, "copy"), (moved, moved), "{policy:?}");
+        // Written: the copies, and the figures printed on stdout.
+        assert_eq!(
+            bytes_of(&stats, "copy"),
+            (moved, moved + text.len() as u64),
+            "{policy:?}"
+        );
         let read = stats[0].channel_json("read").unwrap();
         let timed = if policy.is_some() { moving } else { calls };
         assert_eq!(
@@ -710,9 +716,9 @@ fn stdio_charges_what_reaches_the_kernel() {
     assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
     let (write_ops, write_bytes) = stats[0].channel("write");
     let (read_ops, read_bytes) = stats[0].channel("read");
-    // Every byte handed to fputs/fwrite ("read " and "bye\n" to stdout
-    // too; printf is not interposed).
-    assert_eq!(write_bytes, 20014 + 5 + 4);
+    // Every byte handed to fputs/fwrite/fprintf, stdout's "read 20014\n"
+    // and "bye\n" too.
+    assert_eq!(write_bytes, 20014 + 15);
     assert_eq!(read_bytes, 20014);
     // 20,014 bytes through a 4 KiB buffer: 5 full-buffer writes, the
     // fflush, the fclose, the exit flush — about 8, never one per call
@@ -722,6 +728,81 @@ fn stdio_charges_what_reaches_the_kernel() {
         "{write_ops} write operations"
     );
     assert!((2..=24).contains(&read_ops), "{read_ops} read operations");
+}
+
+/// stdio one byte at a time and formatted is charged every byte: the
+/// macros `<stdio.h>` inlines into optimized programs (`putc_unlocked`,
+/// `getc_unlocked`: no call until a buffer is full or empty), across
+/// `fseek`, `fflush(NULL)`, `rewind` and the exit flush; the one-byte
+/// calls, `puts`, the printf family with and without `_FORTIFY_SOURCE`
+/// (`__printf_chk`, ...) and `dprintf`. Before, `cut -c` ran with 0 bytes
+/// read or written, whatever the limit.
+#[test]
+fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
+    let dir = scratch("bytewise");
+    for (fortify, calls) in [
+        (
+            "-U_FORTIFY_SOURCE",
+            &["printf", "fprintf", "vfprintf", "dprintf"][..],
+        ),
+        (
+            "-D_FORTIFY_SOURCE=2",
+            &[
+                "__printf_chk",
+                "__fprintf_chk",
+                "__vfprintf_chk",
+                "__dprintf_chk",
+            ][..],
+        ),
+    ] {
+        let exe = compile(&dir, "bytewise", &[fortify]);
+        // The program must reach each path through the symbol meant.
+        let nm = Command::new("nm")
+            .args(["-D", "--undefined-only", &exe])
+            .output()
+            .expect("run nm");
+        let imports = String::from_utf8_lossy(&nm.stdout).to_string();
+        let symbols: Vec<&str> = imports
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .map(|s| s.split('@').next().unwrap())
+            .collect();
+        for want in [
+            "__overflow",
+            "__uflow",
+            "fputc",
+            "putc",
+            "fgetc",
+            "getc",
+            "puts",
+        ]
+        .iter()
+        .chain(calls)
+        {
+            assert!(
+                symbols.contains(want),
+                "{fortify}: {want} not in {symbols:?}"
+            );
+        }
+        let out = same(&dir, &[exe.as_str()], &[]);
+        assert_eq!(out.stdout.len(), 42, "{fortify}");
+        assert_eq!(std::fs::metadata(dir.join("a.txt")).unwrap().len(), 11_350);
+        assert_eq!(std::fs::metadata(dir.join("b.txt")).unwrap().len(), 700);
+        let stats = take_stats(&dir);
+        assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+        let (write_ops, written) = stats[0].channel("write");
+        let (read_ops, read) = stats[0].channel("read");
+        // a.txt, b.txt (dprintf) and stdout; a.txt read back whole, then
+        // 200 bytes more.
+        assert_eq!((read, written), (11_550, 11_350 + 700 + 42), "{fortify}");
+        // One request per call that reached the kernel: 100 dprintf calls
+        // and a few buffers' worth, not one per byte.
+        assert!(
+            (100..=130).contains(&write_ops),
+            "{write_ops} write operations"
+        );
+        assert!((1..=30).contains(&read_ops), "{read_ops} read operations");
+    }
 }
 
 /// The policy a process runs without `PAIO_POLICY` is built in code (no

@@ -1,0 +1,200 @@
+//! Where each stream's buffer stood when the library last saw it.
+//!
+//! glibc's `<stdio.h>` inlines `getc_unlocked`, `putc_unlocked` and their
+//! kin into optimized programs: they move bytes through a stream's buffer
+//! with no call at all, and call `__uflow`/`__overflow` only when the
+//! buffer is empty or full (coreutils' `cut` reads and writes only so). The
+//! bytes between two calls the library sees are the distance the buffer's
+//! pointers moved in between, so each stream's pointers are kept here after
+//! every call the library sees on it.
+//!
+//! A fixed table of [`SLOTS`] entries keyed by the stream's address, with no
+//! allocation and no lock: a stream takes the first free entry among the
+//! [`PROBE`] its address hashes to, and leaves it at `fclose`. A stream
+//! that finds none of them free is not tracked (its inline bytes are not
+//! counted). An entry is written under its stream's lock (or by the one
+//! thread that uses it, the `_unlocked` calls' contract); its fields are
+//! atomics, so a program breaking that contract gets wrong counts, never
+//! undefined behaviour in the library.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::FILE;
+
+/// Entries in the table: streams tracked at once (at most; fewer when
+/// addresses collide).
+pub(crate) const SLOTS: usize = 512;
+
+/// Entries a stream may take: the one its address hashes to and the next
+/// `PROBE - 1`.
+pub(crate) const PROBE: usize = 8;
+
+/// A stream's buffer pointers (glibc's `struct _IO_FILE`) as addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// Next byte the program reads.
+    pub(crate) read_ptr: usize,
+    /// End of the bytes read ahead.
+    pub(crate) read_end: usize,
+    /// Start of the read buffer.
+    pub(crate) read_base: usize,
+    /// Start of the output not yet written to the kernel.
+    pub(crate) write_base: usize,
+    /// Where the program's next output byte goes.
+    pub(crate) write_ptr: usize,
+}
+
+impl Marks {
+    /// Bytes of output waiting in the buffer.
+    pub(crate) fn pending(&self) -> usize {
+        self.write_ptr.saturating_sub(self.write_base)
+    }
+
+    /// Bytes read and written through the buffer since `last` (as
+    /// `[read, written]`), with no call seen in between. When the buffer
+    /// changed unseen (a first sight, a refill or flush by a call the
+    /// library does not see), what the current buffer shows: the bytes
+    /// taken from it and the output waiting in it.
+    pub(crate) fn since(&self, last: &Marks) -> [u64; 2] {
+        let read = if last.read_end == self.read_end && last.read_ptr <= self.read_ptr {
+            self.read_ptr - last.read_ptr
+        } else {
+            self.read_ptr.saturating_sub(self.read_base)
+        };
+        let written = if last.write_base == self.write_base && last.write_ptr <= self.write_ptr {
+            self.write_ptr - last.write_ptr
+        } else {
+            self.pending()
+        };
+        [read as u64, written as u64]
+    }
+}
+
+/// One stream's entry: its address (0 when free) and its marks.
+struct Slot {
+    key: AtomicUsize,
+    read_ptr: AtomicUsize,
+    read_end: AtomicUsize,
+    read_base: AtomicUsize,
+    write_base: AtomicUsize,
+    write_ptr: AtomicUsize,
+}
+
+impl Slot {
+    const fn free() -> Slot {
+        Slot {
+            key: AtomicUsize::new(0),
+            read_ptr: AtomicUsize::new(0),
+            read_end: AtomicUsize::new(0),
+            read_base: AtomicUsize::new(0),
+            write_base: AtomicUsize::new(0),
+            write_ptr: AtomicUsize::new(0),
+        }
+    }
+
+    fn load(&self) -> Marks {
+        Marks {
+            read_ptr: self.read_ptr.load(Ordering::Relaxed),
+            read_end: self.read_end.load(Ordering::Relaxed),
+            read_base: self.read_base.load(Ordering::Relaxed),
+            write_base: self.write_base.load(Ordering::Relaxed),
+            write_ptr: self.write_ptr.load(Ordering::Relaxed),
+        }
+    }
+
+    fn store(&self, m: &Marks) {
+        self.read_ptr.store(m.read_ptr, Ordering::Relaxed);
+        self.read_end.store(m.read_end, Ordering::Relaxed);
+        self.read_base.store(m.read_base, Ordering::Relaxed);
+        self.write_base.store(m.write_base, Ordering::Relaxed);
+        self.write_ptr.store(m.write_ptr, Ordering::Relaxed);
+    }
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot::free() }; SLOTS];
+
+/// The first of the [`PROBE`] entries `key` may take.
+#[inline]
+fn home(key: usize) -> usize {
+    // Fibonacci hashing of the address (FILEs are 8-aligned and ~0.5 KiB
+    // apart: the low bits carry little).
+    ((key as u64 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros()))
+        as usize
+}
+
+/// `stream`'s entry, taken now if it has none; `None` if all its entries
+/// belong to other streams.
+#[inline]
+fn find_or_take(stream: *mut FILE) -> Option<&'static Slot> {
+    let key = stream as usize;
+    let h = home(key);
+    let mut free = None;
+    for i in 0..PROBE {
+        let s = &TABLE[(h + i) % SLOTS];
+        match s.key.load(Ordering::Relaxed) {
+            k if k == key => return Some(s),
+            0 if free.is_none() => free = Some(s),
+            _ => {}
+        }
+    }
+    let s = free?;
+    // Another thread may take the same free entry first (for another
+    // stream, or this one from a thread breaking the stream's lock).
+    s.key
+        .compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
+        .ok()?;
+    s.store(&Marks::default());
+    Some(s)
+}
+
+/// A call the library saw on `stream`, which found its buffer at `before`
+/// and left it at `after`: returns the bytes moved through the buffer
+/// since the library last saw it (`[read, written]`, see [`Marks::since`]),
+/// and keeps `after`. Untracked streams: `[0, 0]`.
+#[inline]
+pub(crate) fn saw(stream: *mut FILE, before: &Marks, after: &Marks) -> [u64; 2] {
+    match find_or_take(stream) {
+        Some(s) => {
+            let unseen = before.since(&s.load());
+            s.store(after);
+            unseen
+        }
+        None => [0, 0],
+    }
+}
+
+/// Whether `stream` has an entry (taking one now if it can): only then are
+/// the bytes moved through its buffer between calls seen counted.
+#[inline]
+pub(crate) fn tracked(stream: *mut FILE) -> bool {
+    find_or_take(stream).is_some()
+}
+
+/// Keeps `now` as `stream`'s last seen marks, counting nothing: after a
+/// call that moved its buffer in a way [`Marks::since`] cannot tell
+/// (`fflush(NULL)` flushing it back to where it was).
+pub(crate) fn reset(stream: *mut FILE, now: &Marks) {
+    if let Some(s) = find_or_take(stream) {
+        s.store(now);
+    }
+}
+
+/// Frees `stream`'s entry (it is being closed, or reopened on another
+/// file).
+pub(crate) fn forget(stream: *mut FILE) {
+    let key = stream as usize;
+    let h = home(key);
+    for i in 0..PROBE {
+        let s = &TABLE[(h + i) % SLOTS];
+        if s.key.load(Ordering::Relaxed) == key {
+            s.key.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Frees every entry (`fcloseall`).
+pub(crate) fn forget_all() {
+    for s in &TABLE {
+        s.key.store(0, Ordering::Relaxed);
+    }
+}
