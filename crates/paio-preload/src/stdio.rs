@@ -142,11 +142,12 @@ unsafe fn room(stream: *mut FILE, rt: RequestType) -> usize {
 /// and charges it: `moved` gives the bytes it moved from its result
 /// (negative: none).
 ///
-/// A call whose `asks` bytes fit in the buffer (glibc then neither refills
-/// nor flushes it) only copies: it is made with no more than a look at the
-/// buffer, and its bytes are counted at the next call seen on the stream
-/// as the distance the buffer's pointers moved ([`crate::streams`]), like
-/// the inline macros' bytes.
+/// A call that only copied to or from the buffer is not charged on its
+/// own: its bytes are counted at the next call seen on the stream as the
+/// distance the buffer's pointers moved ([`crate::streams`]), like the
+/// inline macros' bytes. When its `asks` bytes fit in the buffer (glibc
+/// then neither refills nor flushes it), it is made with no more than a
+/// look at the buffer.
 #[inline]
 pub(crate) fn call<R>(
     rt: RequestType,
@@ -170,17 +171,21 @@ pub(crate) fn call<R>(
         let r = call();
         // SAFETY: as above; the call does not close the stream.
         let after = unsafe { marks(stream) };
+        let bytes = moved(&r).max(0) as u64;
+        let reached = reached_kernel(rt, &before, &after, bytes);
+        if !reached && streams::tracked(stream) {
+            return Err(r);
+        }
         let unseen = streams::saw(stream, &before, &after);
-        Ok((r, before, after, unseen))
+        Ok((r, bytes, unseen, reached))
     });
-    let (r, before, after, unseen) = match seen {
-        Ok(seen) => seen,
-        Err(r) => return r,
-    };
-    let bytes = moved(&r).max(0) as u64;
-    let reached = reached_kernel(rt, &before, &after, bytes);
-    rt::after_stdio(rt, stream, bytes, unseen, reached);
-    r
+    match seen {
+        Ok((r, bytes, unseen, reached)) => {
+            rt::after_stdio(rt, stream, bytes, unseen, reached);
+            r
+        }
+        Err(r) => r,
+    }
 }
 
 /// Runs `call`, which writes `stream`'s buffered output if it has any

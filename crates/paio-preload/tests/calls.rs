@@ -805,6 +805,29 @@ fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
     }
 }
 
+/// Threads sharing a stream (locked calls, and the inline macro under the
+/// stream's lock) and each writing a stream of its own are charged every
+/// byte once: a stream's inline bytes are counted by whichever thread
+/// next makes a call on it, never twice.
+#[test]
+fn threads_sharing_a_stream_are_charged_every_byte_once() {
+    let dir = scratch("stdio-threads");
+    let exe = compile(&dir, "stdio_threads", &["-pthread"]);
+    for _ in 0..3 {
+        same(&dir, &[exe.as_str()], &[]);
+        let files: u64 = ["shared.txt", "own0.txt", "own1.txt", "own2.txt", "own3.txt"]
+            .iter()
+            .map(|f| std::fs::metadata(dir.join(f)).unwrap().len())
+            .sum();
+        // 4 threads x 5,000 x ("line\n", "T:NNNN\n", ".", "u\n") shared,
+        // and "o" with the number and a newline each of their own.
+        assert_eq!(files, 415_560);
+        let stats = take_stats(&dir);
+        assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+        assert_eq!(stats[0].channel("write").1, files);
+    }
+}
+
 /// The policy a process runs without `PAIO_POLICY` is built in code (no
 /// parsing at every start); docs/preload.md shows it as a policy file. Both
 /// must make the same stage: the same channels, counting the same calls.
