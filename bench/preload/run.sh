@@ -22,7 +22,11 @@
 # statistics files (preload-start-stats.csv). Copy calls (copy_loop.c:
 # 4 KiB splices through a pipe and copy_file_range, paired the same way,
 # with the default policy and under a rate in bytes) go to
-# preload-copy.csv. Used by `make bench`.
+# preload-copy.csv; stdio byte by byte and formatted (stdio_loop.c: fputc,
+# the inline putc_unlocked, fprintf, the inline getc_unlocked, paired the
+# same way) to preload-stdio.csv, and whole programs doing so
+# (stdio_programs.py: cut, mawk, od) to preload-stdio-programs.csv. Used by
+# `make bench`.
 #
 #   RUNS=7 ITERATIONS=2000000 bench/preload/run.sh
 set -euo pipefail
@@ -43,6 +47,7 @@ lib="$target/release/libpaio_preload.so"
 cc -O2 -o "$work/pread_loop" "$here/pread_loop.c" -ldl
 cc -O2 -o "$work/meta_loop" "$here/meta_loop.c" -ldl
 cc -O2 -o "$work/copy_loop" "$here/copy_loop.c" -ldl
+cc -O2 -o "$work/stdio_loop" "$here/stdio_loop.c" -ldl
 
 mkdir -p "$work/data" "$work/small" "$work/stats"
 head -c 1048576 /dev/urandom > "$work/data/file"
@@ -122,7 +127,8 @@ files="${FILES:-200000}"
 # What tar does per file writing an archive, and for `tar cf /dev/null`.
 patterns=(archive devnull)
 copy_patterns=(splice copy)
-declare -A samples paired small_added small_direct copy_added copy_direct
+stdio_patterns=(fputc inline fprintf getc)
+declare -A samples paired small_added small_direct copy_added copy_direct stdio_added stdio_direct
 for ((r = 1; r <= runs; r++)); do
     # The configurations' order rotates by one each round.
     shift_by=$(((r - 1) % ${#configs[@]}))
@@ -144,6 +150,8 @@ for ((r = 1; r <= runs; r++)); do
         passthrough counted classified -- "${patterns[@]}"
     paired_round "$r" copy_added copy_direct "$work/copy_loop" "$work/data/file" \
         "${COPIES:-200000}" passthrough bytes -- "${copy_patterns[@]}"
+    paired_round "$r" stdio_added stdio_direct "$work/stdio_loop" "$work/data/file" \
+        "${STDIO_OPS:-4000000}" passthrough counted -- "${stdio_patterns[@]}"
     echo "preload overhead: run $r/$runs done" >&2
 done
 
@@ -248,6 +256,17 @@ copy_out="${COPY_OUT:-$root/bench/results/preload-copy.csv}"
 paired_rows "$copy_out" "${COPIES:-200000}" copy_added copy_direct \
     passthrough bytes -- "${copy_patterns[@]}"
 
+stdio_out="${STDIO_OUT:-$root/bench/results/preload-stdio.csv}"
+{
+    results_header "interposer cost per stdio operation: pattern fputc is one fputc call to a fully buffered stream on /dev/null, inline one putc_unlocked there (the macro <stdio.h> inlines: a call to __overflow once per 4 KiB), fprintf one fprintf(stream, \"%ld\\n\", i) there, getc one getc_unlocked (inline: __uflow once per buffer) from a page-cached 1 MiB file read over and over" \
+        "bench/preload/run.sh (RUNS=$runs STDIO_OPS=${STDIO_OPS:-4000000})"
+    echo "# note: paired in one process (stdio_loop.c): blocks of 20000 operations through the interposed calls alternate with blocks through libc's own (the inline patterns call libc's __overflow/__uflow directly); added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per operation; added_pct = added_ns / direct_ns"
+    echo "# note: passthrough = the embedded default policy, no statistics file; counted = the same writing a statistics file (PAIO_STATS)"
+    echo "config,pattern,runs,operations,direct_ns,added_ns,added_min,added_max,added_pct"
+} > "$stdio_out"
+paired_rows "$stdio_out" "${STDIO_OPS:-4000000}" stdio_added stdio_direct \
+    passthrough counted -- "${stdio_patterns[@]}"
+
 # The whole program the issue measured: GNU tar archiving 20,000 small files
 # to /dev/null, CPU time with and without the interposer, paired.
 python3 "$here/tar_cpu.py" --lib "$lib" --runs "${TAR_RUNS:-$((runs * 40))}" \
@@ -263,3 +282,7 @@ python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" -
 # `paio run --stats` or `--summary`).
 python3 "$here/tar_cpu.py" --lib "$lib" --runs "${START_RUNS:-$((runs * 60))}" --empty --stats \
     --out "${START_STATS_OUT:-$root/bench/results/preload-start-stats.csv}"
+# Whole programs moving their bytes through stdio a byte or a line at a
+# time (cut, mawk, od), with and without the interposer.
+python3 "$here/stdio_programs.py" --lib "$lib" --pairs "${STDIO_PAIRS:-$((runs * 4))}" \
+    --out "${STDIO_PROGRAMS_OUT:-$root/bench/results/preload-stdio-programs.csv}"
