@@ -25,17 +25,15 @@ not (the program's own count without any interposer is given too).
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tar_cpu import cpu_model  # noqa: E402
+from tar_cpu import results_header  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 OD_BYTES = 5 * 1024 * 1024
@@ -134,23 +132,17 @@ def main() -> int:
             print(f"{name}: {statistics.median(b):.1f} ms CPU under B, "
                   f"{statistics.median(a):.1f} ms under A: {med:+.2f} % "
                   f"(pairs {min(ratio):+.2f} to {max(ratio):+.2f} %)", file=sys.stderr)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
     b_name = str(args.vs) if args.vs else "no interposer"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        "# benchmark: CPU time (user + system) of programs moving bytes through stdio a "
-        f"byte or a line at a time, over {args.mib} MiB of page-cached text (od: its first "
-        f"{OD_BYTES} bytes), output to /dev/null, under A = LD_PRELOAD={args.lib} against "
-        f"B = {b_name} (no policy: the interposer's pass-through default)\n"
-        f"# command: python3 bench/preload/stdio_programs.py --pairs {args.pairs} "
-        f"--mib {args.mib}{' --vs B' if args.vs else ''}\n"
-        f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
-        f"# host: {platform.node()}\n"
-        f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
-        f"# kernel: {platform.release()}\n"
-        f"# paio: commit {commit}\n"
-        "# note: pairs of runs, one under each side back to back, order alternating; "
+        results_header(
+            "CPU time (user + system) of programs moving bytes through stdio a byte or a "
+            f"line at a time, over {args.mib} MiB of page-cached text (od: its first "
+            f"{OD_BYTES} bytes), output to /dev/null, under A = LD_PRELOAD={args.lib} "
+            f"against B = {b_name} (no policy: the interposer's pass-through default)",
+            f"python3 bench/preload/stdio_programs.py --pairs {args.pairs} --mib {args.mib}"
+            f"{' --vs B' if args.vs else ''}")
+        + "# note: pairs of runs, one under each side back to back, order alternating; "
         "a_vs_b_pct is the median over pairs of (A / B - 1), with its extremes; "
         "cpu_ms the median over runs of each side\n"
         "program,pairs,b_cpu_ms,a_cpu_ms,a_vs_b_pct,a_vs_b_pct_min,a_vs_b_pct_max\n"
@@ -182,27 +174,20 @@ def count_instructions(args) -> int:
             got = {side: instructions(argv, env, Path(tmp)) for side, env in sides}
             pct = {k: 100.0 * (v / got["none"] - 1.0) for k, v in got.items()}
             rows.append(f"{name},{got['none']},{got.get('b', '')},{got['a']},"
-                        f"{pct.get('b', 0.0):.2f},{pct['a']:.2f}")
+                        + (f"{pct['b']:.2f}" if "b" in pct else "") + f",{pct['a']:.2f}")
             print(f"{name}: {got['none']:,} instructions without an interposer, "
                   + (f"{got['b']:,} under B ({pct['b']:+.2f} %), " if "b" in got else "")
                   + f"{got['a']:,} under A ({pct['a']:+.2f} %)", file=sys.stderr)
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        "# benchmark: instructions (valgrind callgrind, whole process, one run each) of "
-        f"programs moving bytes through stdio a byte or a line at a time over {args.mib} MiB "
-        f"of text (od: its first {args.mib * 100_000} bytes), output to /dev/null, without "
-        "an interposer, "
-        f"under B = {args.vs or '(none given)'} and under A = {args.lib}\n"
-        f"# command: python3 bench/preload/stdio_programs.py --instructions --mib {args.mib}"
-        f"{' --vs B' if args.vs else ''}\n"
-        f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
-        f"# host: {platform.node()}\n"
-        f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
-        f"# kernel: {platform.release()}\n"
-        f"# paio: commit {commit}\n"
-        "# note: b_pct and a_pct are each side's instructions over the program's own "
+        results_header(
+            "instructions (valgrind callgrind, whole process, one run each) of programs "
+            f"moving bytes through stdio a byte or a line at a time over {args.mib} MiB of "
+            f"text (od: its first {args.mib * 100_000} bytes), output to /dev/null, without "
+            f"an interposer, under B = {args.vs or '(none given)'} and under A = {args.lib}",
+            f"python3 bench/preload/stdio_programs.py --instructions --mib {args.mib}"
+            f"{' --vs B' if args.vs else ''}")
+        + "# note: b_pct and a_pct are each side's instructions over the program's own "
         "without an interposer, minus 1\n"
         "program,none_instructions,b_instructions,a_instructions,b_pct,a_pct\n"
         + "".join(r + "\n" for r in rows))

@@ -72,6 +72,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def results_header(benchmark: str, command: str) -> str:
+    """The lines that head a results CSV: what was measured, the command,
+    date, machine and commit (bench/common.sh's results_header, in Python)."""
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    return (f"# benchmark: {benchmark}\n"
+            f"# command: {command}\n"
+            f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+            f"# host: {platform.node()}\n"
+            f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
+            f"# kernel: {platform.release()}\n"
+            f"# paio: commit {commit}\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", type=Path, required=True, help="libpaio_preload.so")
@@ -125,8 +139,6 @@ def main() -> int:
     row = (f"{args.runs},{files},{statistics.median(plain):.3f},"
            f"{statistics.median(preload):.3f},{med_ms:.3f},{med:.2f},{min(added):.2f},"
            f"{max(added):.2f}")
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
     out = args.out or ROOT / "bench/results" / (
         ("preload-start" if args.empty else "preload-tar")
         + ("-stats" if args.stats else "") + ".csv")
@@ -134,18 +146,14 @@ def main() -> int:
             "20,000 small files (100 B-2.4 KiB, page-cached)")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        f"# benchmark: CPU time (user + system) of `tar cf /dev/null` over {what}, "
-        "without and with LD_PRELOAD=libpaio_preload.so "
-        "(no policy: the interposer's pass-through default"
-        f"{'; each writing its statistics file, PAIO_STATS' if args.stats else ''})\n"
-        f"# command: python3 bench/preload/tar_cpu.py --runs {args.runs}"
-        f"{' --empty' if args.empty else ''}{' --stats' if args.stats else ''}\n"
-        f"# date_utc: {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
-        f"# host: {platform.node()}\n"
-        f"# cpu: {cpu_model()}; cores: {os.cpu_count()}\n"
-        f"# kernel: {platform.release()}\n"
-        f"# paio: commit {commit}\n"
-        "# note: pairs of runs, one of each kind back to back, order alternating; "
+        results_header(
+            f"CPU time (user + system) of `tar cf /dev/null` over {what}, "
+            "without and with LD_PRELOAD=libpaio_preload.so "
+            "(no policy: the interposer's pass-through default"
+            f"{'; each writing its statistics file, PAIO_STATS' if args.stats else ''})",
+            f"python3 bench/preload/tar_cpu.py --runs {args.runs}"
+            f"{' --empty' if args.empty else ''}{' --stats' if args.stats else ''}")
+        + "# note: pairs of runs, one of each kind back to back, order alternating; "
         "added_ms and added_pct are medians over pairs of (with - without) and "
         "(with / without - 1), the latter with its extremes; "
         "cpu_ms the median over runs of each kind\n"
