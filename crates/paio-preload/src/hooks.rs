@@ -923,7 +923,10 @@ pub unsafe extern "C" fn fclose(stream: *mut FILE) -> c_int {
     };
     let fd = stream_fd(stream);
     stdio::before_close(stream);
-    rt::before_meta(RequestType::CLOSE, fd);
+    // A memory or cookie stream (no descriptor) closes no file.
+    if fd >= 0 {
+        rt::before_meta(RequestType::CLOSE, fd);
+    }
     // SAFETY: the caller's argument to the real fclose.
     let r = unsafe { real(stream) };
     fdtable::set(fd, 0);

@@ -63,6 +63,27 @@ struct IoFilePrefix {
     markers: *mut c_void,
     /// The next open stream in `_IO_list_all`.
     chain: *mut FILE,
+    /// Its descriptor, when `flags` has [`IS_FILEBUF`] (`open_memstream`
+    /// leaves 0 here) and it is not -1 (`fopencookie`).
+    fileno: c_int,
+}
+
+/// glibc's `_IO_IS_FILEBUF` flag (libio.h, unchanged since 2.1): a stream
+/// on a file descriptor, as `fileno(3)` checks.
+const IS_FILEBUF: c_int = 0x2000;
+
+/// Whether `stream` has a descriptor. A memory stream moves no I/O, and a
+/// cookie stream's functions make their own (interposed) calls: neither is
+/// charged.
+///
+/// # Safety
+/// `stream` is a valid, open stream (its descriptor changes only in
+/// `freopen`, which the caller's contract excludes during its call).
+#[inline]
+unsafe fn has_fd(stream: *mut FILE) -> bool {
+    // SAFETY: the caller's contract.
+    let f = unsafe { &*(stream as *const IoFilePrefix) };
+    f.flags & IS_FILEBUF != 0 && f.fileno >= 0
 }
 
 /// # Safety
@@ -157,7 +178,8 @@ pub(crate) fn call<R>(
     call: impl FnOnce() -> R,
     moved: impl FnOnce(&R) -> i64,
 ) -> R {
-    if !rt::active() || stream.is_null() {
+    // SAFETY: a valid stream (the stdio call's own contract).
+    if !rt::active() || stream.is_null() || !unsafe { has_fd(stream) } {
         return call();
     }
     let seen = locked(stream, lock, || {
@@ -193,7 +215,8 @@ pub(crate) fn call<R>(
 /// stream), and charges the thread's carried bytes if it did.
 #[inline]
 pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) -> R {
-    if !rt::active() {
+    // SAFETY: a valid stream or NULL (the call's own contract).
+    if !rt::active() || (!stream.is_null() && !unsafe { has_fd(stream) }) {
         return call();
     }
     if stream.is_null() {
@@ -230,7 +253,8 @@ pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) 
 /// carried bytes are charged now (the stream is gone after the call).
 #[inline]
 pub(crate) fn before_close(stream: *mut FILE) {
-    if !rt::active() || stream.is_null() {
+    // SAFETY: a valid stream or NULL (fclose's own contract).
+    if !rt::active() || stream.is_null() || !unsafe { has_fd(stream) } {
         return;
     }
     let (pending, unseen) = locked(stream, Lock::Take, || {
@@ -286,8 +310,13 @@ fn each_open_stream(mut f: impl FnMut(*mut FILE)) {
 }
 
 /// Sees `stream` with no call of its own: counts what its buffer took
-/// since last seen (when `count`), or only keeps where it stands.
+/// since last seen (when `count`), or only keeps where it stands. Streams
+/// without a descriptor count nothing.
 fn observe(stream: *mut FILE, lock: Lock, count: bool) -> [u64; 2] {
+    // SAFETY: an open stream on glibc's list (the callers').
+    if !unsafe { has_fd(stream) } {
+        return [0, 0];
+    }
     locked(stream, lock, || {
         // SAFETY: valid and locked.
         let m = unsafe { marks(stream) };

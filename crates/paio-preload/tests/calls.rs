@@ -736,7 +736,8 @@ fn stdio_charges_what_reaches_the_kernel() {
 /// `fseek`, `fflush(NULL)`, `rewind` and the exit flush; the one-byte
 /// calls, `puts`, the printf family with and without `_FORTIFY_SOURCE`
 /// (`__printf_chk`, ...) and `dprintf`. Before, `cut -c` ran with 0 bytes
-/// read or written, whatever the limit.
+/// read or written, whatever the limit. Memory streams (`open_memstream`,
+/// `fmemopen`) move no I/O: none of their bytes, opens or closes count.
 #[test]
 fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
     let dir = scratch("bytewise");
@@ -793,8 +794,10 @@ fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
         let (write_ops, written) = stats[0].channel("write");
         let (read_ops, read) = stats[0].channel("read");
         // a.txt, b.txt (dprintf) and stdout; a.txt read back whole, then
-        // 200 bytes more.
+        // 200 bytes more. Nothing of the memory streams.
         assert_eq!((read, written), (11_550, 11_350 + 700 + 42), "{fortify}");
+        // Opened and closed: a.txt and b.txt, not the memory streams.
+        assert_eq!(stats[0].channel("metadata").0, 4, "{fortify}");
         // One request per call that reached the kernel: 100 dprintf calls
         // and a few buffers' worth, not one per byte.
         assert!(
