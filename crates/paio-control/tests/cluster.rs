@@ -859,6 +859,14 @@ impl Reader {
             full.parse::<u64>().unwrap() + partial.parse::<u64>().unwrap()
         };
         let (records_in, records_out) = (records(" records in"), records(" records out"));
+        // dd's three status lines, each one write to (unbuffered) stderr.
+        let status: u64 = err
+            .lines()
+            .filter(|l| {
+                l.ends_with(" records in") || l.ends_with(" records out") || l.contains(" copied")
+            })
+            .map(|l| l.len() as u64 + 1)
+            .sum();
         let copied: u64 = err
             .lines()
             .find(|l| l.contains(" copied"))
@@ -895,9 +903,9 @@ impl Reader {
         );
         assert_eq!(
             counted(&write),
-            (Some(records_out), Some(copied)),
+            (Some(records_out + 3), Some(copied + status)),
             "{}: the stage lost or duplicated writes (dd: {records_out} records out, \
-             {copied} bytes)",
+             {copied} bytes, and {status} bytes of status on stderr)",
             self.name
         );
         let paiod = read["objects"]

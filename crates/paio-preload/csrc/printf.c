@@ -1,4 +1,4 @@
-/* The printf family for libpaio_preload.so. Stable Rust cannot define a
+/* The printf and scanf families for libpaio_preload.so. Stable Rust cannot define a
  * variadic function, so each one is here: it starts its argument list and
  * has libc's own v* function format it, inside the library's charging path
  * (stream_write / fd_write in src/printf.rs, handed over by
@@ -26,15 +26,16 @@ struct call {
 };
 
 typedef int (*run_fn)(struct call *);
-typedef int (*stream_write_fn)(FILE *stream, run_fn run, struct call *call);
+typedef int (*stream_fn)(FILE *stream, run_fn run, struct call *call);
 typedef int (*fd_write_fn)(int fd, run_fn run, struct call *call);
-static stream_write_fn stream_write;
+static stream_fn stream_write, stream_read;
 static fd_write_fn fd_write;
 
 /* Called once by the library as it loads (src/printf.rs). */
-HIDDEN void paio_c_printf_init(stream_write_fn s, fd_write_fn f) {
-    __atomic_store_n(&stream_write, s, __ATOMIC_RELEASE);
-    __atomic_store_n(&fd_write, f, __ATOMIC_RELEASE);
+HIDDEN void paio_c_printf_init(stream_fn write, fd_write_fn to_fd, stream_fn read) {
+    __atomic_store_n(&stream_write, write, __ATOMIC_RELEASE);
+    __atomic_store_n(&fd_write, to_fd, __ATOMIC_RELEASE);
+    __atomic_store_n(&stream_read, read, __ATOMIC_RELEASE);
 }
 
 /* The next definition of `name` (libc's), looked up once. */
@@ -50,11 +51,13 @@ static void *next(void **slot, const char *name) {
 }
 
 static void *real_vfprintf, *real_vfprintf_chk, *real_vdprintf, *real_vdprintf_chk;
+static void *real_vfscanf, *real_isoc99_vfscanf;
 
 typedef int (*vfprintf_fn)(FILE *, const char *, va_list);
 typedef int (*vfprintf_chk_fn)(FILE *, int, const char *, va_list);
 typedef int (*vdprintf_fn)(int, const char *, va_list);
 typedef int (*vdprintf_chk_fn)(int, int, const char *, va_list);
+typedef int (*vfscanf_fn)(FILE *, const char *, va_list);
 
 static int run_stream(struct call *c) {
     if (c->flag < 0)
@@ -68,6 +71,10 @@ static int run_fd(struct call *c) {
     return ((vdprintf_chk_fn)c->real)(c->fd, c->flag, c->format, c->args);
 }
 
+static int run_scan(struct call *c) {
+    return ((vfscanf_fn)c->real)(c->stream, c->format, c->args);
+}
+
 static int nosys(void) {
     errno = ENOSYS;
     return -1;
@@ -79,7 +86,7 @@ static int to_stream(void *real, FILE *stream, int flag, const char *format, va_
         return nosys();
     struct call c = {.real = real, .stream = stream, .fd = -1, .flag = flag, .format = format};
     va_copy(c.args, args);
-    stream_write_fn charged = __atomic_load_n(&stream_write, __ATOMIC_ACQUIRE);
+    stream_fn charged = __atomic_load_n(&stream_write, __ATOMIC_ACQUIRE);
     int r = charged ? charged(stream, run_stream, &c) : run_stream(&c);
     va_end(c.args);
     return r;
@@ -97,6 +104,20 @@ static int to_fd(void *real, int fd, int flag, const char *format, va_list args)
     return r;
 }
 
+/* Scans `stream` with `real` (vfscanf or __isoc99_vfscanf). */
+static int from_stream(void *real, FILE *stream, const char *format, va_list args) {
+    if (!real)
+        return nosys();
+    struct call c = {.real = real, .stream = stream, .fd = -1, .flag = -1, .format = format};
+    va_copy(c.args, args);
+    stream_fn charged = __atomic_load_n(&stream_read, __ATOMIC_ACQUIRE);
+    int r = charged ? charged(stream, run_scan, &c) : run_scan(&c);
+    va_end(c.args);
+    return r;
+}
+
+#define VFSCANF next(&real_vfscanf, "vfscanf")
+#define ISOC99_VFSCANF next(&real_isoc99_vfscanf, "__isoc99_vfscanf")
 #define VFPRINTF next(&real_vfprintf, "vfprintf")
 #define VFPRINTF_CHK next(&real_vfprintf_chk, "__vfprintf_chk")
 #define VDPRINTF next(&real_vdprintf, "vdprintf")
@@ -170,6 +191,56 @@ HIDDEN int paio_c_dprintf_chk(int fd, int flag, const char *format, ...) {
     va_list args;
     va_start(args, format);
     int r = to_fd(VDPRINTF_CHK, fd, flag, format, args);
+    va_end(args);
+    return r;
+}
+
+/* The scanf family: C99 programs call the __isoc99_ forms (<stdio.h>
+ * redirects them), older ones the plain names. */
+HIDDEN int paio_c_vfscanf(FILE *stream, const char *format, va_list args) {
+    return from_stream(VFSCANF, stream, format, args);
+}
+
+HIDDEN int paio_c_vscanf(const char *format, va_list args) {
+    return from_stream(VFSCANF, stdin, format, args);
+}
+
+HIDDEN int paio_c_fscanf(FILE *stream, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int r = from_stream(VFSCANF, stream, format, args);
+    va_end(args);
+    return r;
+}
+
+HIDDEN int paio_c_scanf(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int r = from_stream(VFSCANF, stdin, format, args);
+    va_end(args);
+    return r;
+}
+
+HIDDEN int paio_c_isoc99_vfscanf(FILE *stream, const char *format, va_list args) {
+    return from_stream(ISOC99_VFSCANF, stream, format, args);
+}
+
+HIDDEN int paio_c_isoc99_vscanf(const char *format, va_list args) {
+    return from_stream(ISOC99_VFSCANF, stdin, format, args);
+}
+
+HIDDEN int paio_c_isoc99_fscanf(FILE *stream, const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int r = from_stream(ISOC99_VFSCANF, stream, format, args);
+    va_end(args);
+    return r;
+}
+
+HIDDEN int paio_c_isoc99_scanf(const char *format, ...) {
+    va_list args;
+    va_start(args, format);
+    int r = from_stream(ISOC99_VFSCANF, stdin, format, args);
     va_end(args);
     return r;
 }

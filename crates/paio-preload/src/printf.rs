@@ -1,7 +1,9 @@
 //! The printf family (`printf`, `fprintf`, `vfprintf`, `dprintf`, their
 //! `_chk` forms, ...), charged as stdio calls ([`crate::stdio::call`]) or,
 //! for the `dprintf` forms that write straight to a descriptor, as one
-//! write after the call.
+//! write after the call; and the scanf family (`fscanf`, `scanf`, their
+//! `__isoc99_` forms), charged as stdio reads of what they took from the
+//! stream's buffer ([`crate::stdio::scan`]).
 //!
 //! Stable Rust cannot define a variadic function, so the bodies are C
 //! (csrc/printf.c, hidden in the library): each starts its argument list,
@@ -21,18 +23,19 @@ use crate::stdio;
 /// Formats one call (csrc/printf.c's `struct call`, opaque here).
 type Run = unsafe extern "C" fn(*mut c_void) -> c_int;
 
-type StreamWrite = unsafe extern "C" fn(*mut FILE, Run, *mut c_void) -> c_int;
+type OnStream = unsafe extern "C" fn(*mut FILE, Run, *mut c_void) -> c_int;
 type FdWrite = unsafe extern "C" fn(c_int, Run, *mut c_void) -> c_int;
 
 extern "C" {
-    /// Hands the C bodies the two functions below (hidden in the library).
-    fn paio_c_printf_init(stream: StreamWrite, fd: FdWrite);
+    /// Hands the C bodies the three functions below (hidden in the
+    /// library).
+    fn paio_c_printf_init(write: OnStream, to_fd: FdWrite, read: OnStream);
 }
 
 extern "C" fn init() {
-    // SAFETY: the two functions have the C prototypes csrc/printf.c
+    // SAFETY: the three functions have the C prototypes csrc/printf.c
     // declares for them.
-    unsafe { paio_c_printf_init(stream_write, fd_write) };
+    unsafe { paio_c_printf_init(stream_write, fd_write, stream_read) };
 }
 
 // As the library loads (not exported: no other code can call them).
@@ -53,6 +56,14 @@ unsafe extern "C" fn stream_write(stream: *mut FILE, run: Run, call: *mut c_void
         || unsafe { run(call) },
         |&r| r as i64,
     )
+}
+
+/// Runs the scanning call `call` from `stream` through `run`, charged as a
+/// stdio read of the bytes it took from the stream (called by
+/// csrc/printf.c).
+unsafe extern "C" fn stream_read(stream: *mut FILE, run: Run, call: *mut c_void) -> c_int {
+    // SAFETY: csrc/printf.c passes its own run function and call.
+    stdio::scan(stream, || unsafe { run(call) })
 }
 
 /// Runs the formatting call `call` onto descriptor `fd` through `run`,
@@ -95,3 +106,11 @@ jump!(dprintf, paio_c_dprintf);
 jump!(vdprintf, paio_c_vdprintf);
 jump!(__dprintf_chk, paio_c_dprintf_chk);
 jump!(__vdprintf_chk, paio_c_vdprintf_chk);
+jump!(fscanf, paio_c_fscanf);
+jump!(scanf, paio_c_scanf);
+jump!(vfscanf, paio_c_vfscanf);
+jump!(vscanf, paio_c_vscanf);
+jump!(__isoc99_fscanf, paio_c_isoc99_fscanf);
+jump!(__isoc99_scanf, paio_c_isoc99_scanf);
+jump!(__isoc99_vfscanf, paio_c_isoc99_vfscanf);
+jump!(__isoc99_vscanf, paio_c_isoc99_vscanf);

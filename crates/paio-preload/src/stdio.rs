@@ -178,6 +178,42 @@ pub(crate) fn call<R>(
     call: impl FnOnce() -> R,
     moved: impl FnOnce(&R) -> i64,
 ) -> R {
+    call_with(rt, stream, lock, asks, call, |r, _, _| moved(r))
+}
+
+/// As [`call`], for a read whose result does not say how many bytes it
+/// took (`fscanf`): the distance the buffer's read pointer moved, across
+/// one refill when there was one (one that took more than a buffer's
+/// worth counts the last two buffers' share).
+#[inline]
+pub(crate) fn scan<R>(stream: *mut FILE, call: impl FnOnce() -> R) -> R {
+    call_with(
+        RequestType::READ,
+        stream,
+        Lock::Take,
+        usize::MAX,
+        call,
+        |_, before, after| {
+            let taken = if after.read_end == before.read_end && after.read_ptr >= before.read_ptr {
+                after.read_ptr - before.read_ptr
+            } else {
+                before.read_end.saturating_sub(before.read_ptr)
+                    + after.read_ptr.saturating_sub(after.read_base)
+            };
+            taken as i64
+        },
+    )
+}
+
+#[inline]
+fn call_with<R>(
+    rt: RequestType,
+    stream: *mut FILE,
+    lock: Lock,
+    asks: usize,
+    call: impl FnOnce() -> R,
+    moved: impl FnOnce(&R, &Marks, &Marks) -> i64,
+) -> R {
     // SAFETY: a valid stream (the stdio call's own contract).
     if !rt::active() || stream.is_null() || !unsafe { has_fd(stream) } {
         return call();
@@ -193,7 +229,7 @@ pub(crate) fn call<R>(
         let r = call();
         // SAFETY: as above; the call does not close the stream.
         let after = unsafe { marks(stream) };
-        let bytes = moved(&r).max(0) as u64;
+        let bytes = moved(&r, &before, &after).max(0) as u64;
         let reached = reached_kernel(rt, &before, &after, bytes);
         if !reached && streams::tracked(stream) {
             return Err(r);

@@ -1,6 +1,7 @@
 /* stdio byte by byte and formatted: the macros <stdio.h> inlines
  * (putc_unlocked, getc_unlocked: no call until a buffer is full or empty),
- * the one-byte calls, puts, the printf family and dprintf. Every byte must
+ * the one-byte calls, puts, the printf and scanf families and dprintf.
+ * Every byte must
  * be charged (tests/calls.rs sums them), and none written to memory
  * streams. */
 #include <fcntl.h>
@@ -8,6 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+#ifdef PLAIN_SCANF
+/* The symbol programs built as C89 with _GNU_SOURCE call (others call
+ * __isoc99_fscanf, through <stdio.h>'s redirect). */
+extern int scan_file(FILE *stream, const char *format, ...) __asm__("fscanf");
+#else
+#define scan_file fscanf
+#endif
 
 static void inline_bytes(FILE *f, int n, int c) {
     for (int i = 0; i < n; i++) putc_unlocked(c, f);
@@ -63,6 +72,15 @@ int main(void) {
     if (b < 0) return 3;
     for (int i = 0; i < 100; i++) dprintf(b, "%06d\n", i); /* 700 */
     close(b);
+
+    FILE *c = fopen("c.txt", "w+");                    /* 210,000 out and back in */
+    if (!c) return 6;
+    for (int i = 0; i < 30000; i++) fprintf(c, "%06d\n", i);
+    rewind(c);
+    long sum = 0;
+    for (int v; scan_file(c, "%d", &v) == 1;) sum += v; /* to EOF: every byte */
+    fclose(c);
+    if (sum != 30000L * 29999 / 2) return 7;
 
     puts("hello");                                     /* 6 */
     for (int i = 0; i < 10; i++) putchar('x');         /* 10 */
