@@ -431,7 +431,7 @@ macro_rules! fseek_hook {
                 return nosys();
             };
             // SAFETY: the caller's arguments to the real function.
-            stdio::flush(stream, stdio::Lock::Take, || unsafe { real(stream, $($a),*) })
+            stdio::reposition(stream, || unsafe { real(stream, $($a),*) })
         }
     };
 }
@@ -449,7 +449,7 @@ pub unsafe extern "C" fn rewind(stream: *mut FILE) {
         return;
     };
     // SAFETY: the caller's argument to the real function.
-    stdio::flush(stream, stdio::Lock::Take, || unsafe { real(stream) })
+    stdio::reposition(stream, || unsafe { real(stream) })
 }
 
 // One byte at a time: the calls glibc exports (`putc`, ...) and the two its

@@ -380,8 +380,8 @@ fn unusable(env: &[(String, String)], why: &str) {
 
 /// Runs from `.fini_array` at normal exit (after the program's own atexit
 /// handlers, before stdio flushes its buffers): the exiting thread's
-/// carried stdio bytes with what the standard streams buffered since last
-/// seen, then the final statistics push.
+/// carried stdio bytes with what the open streams' buffers took since
+/// their last charged call, then the final statistics push.
 extern "C" fn destructor() {
     if STATE.load(Ordering::Acquire) == ACTIVE {
         let unseen = crate::stdio::at_exit();

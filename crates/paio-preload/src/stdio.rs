@@ -284,6 +284,17 @@ pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) 
     r
 }
 
+/// Runs `call`, which repositions `stream` (`fseek`, `fsetpos`, `rewind`),
+/// writing its buffered output first: as [`flush`], except that a NULL
+/// stream is passed on as it is (it means no stream here).
+#[inline]
+pub(crate) fn reposition<R>(stream: *mut FILE, call: impl FnOnce() -> R) -> R {
+    if stream.is_null() {
+        return call();
+    }
+    flush(stream, Lock::Take, call)
+}
+
 /// Before `fclose(stream)`: counts what its buffer took since last seen
 /// and frees its entry; if it will write buffered output, the thread's
 /// carried bytes are charged now (the stream is gone after the call).
