@@ -195,52 +195,30 @@ HIDDEN int paio_c_dprintf_chk(int fd, int flag, const char *format, ...) {
     return r;
 }
 
-/* The scanf family: C99 programs call the __isoc99_ forms (<stdio.h>
- * redirects them), older ones the plain names. */
-HIDDEN int paio_c_vfscanf(FILE *stream, const char *format, va_list args) {
-    return from_stream(VFSCANF, stream, format, args);
-}
+/* The scanf family, as `paio_c_<PREFIX>vfscanf` ... scanning with `real`:
+ * C99 programs call the __isoc99_ forms (<stdio.h> redirects them), older
+ * ones the plain names. */
+#define SCAN_FAMILY(PREFIX, REAL)                                                        \
+    HIDDEN int paio_c_##PREFIX##vfscanf(FILE *stream, const char *format, va_list args) { \
+        return from_stream(REAL, stream, format, args);                                  \
+    }                                                                                    \
+    HIDDEN int paio_c_##PREFIX##vscanf(const char *format, va_list args) {               \
+        return from_stream(REAL, stdin, format, args);                                   \
+    }                                                                                    \
+    HIDDEN int paio_c_##PREFIX##fscanf(FILE *stream, const char *format, ...) {          \
+        va_list args;                                                                    \
+        va_start(args, format);                                                          \
+        int r = from_stream(REAL, stream, format, args);                                 \
+        va_end(args);                                                                    \
+        return r;                                                                        \
+    }                                                                                    \
+    HIDDEN int paio_c_##PREFIX##scanf(const char *format, ...) {                         \
+        va_list args;                                                                    \
+        va_start(args, format);                                                          \
+        int r = from_stream(REAL, stdin, format, args);                                  \
+        va_end(args);                                                                    \
+        return r;                                                                        \
+    }
 
-HIDDEN int paio_c_vscanf(const char *format, va_list args) {
-    return from_stream(VFSCANF, stdin, format, args);
-}
-
-HIDDEN int paio_c_fscanf(FILE *stream, const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int r = from_stream(VFSCANF, stream, format, args);
-    va_end(args);
-    return r;
-}
-
-HIDDEN int paio_c_scanf(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int r = from_stream(VFSCANF, stdin, format, args);
-    va_end(args);
-    return r;
-}
-
-HIDDEN int paio_c_isoc99_vfscanf(FILE *stream, const char *format, va_list args) {
-    return from_stream(ISOC99_VFSCANF, stream, format, args);
-}
-
-HIDDEN int paio_c_isoc99_vscanf(const char *format, va_list args) {
-    return from_stream(ISOC99_VFSCANF, stdin, format, args);
-}
-
-HIDDEN int paio_c_isoc99_fscanf(FILE *stream, const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int r = from_stream(ISOC99_VFSCANF, stream, format, args);
-    va_end(args);
-    return r;
-}
-
-HIDDEN int paio_c_isoc99_scanf(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int r = from_stream(ISOC99_VFSCANF, stdin, format, args);
-    va_end(args);
-    return r;
-}
+SCAN_FAMILY(, VFSCANF)
+SCAN_FAMILY(isoc99_, ISOC99_VFSCANF)
