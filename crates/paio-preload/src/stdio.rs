@@ -221,7 +221,7 @@ fn call_with<R>(
     let seen = locked(stream, lock, || {
         // SAFETY: the stream is valid and locked (or the caller's,
         // unlocked).
-        if asks <= unsafe { room(stream, rt) } && streams::tracked(stream) {
+        if asks <= unsafe { room(stream, rt) } && streams::entry(stream).is_some() {
             return Err(call());
         }
         // SAFETY: as above.
@@ -231,10 +231,11 @@ fn call_with<R>(
         let after = unsafe { marks(stream) };
         let bytes = moved(&r, &before, &after).max(0) as u64;
         let reached = reached_kernel(rt, &before, &after, bytes);
-        if !reached && streams::tracked(stream) {
-            return Err(r);
-        }
-        let unseen = streams::saw(stream, &before, &after);
+        let unseen = match streams::entry(stream) {
+            Some(_) if !reached => return Err(r),
+            Some(e) => e.saw(&before, &after),
+            None => [0, 0],
+        };
         Ok((r, bytes, unseen, reached))
     });
     match seen {
@@ -274,7 +275,8 @@ pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) 
         let r = call();
         // SAFETY: as above; the call does not close the stream.
         let after = unsafe { marks(stream) };
-        (r, before, streams::saw(stream, &before, &after))
+        let unseen = streams::entry(stream).map_or([0, 0], |e| e.saw(&before, &after));
+        (r, before, unseen)
     });
     if before.pending() > 0 {
         rt::charge_carried(stream, unseen);
@@ -307,8 +309,11 @@ pub(crate) fn before_close(stream: *mut FILE) {
     let (pending, unseen) = locked(stream, Lock::Take, || {
         // SAFETY: valid (the caller's contract for fclose) and locked.
         let m = unsafe { marks(stream) };
-        let unseen = streams::saw(stream, &m, &m);
-        streams::forget(stream);
+        let unseen = streams::entry(stream).map_or([0, 0], |e| {
+            let unseen = e.saw(&m, &m);
+            e.free();
+            unseen
+        });
         (m.pending(), unseen)
     });
     if pending > 0 {
@@ -367,11 +372,13 @@ fn observe(stream: *mut FILE, lock: Lock, count: bool) -> [u64; 2] {
     locked(stream, lock, || {
         // SAFETY: valid and locked.
         let m = unsafe { marks(stream) };
-        if count {
-            streams::saw(stream, &m, &m)
-        } else {
-            streams::reset(stream, &m);
-            [0, 0]
+        match streams::entry(stream) {
+            Some(e) if count => e.saw(&m, &m),
+            Some(e) => {
+                e.reset(&m);
+                [0, 0]
+            }
+            None => [0, 0],
         }
     })
 }

@@ -123,16 +123,17 @@ fn home(key: usize) -> usize {
 }
 
 /// `stream`'s entry, taken now if it has none; `None` if all its entries
-/// belong to other streams.
+/// belong to other streams (its inline bytes are then not counted). Looked
+/// up once per call the library sees.
 #[inline]
-fn find_or_take(stream: *mut FILE) -> Option<&'static Slot> {
+pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
     let key = stream as usize;
     let h = home(key);
     let mut free = None;
     for i in 0..PROBE {
         let s = &TABLE[(h + i) % SLOTS];
         match s.key.load(Ordering::Relaxed) {
-            k if k == key => return Some(s),
+            k if k == key => return Some(Entry(s)),
             0 if free.is_none() => free = Some(s),
             _ => {}
         }
@@ -144,38 +145,35 @@ fn find_or_take(stream: *mut FILE) -> Option<&'static Slot> {
         .compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
         .ok()?;
     s.store(&Marks::default());
-    Some(s)
+    Some(Entry(s))
 }
 
-/// A call the library saw on `stream`, which found its buffer at `before`
-/// and left it at `after`: returns the bytes moved through the buffer
-/// since the library last saw it (`[read, written]`, see [`Marks::since`]),
-/// and keeps `after`. Untracked streams: `[0, 0]`.
-#[inline]
-pub(crate) fn saw(stream: *mut FILE, before: &Marks, after: &Marks) -> [u64; 2] {
-    match find_or_take(stream) {
-        Some(s) => {
-            let unseen = before.since(&s.load());
-            s.store(after);
-            unseen
-        }
-        None => [0, 0],
+/// One stream's entry in the table.
+#[derive(Clone, Copy)]
+pub(crate) struct Entry(&'static Slot);
+
+impl Entry {
+    /// A call the library saw on the stream, which found its buffer at
+    /// `before` and left it at `after`: returns the bytes moved through the
+    /// buffer since the library last saw it (`[read, written]`, see
+    /// [`Marks::since`]), and keeps `after`.
+    #[inline]
+    pub(crate) fn saw(self, before: &Marks, after: &Marks) -> [u64; 2] {
+        let unseen = before.since(&self.0.load());
+        self.0.store(after);
+        unseen
     }
-}
 
-/// Whether `stream` has an entry (taking one now if it can): only then are
-/// the bytes moved through its buffer between calls seen counted.
-#[inline]
-pub(crate) fn tracked(stream: *mut FILE) -> bool {
-    find_or_take(stream).is_some()
-}
+    /// Keeps `now` as the last seen marks, counting nothing: after a call
+    /// that moved the buffer in a way [`Marks::since`] cannot tell
+    /// (`fflush(NULL)` flushing it back to where it was).
+    pub(crate) fn reset(self, now: &Marks) {
+        self.0.store(now);
+    }
 
-/// Keeps `now` as `stream`'s last seen marks, counting nothing: after a
-/// call that moved its buffer in a way [`Marks::since`] cannot tell
-/// (`fflush(NULL)` flushing it back to where it was).
-pub(crate) fn reset(stream: *mut FILE, now: &Marks) {
-    if let Some(s) = find_or_take(stream) {
-        s.store(now);
+    /// Frees the entry (its stream is being closed).
+    pub(crate) fn free(self) {
+        self.0.key.store(0, Ordering::Relaxed);
     }
 }
 
