@@ -17,7 +17,7 @@
 //! atomics, so a program breaking that contract gets wrong counts, never
 //! undefined behaviour in the library.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use libc::FILE;
 
@@ -138,7 +138,10 @@ pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
             _ => {}
         }
     }
-    let s = free?;
+    let Some(s) = free else {
+        untracked();
+        return None;
+    };
     // Another thread may take the same free entry first (for another
     // stream, or this one from a thread breaking the stream's lock).
     s.key
@@ -146,6 +149,22 @@ pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
         .ok()?;
     s.store(&Marks::default());
     Some(Entry(s))
+}
+
+/// Set once the process was told that a stream could not be tracked.
+static UNTRACKED_SAID: AtomicBool = AtomicBool::new(false);
+
+/// A stream found all its entries taken: say so once per process.
+#[cold]
+fn untracked() {
+    if !UNTRACKED_SAID.swap(true, Ordering::Relaxed) {
+        crate::rt::raw_stderr(&format!(
+            "paio: process {} has more stdio streams open than the interposer tracks \
+             ({SLOTS} at most): the bytes of some are counted inexactly, those \
+             <stdio.h>'s inline macros move not at all (docs/preload.md)\n",
+            std::process::id()
+        ));
+    }
 }
 
 /// One stream's entry in the table.

@@ -847,6 +847,29 @@ fn threads_sharing_a_stream_are_charged_every_byte_once() {
     }
 }
 
+/// A process with more streams open than the interposer's table holds is
+/// told so once on stderr. The bytes of the calls it makes on them are
+/// still charged, at most once more (a stream charged untracked and given
+/// an entry later, when others closed, counts its buffer again).
+#[test]
+fn more_streams_than_tracked_is_said_once() {
+    let dir = scratch("many-streams");
+    let exe = compile(&dir, "many_streams", &[]);
+    let out = run(&dir, &[exe.as_str()], true, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("has more stdio streams open than the interposer tracks")
+            .count(),
+        1,
+        "{err}"
+    );
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+    let written = stats[0].channel("write").1;
+    assert!((700..=1400).contains(&written), "{written} bytes for 700");
+}
+
 /// The policy a process runs without `PAIO_POLICY` is built in code (no
 /// parsing at every start); docs/preload.md shows it as a policy file. Both
 /// must make the same stage: the same channels, counting the same calls.
