@@ -577,6 +577,23 @@ getc_hook!(__uflow, c"__uflow", Held, usize::MAX, |&r| one(r));
 // It refills an empty buffer and takes nothing (a peek).
 getc_hook!(__underflow, c"__underflow", Held, usize::MAX, |_| 0);
 
+macro_rules! ungetc_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(c: c_int, stream: *mut FILE) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int, *mut FILE) -> c_int) else {
+                return nosys();
+            };
+            // SAFETY: the caller's arguments to the real function.
+            stdio::unget(stream, || unsafe { real(c, stream) })
+        }
+    };
+}
+
+// A byte pushed back is read again: not counted twice.
+ungetc_hook!(ungetc, c"ungetc");
+ungetc_hook!(_IO_ungetc, c"_IO_ungetc");
+
 macro_rules! getchar_hook {
     ($name:ident, $sym:literal, $lock:ident) => {
         #[no_mangle]

@@ -231,10 +231,19 @@ fn call_with<R>(
         let after = unsafe { marks(stream) };
         let bytes = moved(&r, &before, &after).max(0) as u64;
         let reached = reached_kernel(rt, &before, &after, bytes);
-        let unseen = match streams::entry(stream) {
+        let (unseen, bytes) = match streams::entry(stream) {
             Some(_) if !reached => return Err(r),
-            Some(e) => e.saw(&before, &after),
-            None => [0, 0],
+            Some(e) => {
+                let unseen = e.saw(&before, &after);
+                // Bytes pushed back and read again by this call.
+                let bytes = if rt == RequestType::READ {
+                    e.settle(bytes)
+                } else {
+                    bytes
+                };
+                (unseen, bytes)
+            }
+            None => ([0, 0], bytes),
         };
         Ok((r, bytes, unseen, reached))
     });
@@ -287,14 +296,51 @@ pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) 
 }
 
 /// Runs `call`, which repositions `stream` (`fseek`, `fsetpos`, `rewind`),
-/// writing its buffered output first: as [`flush`], except that a NULL
-/// stream is passed on as it is (it means no stream here).
+/// writing its buffered output first and discarding the bytes pushed back
+/// with `ungetc`: as [`flush`], except that a NULL stream is passed on as
+/// it is (it means no stream here).
 #[inline]
 pub(crate) fn reposition<R>(stream: *mut FILE, call: impl FnOnce() -> R) -> R {
     if stream.is_null() {
         return call();
     }
-    flush(stream, Lock::Take, call)
+    let r = flush(stream, Lock::Take, call);
+    // SAFETY: a valid stream (the call's own contract).
+    if rt::active() && unsafe { has_fd(stream) } {
+        locked(stream, Lock::Take, || {
+            streams::entry(stream).map(|e| e.discard_pushed_back())
+        });
+    }
+    r
+}
+
+/// Runs `call`, which pushes a byte back onto `stream` (`ungetc`, whose
+/// result is `r`): what the buffer took since last seen is carried, and
+/// the byte, when pushed back, is not counted when it is read again
+/// ([`crate::streams`]). Nothing reaches the kernel.
+#[inline]
+pub(crate) fn unget(stream: *mut FILE, call: impl FnOnce() -> c_int) -> c_int {
+    // SAFETY: a valid stream (ungetc's own contract).
+    if !rt::active() || stream.is_null() || !unsafe { has_fd(stream) } {
+        return call();
+    }
+    let (r, unseen) = locked(stream, Lock::Take, || {
+        // SAFETY: valid and locked.
+        let before = unsafe { marks(stream) };
+        let r = call();
+        // SAFETY: as above.
+        let after = unsafe { marks(stream) };
+        let unseen = streams::entry(stream).map_or([0, 0], |e| {
+            let unseen = e.saw(&before, &after);
+            if r != libc::EOF {
+                e.pushed_back();
+            }
+            unseen
+        });
+        (r, unseen)
+    });
+    rt::carry(unseen);
+    r
 }
 
 /// Before `fclose(stream)`: counts what its buffer took since last seen

@@ -16,6 +16,12 @@
 //! thread that uses it, the `_unlocked` calls' contract); its fields are
 //! atomics, so a program breaking that contract gets wrong counts, never
 //! undefined behaviour in the library.
+//!
+//! Beside the marks, each entry owes the bytes the program pushed back
+//! with `ungetc` since: the next that many bytes it takes from the stream
+//! came from the kernel before (or never, when it pushed back bytes of its
+//! own), so they are not counted again, whether glibc put them back in the
+//! buffer or in its separate backup area.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -70,9 +76,11 @@ impl Marks {
     }
 }
 
-/// One stream's entry: its address (0 when free) and its marks.
+/// One stream's entry: its address (0 when free), its marks and the bytes
+/// pushed back it owes.
 struct Slot {
     key: AtomicUsize,
+    owed: AtomicUsize,
     read_ptr: AtomicUsize,
     read_end: AtomicUsize,
     read_base: AtomicUsize,
@@ -84,6 +92,7 @@ impl Slot {
     const fn free() -> Slot {
         Slot {
             key: AtomicUsize::new(0),
+            owed: AtomicUsize::new(0),
             read_ptr: AtomicUsize::new(0),
             read_end: AtomicUsize::new(0),
             read_base: AtomicUsize::new(0),
@@ -148,6 +157,7 @@ pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
         .compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
         .ok()?;
     s.store(&Marks::default());
+    s.owed.store(0, Ordering::Relaxed);
     Some(Entry(s))
 }
 
@@ -175,12 +185,38 @@ impl Entry {
     /// A call the library saw on the stream, which found its buffer at
     /// `before` and left it at `after`: returns the bytes moved through the
     /// buffer since the library last saw it (`[read, written]`, see
-    /// [`Marks::since`]), and keeps `after`.
+    /// [`Marks::since`]; bytes pushed back and read again are taken off,
+    /// [`Entry::settle`]), and keeps `after`.
     #[inline]
     pub(crate) fn saw(self, before: &Marks, after: &Marks) -> [u64; 2] {
-        let unseen = before.since(&self.0.load());
+        let [read, written] = before.since(&self.0.load());
         self.0.store(after);
-        unseen
+        [self.settle(read), written]
+    }
+
+    /// Of `read` bytes the program took from the stream, those not read
+    /// before: the first ones pay off what the entry owes for bytes pushed
+    /// back ([`Entry::pushed_back`]).
+    #[inline]
+    pub(crate) fn settle(self, read: u64) -> u64 {
+        let owed = self.0.owed.load(Ordering::Relaxed);
+        if owed == 0 {
+            return read;
+        }
+        let paid = (owed as u64).min(read);
+        self.0.owed.store(owed - paid as usize, Ordering::Relaxed);
+        read - paid
+    }
+
+    /// The program pushed a byte back (`ungetc`): the next byte it takes
+    /// is not counted.
+    pub(crate) fn pushed_back(self) {
+        self.0.owed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The stream's pushed-back bytes were discarded (`fseek`, `rewind`).
+    pub(crate) fn discard_pushed_back(self) {
+        self.0.owed.store(0, Ordering::Relaxed);
     }
 
     /// Keeps `now` as the last seen marks, counting nothing: after a call

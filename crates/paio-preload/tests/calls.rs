@@ -847,6 +847,28 @@ fn threads_sharing_a_stream_are_charged_every_byte_once() {
     }
 }
 
+/// Bytes pushed back with `ungetc` and read again are charged once: put
+/// back in place and read by a call the interposer sees, pushed back into
+/// glibc's backup area and read by the inline macro (the program's own
+/// bytes, never from the kernel, are not charged), and discarded by
+/// `fseek`.
+#[test]
+fn bytes_pushed_back_are_charged_once() {
+    let dir = scratch("ungetc");
+    let exe = compile(&dir, "ungetc", &[]);
+    for _ in 0..2 {
+        let out = same(&dir, &[exe.as_str()], &[]);
+        let stats = take_stats(&dir);
+        assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+        // Three passes over the 100,000-byte file and 10 bytes more.
+        assert_eq!(stats[0].channel("read").1, 300_010);
+        assert_eq!(
+            stats[0].channel("write").1,
+            100_000 + out.stdout.len() as u64
+        );
+    }
+}
+
 /// A process with more streams open than the interposer's table holds is
 /// told so once on stderr. The bytes of the calls it makes on them are
 /// still charged, at most once more (a stream charged untracked and given
