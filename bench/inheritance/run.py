@@ -25,9 +25,11 @@ Setups, interleaved and rotated per round:
                    dirty, `dd` under the background policy with no dirty
                    bound; stalls, PAIO_ROCKSDB_STALL_INHERIT=0
   paio-inherit     the same with inheritance: lock inheritance, the dirty
-                   bound (--dirty-per-file), stall inheritance
-  paio-overlap     (dirty only) paio-inherit with `dirty_overlap = true`:
-                   the writer waits only for its previous write-back
+                   bound (--dirty-per-file, each write-back overlapping the
+                   next as by default), stall inheritance
+  paio-wait        (dirty only) paio-inherit with `dirty_overlap = false`
+                   at --wait-per-file: the writer waits for each write-back
+                   it starts (twice the bound: the same most in an fsync's way)
 
 Background programs (fio, dd) run under `paio run --policy BG` in the paio
 setups (--bg-policy, default bench/inheritance/background.toml), critical ones under
@@ -54,10 +56,10 @@ HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
 ALL_CASES = ("locks", "dirty", "stalls")
 # The dirty case's setups with a bound: their background policy in raw/.
-DIRTY_POLICY = {"paio-inherit": "bg-dirty.toml", "paio-overlap": "bg-overlap.toml"}
+DIRTY_POLICY = {"paio-inherit": "bg-dirty.toml", "paio-wait": "bg-wait.toml"}
 SETUPS = {
     "locks": ("vanilla", "paio", "paio-inherit"),
-    "dirty": ("vanilla", "paio", "paio-inherit", "paio-overlap"),
+    "dirty": ("vanilla", "paio", "paio-inherit", "paio-wait"),
     "stalls": ("vanilla", "rocksdb-limiter", "paio", "paio-inherit"),
 }
 PERCENTILES = (50, 90, 99, 99.9)
@@ -232,9 +234,11 @@ class Run:
             (self.raw / f"loglock-{setup}.toml").write_text(
                 loglock_policy(setup == "paio-inherit"))
         bg = Path(a.bg_policy).read_text()
-        bound = f"\n[criticality]\ndirty_per_file = \"{a.dirty_per_file}\"\n"
-        (self.raw / "bg-dirty.toml").write_text(bg + bound)
-        (self.raw / "bg-overlap.toml").write_text(bg + bound + "dirty_overlap = true\n")
+        def bound(size):
+            return f"\n[criticality]\ndirty_per_file = \"{size}\"\n"
+        (self.raw / "bg-dirty.toml").write_text(bg + bound(a.dirty_per_file))
+        (self.raw / "bg-wait.toml").write_text(
+            bg + bound(a.wait_per_file) + "dirty_overlap = false\n")
         (self.raw / "stalls.toml").write_text(stalls_policy(a.stall_rate))
         if "stalls" in a.cases:
             subprocess.run(["bash", str(REPO / "integrations/rocksdb/db_bench/listener-options.sh"),
@@ -425,8 +429,10 @@ def parse_args(argv):
     ap.add_argument("--lead", type=int, default=2,
                     help="seconds the background runs before (and after) the critical work")
     ap.add_argument("--threads", type=int, default=4, help="loglock request threads")
-    ap.add_argument("--dirty-per-file", default="4MiB",
-                    help="dirty: the bound in paio-inherit (chosen on this case, docs/performance.md)")
+    ap.add_argument("--dirty-per-file", default="2MiB",
+                    help="dirty: the bound in paio-inherit (docs/performance.md)")
+    ap.add_argument("--wait-per-file", default="4MiB",
+                    help="dirty: the bound in paio-wait, whose writer waits for each write-back")
     ap.add_argument("--stall-rate", default="8MiB/s",
                     help="stalls: the flush and compaction write limit")
     ap.add_argument("--stall-ops", type=int, default=200_000,
@@ -478,7 +484,8 @@ def main(argv=None):
     header = expt.header_lines(data) + [
         f"cases: {','.join(args.cases)}; rounds: {args.rounds}; critical work {args.seconds} s "
         f"with {args.lead} s of background before and after; loglock threads {args.threads}; "
-        f"dirty bound {args.dirty_per_file} per file; background policy {args.bg_policy}; "
+        f"dirty bound {args.dirty_per_file} per file ({args.wait_per_file} waited for in "
+        f"paio-wait); background policy {args.bg_policy}; "
         f"stalls: {args.stall_ops} puts, "
         f"flush and compaction writes limited to {args.stall_rate}",
     ]

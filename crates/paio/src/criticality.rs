@@ -316,13 +316,12 @@ fn name_matches(pattern: &str, name: &str) -> bool {
 /// write-back, later and in bulk; a critical `fsync` on the same file system
 /// may then wait behind it. With a bound, a non-critical writer's file is
 /// written back early (`sync_file_range`) once half of `per_file` is pending
-/// in it, or half of `per_process` in the process, and the writer waits
-/// until that write-back is done: its dirty data stays below the bound and
-/// it writes at the device's pace. Smaller bounds keep less in a critical
-/// fsync's way and cost more, smaller write-backs, each one a wait of the
-/// writer. With `overlap`, the writer waits only for its previous write-back
-/// while the kernel writes the newest one. Critical writers are never
-/// bounded.
+/// in it, or half of `per_process` in the process; the writer then waits
+/// for the write-back it started the time before (`overlap`, the default)
+/// or for this one: its dirty data, being written or not, stays below the
+/// bound and it writes at the device's pace. Smaller bounds keep less in a
+/// critical fsync's way and cost more, smaller write-backs. Critical
+/// writers are never bounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DirtyLimits {
     /// Most dirty bytes a non-critical writer keeps in one file (`None`:
@@ -331,11 +330,14 @@ pub struct DirtyLimits {
     /// Most dirty bytes a non-critical process keeps over its files
     /// (`None`: no bound per process).
     pub per_process: Option<u64>,
-    /// `[criticality] dirty_overlap`: at each write-back the writer waits
-    /// for the one before it, not for the one it starts, so the device
-    /// always has the writer's data to write and the writer keeps its
-    /// throughput. Up to a whole bound (half written, half being written)
-    /// is then in a critical fsync's way, against half of it without.
+    /// `[criticality] dirty_overlap` (true unless the policy says false):
+    /// at each write-back the writer waits for the one before it, not for
+    /// the one it starts, so the device always has the writer's data to
+    /// write and the writer keeps its throughput; up to a whole bound (half
+    /// dirty, half being written) is in a critical fsync's way. `false`:
+    /// the writer waits for each write-back it starts, leaving the device
+    /// idle while it fills the next half; up to half the bound is in the
+    /// way.
     pub overlap: bool,
 }
 

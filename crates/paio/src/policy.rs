@@ -401,6 +401,8 @@ impl Policy {
                     per_process: bound("dirty_per_process", c.dirty_per_process)?,
                     overlap: false,
                 };
+                // A bound overlaps its write-backs unless told otherwise.
+                dirty.overlap = dirty.is_on();
                 if let Some(o) = c.dirty_overlap {
                     if *o.get_ref() && !dirty.is_on() {
                         return Err(error(
@@ -1499,9 +1501,15 @@ name = "fg"
             DirtyLimits {
                 per_file: Some(8 << 20),
                 per_process: Some(64 << 20),
-                overlap: false,
+                overlap: true,
             }
         );
+        let p = Policy::parse(
+            "[criticality]\ndirty_per_file = \"8MiB\"\ndirty_overlap = false\n",
+            "<t>",
+        )
+        .unwrap();
+        assert!(!p.dirty.overlap);
         let p = Policy::parse(
             "[criticality]\ndirty_per_file = \"8MiB\"\ndirty_overlap = true\n",
             "<t>",
