@@ -25,6 +25,7 @@
 //!   another such call are not charged (at most what its streams buffered).
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::FILE;
 use paio::RequestType;
@@ -66,7 +67,27 @@ struct IoFilePrefix {
     /// Its descriptor, when `flags` has [`IS_FILEBUF`] (`open_memstream`
     /// leaves 0 here) and it is not -1 (`fopencookie`).
     fileno: c_int,
+    // Not read: the layout up to `mode`.
+    _flags2: c_int,
+    _old_offset: libc::c_long,
+    _cur_column: u16,
+    _vtable_offset: i8,
+    _shortbuf: [c_char; 1],
+    _lock: *mut c_void,
+    _offset: i64,
+    _codecvt: *mut c_void,
+    _wide_data: *mut c_void,
+    _freeres_list: *mut FILE,
+    _freeres_buf: *mut c_void,
+    _pad5: usize,
+    /// The stream's orientation: above 0 wide-character, below 0 byte,
+    /// 0 not decided yet.
+    mode: c_int,
 }
+
+// The public layout (`<bits/types/struct_FILE.h>`) on x86-64.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(std::mem::offset_of!(IoFilePrefix, mode) == 0xc0);
 
 /// glibc's `_IO_IS_FILEBUF` flag (libio.h, unchanged since 2.1): a stream
 /// on a file descriptor, as `fileno(3)` checks.
@@ -84,6 +105,29 @@ unsafe fn has_fd(stream: *mut FILE) -> bool {
     // SAFETY: the caller's contract.
     let f = unsafe { &*(stream as *const IoFilePrefix) };
     f.flags & IS_FILEBUF != 0 && f.fileno >= 0
+}
+
+/// Set once the process was told that wide-character stdio is not charged.
+static WIDE_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Says once per process that `stream`, a stream on a descriptor, is
+/// wide-oriented: its bytes went through calls the interposer does not
+/// charge (`fwprintf`, `fputwc`, ...). Seen when the stream is closed or
+/// flushed with every stream, and at exit.
+///
+/// # Safety
+/// As [`has_fd`].
+unsafe fn say_if_wide(stream: *mut FILE) {
+    // SAFETY: the caller's contract.
+    let f = unsafe { &*(stream as *const IoFilePrefix) };
+    if f.mode > 0 && !WIDE_SAID.swap(true, Ordering::Relaxed) {
+        rt::raw_stderr(&format!(
+            "paio: process {} reads or writes a file through wide-character stdio \
+             (fwprintf, fputwc, getwc, ...): those bytes are neither enforced nor counted \
+             (docs/preload.md)\n",
+            std::process::id()
+        ));
+    }
 }
 
 /// # Safety
@@ -354,6 +398,8 @@ pub(crate) fn before_close(stream: *mut FILE) {
     }
     let (pending, unseen) = locked(stream, Lock::Take, || {
         // SAFETY: valid (the caller's contract for fclose) and locked.
+        unsafe { say_if_wide(stream) };
+        // SAFETY: as above.
         let m = unsafe { marks(stream) };
         let unseen = streams::entry(stream).map_or([0, 0], |e| {
             let unseen = e.saw(&m, &m);
@@ -417,6 +463,8 @@ fn observe(stream: *mut FILE, lock: Lock, count: bool) -> [u64; 2] {
     }
     locked(stream, lock, || {
         // SAFETY: valid and locked.
+        unsafe { say_if_wide(stream) };
+        // SAFETY: as above.
         let m = unsafe { marks(stream) };
         match streams::entry(stream) {
             Some(e) if count => e.saw(&m, &m),

@@ -869,6 +869,32 @@ fn bytes_pushed_back_are_charged_once() {
     }
 }
 
+/// Wide-character stdio on a file is not charged, and the process says so
+/// on stderr, once for its two wide streams (one closed, one left open
+/// until exit); it runs as it does without the interposer.
+#[test]
+fn wide_character_stdio_is_said_once() {
+    let dir = scratch("wide");
+    let exe = compile(&dir, "wide", &[]);
+    let plain = run(&dir, &[exe.as_str()], false, &[]);
+    let written = std::fs::read(dir.join("wide-a.txt")).unwrap();
+    let pre = run(&dir, &[exe.as_str()], true, &[]);
+    assert!(
+        plain.status.success() && plain.stderr.is_empty(),
+        "{plain:?}"
+    );
+    assert_eq!(plain.status.code(), pre.status.code());
+    assert_eq!(plain.stdout, pre.stdout);
+    assert_eq!(std::fs::read(dir.join("wide-a.txt")).unwrap(), written);
+    let err = String::from_utf8_lossy(&pre.stderr);
+    assert_eq!(
+        err.matches("through wide-character stdio").count(),
+        1,
+        "{err}"
+    );
+    take_stats(&dir);
+}
+
 /// A process with more streams open than the interposer's table holds is
 /// told so once on stderr. The bytes of the calls it makes on them are
 /// still charged, at most once more (a stream charged untracked and given
