@@ -5,7 +5,9 @@
 //! thread, the median of `runs` interleaved rounds:
 //! - `enforce_noop`: one-phase [`Stage::enforce`] through a noop object (the
 //!   reference: today's path);
-//! - `clock_ticks`: one read of the stage's latency clock ([`paio::Clock::ticks`]),
+//! - `clock_ticks`: one read of the stage's latency clock ([`paio::Clock::ticks`] of
+//!   the default [`paio::clock::CounterClock`]: the time-stamp counter where the
+//!   kernel trusts it),
 //!   of which a pair makes two;
 //! - `pair_noop`: [`Stage::admit`] + [`Stage::complete`] routed to a noop
 //!   object;
@@ -207,13 +209,20 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
         }
     }
     let _ = std::fs::remove_file(&path);
+    // The stage's clock is the process's CounterClock (the default).
+    let clock_note = if paio::clock::CounterClock::new().uses_counter() {
+        "the stage's clock (the default, paio::clock::counter) reads the time-stamp counter: a pair reads it twice (clock_ticks)"
+    } else {
+        "the stage's clock (the default, paio::clock::counter) is the monotonic clock here (the clocksource is not tsc): a pair reads it twice (clock_ticks)"
+    };
+    println!("  {clock_note}");
     let mut csv = Csv::new(
         info.csv_header(
             "criticality: two-phase path (admit + complete) and priority object",
             &format!("runs={} seconds={}", p.runs, p.seconds),
             &[
                 "ns per request except read_* (MiB/s of 1 MiB page-cached preads)",
-                "the Rust API's stage uses the monotonic clock: a pair reads it twice (clock_ticks)",
+                clock_note,
             ],
         ),
         &["item", "unit", "median", "min", "max", "runs"],

@@ -24,11 +24,6 @@ mod args;
 #[path = "../../paio-preload/src/board.rs"]
 mod board;
 mod status;
-// The interposer's clock, compiled in here the same way: the two timestamps
-// around every two-phase call are time-stamp counter reads where the
-// kernel trusts the counter.
-#[path = "../../paio-preload/src/tsc.rs"]
-mod tsc;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
@@ -254,21 +249,6 @@ unsafe fn origin_str<'a>(origin: *const c_char) -> Result<&'a str, Error> {
     unsafe { c_str(origin, "origin") }
 }
 
-/// The clock of every stage libpaio creates, one per process: the interposer's
-/// (`tsc`), so that a two-phase pair's two latency timestamps cost two
-/// counter reads instead of two `clock_gettime` calls (docs/performance.md).
-fn stage_clock() -> paio::clock::SharedClock {
-    static CLOCK: std::sync::OnceLock<paio::clock::SharedClock> = std::sync::OnceLock::new();
-    CLOCK
-        .get_or_init(|| std::sync::Arc::new(tsc::TscClock::new()))
-        .clone()
-}
-
-/// The stage `policy` describes, on libpaio's clock.
-fn policy_stage(policy: &paio::Policy) -> Result<Stage, paio::PolicyError> {
-    policy.build_stage(policy.stage_builder().clock(stage_clock()))
-}
-
 /// The process's board, opened by its first stage.
 static BOARD: std::sync::OnceLock<std::sync::Arc<board::Board>> = std::sync::OnceLock::new();
 
@@ -378,7 +358,7 @@ pub unsafe extern "C" fn paio_stage_new(
         let out = unsafe { stage_out(out) }?;
         // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
         let name = unsafe { c_str(name, "name") }?;
-        let stage = Stage::builder(name).clock(stage_clock()).build();
+        let stage = Stage::builder(name).build();
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
         Ok(())
@@ -411,7 +391,7 @@ pub unsafe extern "C" fn paio_stage_from_policy(
         let text = unsafe { c_str(policy, "policy") }?;
         // SAFETY: `origin` is NULL or NUL-terminated (this function's contract).
         let origin = unsafe { origin_str(origin) }?;
-        let stage = policy_stage(&paio::Policy::parse(text, origin)?)?;
+        let stage = paio::Policy::parse(text, origin)?.new_stage()?;
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
         Ok(())
@@ -482,7 +462,7 @@ pub unsafe extern "C" fn paio_stage_from_policy_as(
             }
             parsed.labels.insert(k.to_string(), v.to_string());
         }
-        let stage = policy_stage(&parsed)?;
+        let stage = parsed.new_stage()?;
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
         Ok(())
@@ -520,7 +500,7 @@ pub unsafe extern "C" fn paio_stage_from_policy_file(
             std::str::from_utf8(bytes)
                 .map_err(|e| Error::invalid(format!("path is not valid UTF-8: {e}")))?,
         );
-        let stage = policy_stage(&paio::Policy::from_file(path)?)?;
+        let stage = paio::Policy::from_file(path)?.new_stage()?;
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
         Ok(())

@@ -43,4 +43,3 @@ mod ring;
 mod rt;
 mod stdio;
 mod streams;
-mod tsc;

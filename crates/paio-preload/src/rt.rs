@@ -14,7 +14,6 @@ use paio::{
 
 use crate::board::{self, Board};
 use crate::fdtable;
-use crate::tsc::TscClock;
 
 /// The shared board of critical I/O, once opened.
 static BOARD: std::sync::OnceLock<std::sync::Arc<Board>> = std::sync::OnceLock::new();
@@ -567,7 +566,7 @@ impl Config {
         let name = (self.stage_name.clone())
             .or_else(|| policy.name.clone())
             .unwrap_or_else(|| "preload".to_string());
-        let mut builder = Stage::builder(name).clock(std::sync::Arc::new(TscClock::new()));
+        let mut builder = Stage::builder(name);
         for (k, v) in &self.labels {
             builder = builder.label(k.clone(), v.clone());
         }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::{Admission, ForeignAdmission};
 use crate::channel::{next_uid, Channel, ChannelModel, ObjectEntry, DEFAULT_OBJECT};
-use crate::clock::{monotonic, SharedClock};
+use crate::clock::{counter, SharedClock};
 use crate::context::{with_thread, Context, RequestType, ThreadRef, ThreadState};
 use crate::criticality::CriticalActivity;
 use crate::differentiation::{Classifier, ClassifierSet, Matcher, Pattern};
@@ -740,7 +740,8 @@ impl StageBuilder {
         self
     }
 
-    /// Uses `clock` for the stage and its objects (default: monotonic).
+    /// Uses `clock` for the stage and its objects (default: the process's
+    /// [`crate::clock::CounterClock`], [`crate::clock::counter`]).
     pub fn clock(mut self, clock: SharedClock) -> Self {
         self.clock = Some(clock);
         self
@@ -749,7 +750,7 @@ impl StageBuilder {
     /// An empty stage: no channels, every classifier enabled, requests pass
     /// unenforced (counted as `unmatched`) until rules say otherwise.
     pub fn build(self) -> Stage {
-        let clock = self.clock.unwrap_or_else(monotonic);
+        let clock = self.clock.unwrap_or_else(counter);
         let model = Model {
             classifiers: ClassifierSet::ALL,
             channels: Vec::new(),
