@@ -352,16 +352,18 @@ pub(crate) fn reposition<R>(stream: *mut FILE, call: impl FnOnce() -> R) -> R {
     // SAFETY: a valid stream (the call's own contract).
     if rt::active() && unsafe { has_fd(stream) } {
         locked(stream, Lock::Take, || {
-            streams::entry(stream).map(|e| e.discard_pushed_back())
+            if let Some(e) = streams::entry(stream) {
+                e.discard_pushed_back();
+            }
         });
     }
     r
 }
 
-/// Runs `call`, which pushes a byte back onto `stream` (`ungetc`, whose
-/// result is `r`): what the buffer took since last seen is carried, and
-/// the byte, when pushed back, is not counted when it is read again
-/// ([`crate::streams`]). Nothing reaches the kernel.
+/// Runs `call`, which pushes a byte back onto `stream` (`ungetc`, which
+/// returns `EOF` when it could not): what the buffer took since last seen
+/// is carried, and the byte, when pushed back, is not counted when it is
+/// read again ([`crate::streams`]). Nothing reaches the kernel.
 #[inline]
 pub(crate) fn unget(stream: *mut FILE, call: impl FnOnce() -> c_int) -> c_int {
     // SAFETY: a valid stream (ungetc's own contract).
