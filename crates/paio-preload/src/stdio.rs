@@ -146,13 +146,45 @@ unsafe fn marks(stream: *mut FILE) -> Marks {
     }
 }
 
+/// glibc's `_IO_IN_BACKUP` flag (libio.h, unchanged since 2.1): the read
+/// pointers are in the backup area holding bytes pushed back with
+/// `ungetc`, and `save_base`/`save_end` keep the buffer's unread part.
+const IN_BACKUP: c_int = 0x100;
+
+/// Where the unread part of `stream`'s buffer is (`[start, end)`) while
+/// its read pointers are in the backup area; `None` otherwise.
+///
+/// # Safety
+/// As [`marks`].
+unsafe fn buffer_behind_backup(stream: *mut FILE) -> Option<(usize, usize)> {
+    // SAFETY: the caller's contract.
+    let f = unsafe { &*(stream as *const IoFilePrefix) };
+    (f.flags & IN_BACKUP != 0).then_some((f.save_base as usize, f.save_end as usize))
+}
+
 /// Whether a call that moved `bytes` in direction `rt` went past the
-/// stream's buffer (`before`/`after` its marks).
-fn reached_kernel(rt: RequestType, before: &Marks, after: &Marks, bytes: u64) -> bool {
+/// stream's buffer (`before`/`after` its marks). A read that started in
+/// the backup area (`behind_backup`: the buffer's unread part then) and
+/// went on in the buffer's unread part only did not.
+fn reached_kernel(
+    rt: RequestType,
+    before: &Marks,
+    after: &Marks,
+    bytes: u64,
+    behind_backup: Option<(usize, usize)>,
+) -> bool {
     let bytes = bytes as usize;
     if rt == RequestType::READ {
-        !(after.read_end == before.read_end
-            && after.read_ptr == before.read_ptr.wrapping_add(bytes))
+        let in_buffer = after.read_end == before.read_end
+            && after.read_ptr == before.read_ptr.wrapping_add(bytes);
+        let back_in_buffer = behind_backup.is_some_and(|(start, end)| {
+            let from_backup = before.read_end.saturating_sub(before.read_ptr);
+            start < end
+                && after.read_base == start
+                && after.read_end == end
+                && after.read_ptr.wrapping_sub(start) == bytes.wrapping_sub(from_backup)
+        });
+        !(in_buffer || back_in_buffer)
     } else {
         after.pending() != before.pending().wrapping_add(bytes)
     }
@@ -270,13 +302,21 @@ fn call_with<R>(
         }
         // SAFETY: as above.
         let before = unsafe { marks(stream) };
+        // SAFETY: as above.
+        let behind_backup = unsafe { buffer_behind_backup(stream) };
         let r = call();
         // SAFETY: as above; the call does not close the stream.
         let after = unsafe { marks(stream) };
         let bytes = moved(&r, &before, &after).max(0) as u64;
-        let reached = reached_kernel(rt, &before, &after, bytes);
+        let reached = reached_kernel(rt, &before, &after, bytes, behind_backup);
+        // A call that reached nothing past the buffer is counted later, by
+        // the distance its pointers moved, unless it moved them to another
+        // area (from glibc's backup area back to the buffer).
+        let same_area = after.read_end == before.read_end
+            && after.read_base == before.read_base
+            && after.write_base == before.write_base;
         let (unseen, bytes) = match streams::entry(stream) {
-            Some(_) if !reached => return Err(r),
+            Some(_) if !reached && same_area => return Err(r),
             Some(e) => {
                 let unseen = e.saw(&before, &after);
                 // Bytes pushed back and read again by this call.

@@ -850,8 +850,8 @@ fn threads_sharing_a_stream_are_charged_every_byte_once() {
 /// Bytes pushed back with `ungetc` and read again are charged once: put
 /// back in place and read by a call the interposer sees, pushed back into
 /// glibc's backup area and read by the inline macro (the program's own
-/// bytes, never from the kernel, are not charged), and discarded by
-/// `fseek`.
+/// bytes, never from the kernel, are not charged, and the return to the
+/// buffer is no request), and discarded by `fseek`.
 #[test]
 fn bytes_pushed_back_are_charged_once() {
     let dir = scratch("ungetc");
@@ -861,7 +861,11 @@ fn bytes_pushed_back_are_charged_once() {
         let stats = take_stats(&dir);
         assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
         // Three passes over the 100,000-byte file and 10 bytes more.
-        assert_eq!(stats[0].channel("read").1, 300_010);
+        let (read_ops, read) = stats[0].channel("read");
+        assert_eq!(read, 300_010);
+        // A request per refill and per fread past the buffer (72), none
+        // for returning from the backup area to the buffer (100 more).
+        assert!((60..=90).contains(&read_ops), "{read_ops} read operations");
         assert_eq!(
             stats[0].channel("write").1,
             100_000 + out.stdout.len() as u64
