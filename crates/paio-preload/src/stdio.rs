@@ -341,10 +341,17 @@ fn call_with<R>(
 }
 
 /// Runs `call`, which writes `stream`'s buffered output if it has any
-/// (`fflush`, `fseek`, `rewind`, ...; NULL for `fflush(NULL)`: every
-/// stream), and charges the thread's carried bytes if it did.
+/// (`fflush`; NULL for `fflush(NULL)`: every stream), and charges the
+/// thread's carried bytes if it did.
 #[inline]
 pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) -> R {
+    flush_and(stream, lock, false, call)
+}
+
+/// [`flush`]; when `repositions`, `call` also discards the bytes pushed
+/// back with `ungetc` (`fseek`, `rewind`), and so does the entry.
+#[inline]
+fn flush_and<R>(stream: *mut FILE, lock: Lock, repositions: bool, call: impl FnOnce() -> R) -> R {
     // SAFETY: a valid stream or NULL (the call's own contract).
     if !rt::active() || (!stream.is_null() && !unsafe { has_fd(stream) }) {
         return call();
@@ -368,7 +375,13 @@ pub(crate) fn flush<R>(stream: *mut FILE, lock: Lock, call: impl FnOnce() -> R) 
         let r = call();
         // SAFETY: as above; the call does not close the stream.
         let after = unsafe { marks(stream) };
-        let unseen = streams::entry(stream).map_or([0, 0], |e| e.saw(&before, &after));
+        let unseen = streams::entry(stream).map_or([0, 0], |e| {
+            let unseen = e.saw(&before, &after);
+            if repositions {
+                e.discard_pushed_back();
+            }
+            unseen
+        });
         (r, before, unseen)
     });
     if before.pending() > 0 {
@@ -388,16 +401,7 @@ pub(crate) fn reposition<R>(stream: *mut FILE, call: impl FnOnce() -> R) -> R {
     if stream.is_null() {
         return call();
     }
-    let r = flush(stream, Lock::Take, call);
-    // SAFETY: a valid stream (the call's own contract).
-    if rt::active() && unsafe { has_fd(stream) } {
-        locked(stream, Lock::Take, || {
-            if let Some(e) = streams::entry(stream) {
-                e.discard_pushed_back();
-            }
-        });
-    }
-    r
+    flush_and(stream, Lock::Take, true, call)
 }
 
 /// Runs `call`, which pushes a byte back onto `stream` (`ungetc`, which

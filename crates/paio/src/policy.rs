@@ -396,13 +396,14 @@ impl Policy {
                     v => Ok(v.map(|v| v.into_inner().0)),
                 }
                 };
+                let per_file = bound("dirty_per_file", c.dirty_per_file)?;
+                let per_process = bound("dirty_per_process", c.dirty_per_process)?;
                 let mut dirty = DirtyLimits {
-                    per_file: bound("dirty_per_file", c.dirty_per_file)?,
-                    per_process: bound("dirty_per_process", c.dirty_per_process)?,
-                    overlap: false,
+                    per_file,
+                    per_process,
+                    // A bound overlaps its write-backs unless told otherwise.
+                    overlap: per_file.is_some() || per_process.is_some(),
                 };
-                // A bound overlaps its write-backs unless told otherwise.
-                dirty.overlap = dirty.is_on();
                 if let Some(o) = c.dirty_overlap {
                     if *o.get_ref() && !dirty.is_on() {
                         return Err(error(
