@@ -212,6 +212,31 @@ r, w = os.pipe()
 assert x in (r, w), (x, r, w)
 os.write(w, b"12345")
 assert os.read(r, 5) == b"12345"
+# Descriptors far above the first few thousand keep their class too (the
+# table maps them in chunks of 4,096), and lose it when closed, one by one
+# or by close_range.
+import resource
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+high = 12345 if hard == resource.RLIM_INFINITY else min(hard - 1, 12345)
+assert high >= 8192, f"needs descriptors above 8192; RLIMIT_NOFILE's hard limit is {hard}"
+resource.setrlimit(resource.RLIMIT_NOFILE, (high + 1, hard))
+d = os.open("data/a.bin", os.O_RDONLY)
+os.dup2(d, high)
+os.close(d)
+assert len(os.pread(high, 300, 0)) == 300
+os.close(high)
+r2, w2 = os.pipe()
+os.dup2(r2, high)
+os.write(w2, b"abc")
+assert os.read(high, 3) == b"abc"
+d = os.open("data/a.bin", os.O_RDONLY)
+os.dup2(d, high)
+os.dup2(d, 5000)
+assert len(os.pread(5000, 20, 0)) == 20
+os.closerange(4096, high + 1)
+os.dup2(r2, high)
+os.write(w2, b"xyz")
+assert os.read(high, 3) == b"xyz"
 "#;
 
 #[test]
@@ -252,8 +277,55 @@ name = "other"
     );
     let stats = take_stats(&dir);
     assert_eq!(stats.len(), 1);
-    assert_eq!(stats[0].channel("data"), (2, 1100));
+    assert_eq!(stats[0].channel("data"), (4, 1420));
     assert_eq!(stats[0].channel("logs"), (1, 10));
+}
+
+/// A descriptor whose part of the table cannot be mapped (RLIMIT_AS) keeps
+/// working without a class, and the process says so once.
+#[test]
+fn descriptor_table_without_memory_is_said_once() {
+    let dir = scratch("fdchunk");
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    random_file(&dir.join("data/a.bin"), 5000);
+    let exe = compile(&dir, "fdchunk", &[]);
+    std::fs::write(
+        dir.join("classes.toml"),
+        r#"
+[stage]
+name = "fdchunk"
+default_channel = "other"
+[[channel]]
+name = "data"
+match = { file_class = "data", request_type = "read" }
+[[channel]]
+name = "other"
+"#,
+    )
+    .unwrap();
+    let classes = format!("data={}/data", dir.display());
+    let policy = dir.join("classes.toml");
+    let out = run(
+        &dir,
+        &[&exe, "data/a.bin"],
+        true,
+        &[
+            ("PAIO_POLICY", policy.to_str().unwrap()),
+            ("PAIO_FILE_CLASSES", &classes),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok 300\n");
+    let said = "paio: no memory for part of the descriptor table (mmap refused): \
+                some descriptors have no file class and no dirty-data bound\n";
+    assert_eq!(String::from_utf8_lossy(&out.stderr), said);
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    // The read before the cap has its class; the three after it none, and
+    // are counted elsewhere.
+    assert_eq!(stats[0].channel("data"), (1, 100));
+    let other = stats[0].channel("other");
+    assert!(other.0 >= 3 && other.1 >= 300, "{:?}", summary(&stats));
 }
 
 fn fio(engine: &str) {
