@@ -447,11 +447,18 @@ pub(crate) fn before_close(stream: *mut FILE) {
         unsafe { say_if_wide(stream) };
         // SAFETY: as above.
         let m = unsafe { marks(stream) };
-        let unseen = streams::entry(stream).map_or([0, 0], |e| {
-            let unseen = e.saw(&m, &m);
-            e.free();
-            unseen
-        });
+        let unseen = match streams::entry(stream) {
+            Some(e) => {
+                let unseen = e.saw(&m, &m);
+                e.free();
+                unseen
+            }
+            // Not tracked: no longer remembered as such either.
+            None => {
+                streams::forget(stream);
+                [0, 0]
+            }
+        };
         (m.pending(), unseen)
     });
     if pending > 0 {

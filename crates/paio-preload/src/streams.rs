@@ -12,7 +12,10 @@
 //! allocation and no lock: a stream takes the first free entry among the
 //! [`PROBE`] its address hashes to, and leaves it at `fclose`. A stream
 //! that finds none of them free is not tracked (its inline bytes are not
-//! counted). An entry is written under its stream's lock (or by the one
+//! counted; its calls carry their bytes on the thread), and is remembered
+//! in [`ORPHANS`] so that, given an entry later (other streams closed),
+//! it counts nothing of what its buffer held then: those bytes were counted
+//! by its calls. An entry is written under its stream's lock (or by the one
 //! thread that uses it, the `_unlocked` calls' contract); its fields are
 //! atomics, so a program breaking that contract gets wrong counts, never
 //! undefined behaviour in the library.
@@ -80,6 +83,9 @@ impl Marks {
 /// pushed back it owes.
 struct Slot {
     key: AtomicUsize,
+    /// Taken by a stream that was not tracked before: its first sight
+    /// counts nothing ([`Entry::saw`]).
+    adopted: AtomicBool,
     owed: AtomicUsize,
     read_ptr: AtomicUsize,
     read_end: AtomicUsize,
@@ -92,6 +98,7 @@ impl Slot {
     const fn free() -> Slot {
         Slot {
             key: AtomicUsize::new(0),
+            adopted: AtomicBool::new(false),
             owed: AtomicUsize::new(0),
             read_ptr: AtomicUsize::new(0),
             read_end: AtomicUsize::new(0),
@@ -148,7 +155,7 @@ pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
         }
     }
     let Some(s) = free else {
-        untracked();
+        untracked(key);
         return None;
     };
     // Another thread may take the same free entry first (for another
@@ -158,15 +165,58 @@ pub(crate) fn entry(stream: *mut FILE) -> Option<Entry> {
         .ok()?;
     s.store(&Marks::default());
     s.owed.store(0, Ordering::Relaxed);
+    s.adopted.store(unorphan(key), Ordering::Relaxed);
     Some(Entry(s))
+}
+
+/// Streams that found no entry, while they stay open (0: free): a table
+/// like [`TABLE`], a stream in one of the [`PROBE`] places its address
+/// hashes to. A stream that finds those taken too is not remembered: given
+/// an entry later, it counts its buffer's bytes a second time (at most a
+/// buffer's worth).
+static ORPHANS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+
+/// The places stream `key` may take among [`ORPHANS`].
+fn orphan_places(key: usize) -> impl Iterator<Item = &'static AtomicUsize> {
+    let h = home(key);
+    (0..PROBE).map(move |i| &ORPHANS[(h + i) % SLOTS])
+}
+
+/// Remembers stream `key` as not tracked (once).
+#[cold]
+fn orphan(key: usize) {
+    if orphan_places(key).any(|o| o.load(Ordering::Relaxed) == key) {
+        return;
+    }
+    for o in orphan_places(key) {
+        if o.compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// Forgets stream `key` as not tracked; whether it was.
+fn unorphan(key: usize) -> bool {
+    let mut was = false;
+    for o in orphan_places(key) {
+        if o.load(Ordering::Relaxed) == key {
+            o.store(0, Ordering::Relaxed);
+            was = true;
+        }
+    }
+    was
 }
 
 /// Set once the process was told that a stream could not be tracked.
 static UNTRACKED_SAID: AtomicBool = AtomicBool::new(false);
 
-/// A stream found all its entries taken: say so once per process.
+/// Stream `key` found all its entries taken: remember it, and say so once
+/// per process.
 #[cold]
-fn untracked() {
+fn untracked(key: usize) {
+    orphan(key);
     if !UNTRACKED_SAID.swap(true, Ordering::Relaxed) {
         crate::rt::raw_stderr(&format!(
             "paio: process {} has more stdio streams open than the interposer tracks \
@@ -189,7 +239,12 @@ impl Entry {
     /// [`Entry::settle`]), and keeps `after`.
     #[inline]
     pub(crate) fn saw(self, before: &Marks, after: &Marks) -> [u64; 2] {
-        let [read, written] = before.since(&self.0.load());
+        let [read, written] = if self.0.adopted.load(Ordering::Relaxed) {
+            self.0.adopted.store(false, Ordering::Relaxed);
+            [0, 0]
+        } else {
+            before.since(&self.0.load())
+        };
         self.0.store(after);
         [self.settle(read), written]
     }
@@ -224,6 +279,7 @@ impl Entry {
     /// (`fflush(NULL)` flushing it back to where it was).
     pub(crate) fn reset(self, now: &Marks) {
         self.0.store(now);
+        self.0.adopted.store(false, Ordering::Relaxed);
     }
 
     /// Frees the entry (its stream is being closed).
@@ -236,6 +292,7 @@ impl Entry {
 /// file).
 pub(crate) fn forget(stream: *mut FILE) {
     let key = stream as usize;
+    unorphan(key);
     let h = home(key);
     for i in 0..PROBE {
         let s = &TABLE[(h + i) % SLOTS];
@@ -249,5 +306,8 @@ pub(crate) fn forget(stream: *mut FILE) {
 pub(crate) fn forget_all() {
     for s in &TABLE {
         s.key.store(0, Ordering::Relaxed);
+    }
+    for o in &ORPHANS {
+        o.store(0, Ordering::Relaxed);
     }
 }

@@ -973,8 +973,9 @@ fn wide_character_stdio_is_said_once() {
 
 /// A process with more streams open than the interposer's table holds is
 /// told so once on stderr. The bytes of the calls it makes on them are
-/// still charged, at most once more (a stream charged untracked and given
-/// an entry later, when others closed, counts its buffer again).
+/// still charged, once: a stream charged untracked and given an entry
+/// later, when others closed, does not count its buffer again (888 bytes
+/// for 700 before it was remembered).
 #[test]
 fn more_streams_than_tracked_is_said_once() {
     let dir = scratch("many-streams");
@@ -990,8 +991,7 @@ fn more_streams_than_tracked_is_said_once() {
     );
     let stats = take_stats(&dir);
     assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
-    let written = stats[0].channel("write").1;
-    assert!((700..=1400).contains(&written), "{written} bytes for 700");
+    assert_eq!(stats[0].channel("write").1, 700);
 }
 
 /// The policy a process runs without `PAIO_POLICY` is built in code (no
