@@ -10,6 +10,12 @@
 //!   space), so these requests have no latency sample, a priority object's
 //!   depth counts them only until they are submitted, and iocbs the kernel
 //!   refuses (`io_submit` returning fewer than `nr`) stay charged.
+//! - **POSIX AIO** (`aio_read`, `aio_write`, `aio_fsync`, `lio_listio` and
+//!   their `64` forms): glibc runs each request on a helper thread that
+//!   calls its internal `pread`/`pwrite`, which no interposer sees, so each
+//!   control block is charged at submission as libaio's iocbs are (the same
+//!   consequences: no latency sample, charged even if the submission
+//!   fails).
 //! - **io_uring** submits through shared rings that no library call
 //!   crosses: nothing is enforced. Its setup (`io_uring_setup` through
 //!   `syscall`, or liburing's setup calls) makes the process say so on
@@ -73,6 +79,27 @@ pub(crate) unsafe fn request_of(iocb: *const Iocb) -> Option<(RequestType, c_int
         IOCB_CMD_FDSYNC => Some((RequestType::FDATASYNC, fd, 0)),
         _ => None,
     }
+}
+
+/// What one POSIX AIO control block asks for when submitted as `op`
+/// (`LIO_READ`, `LIO_WRITE`; `LIO_NOP` and anything else move nothing):
+/// (request type, descriptor, bytes).
+///
+/// # Safety
+/// `cb` points to a valid control block (the AIO call's own contract: glibc
+/// reads the same fields).
+pub(crate) unsafe fn posix_request(
+    cb: *const libc::aiocb,
+    op: c_int,
+) -> Option<(RequestType, c_int, u64)> {
+    // SAFETY: the caller's contract.
+    let cb = unsafe { &*cb };
+    let rt = match op {
+        libc::LIO_READ => RequestType::READ,
+        libc::LIO_WRITE => RequestType::WRITE,
+        _ => return None,
+    };
+    Some((rt, cb.aio_fildes, cb.aio_nbytes as u64))
 }
 
 /// Set once the process was told that io_uring is not enforced.

@@ -1115,6 +1115,105 @@ pub unsafe extern "C" fn io_submit(
     unsafe { real(ctx, nr, iocbs) }
 }
 
+/// POSIX AIO's `aio_read`/`aio_write` (and their `64` aliases): the control
+/// block is charged before glibc queues it (crate::aio); the result is
+/// passed back unchanged.
+macro_rules! posix_aio_hook {
+    ($name:ident, $sym:literal, $op:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(cb: *mut libc::aiocb) -> c_int {
+            let Some(real) = real_fn!($sym, fn(*mut libc::aiocb) -> c_int) else {
+                return nosys();
+            };
+            if rt::active() && !cb.is_null() {
+                // SAFETY: the caller's control block, which glibc reads next.
+                if let Some((rt, fd, size)) = unsafe { aio::posix_request(cb, $op) } {
+                    rt::async_request(rt, fd, size);
+                }
+            }
+            // SAFETY: the caller's argument, unchanged.
+            unsafe { real(cb) }
+        }
+    };
+}
+
+posix_aio_hook!(aio_read, c"aio_read", libc::LIO_READ);
+posix_aio_hook!(aio_read64, c"aio_read64", libc::LIO_READ);
+posix_aio_hook!(aio_write, c"aio_write", libc::LIO_WRITE);
+posix_aio_hook!(aio_write64, c"aio_write64", libc::LIO_WRITE);
+
+/// POSIX AIO's `aio_fsync(op, cb)` (and `aio_fsync64`): a sync request of
+/// the block's descriptor (`O_DSYNC`: data only), charged before glibc
+/// queues it.
+macro_rules! posix_aio_fsync_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(op: c_int, cb: *mut libc::aiocb) -> c_int {
+            let Some(real) = real_fn!($sym, fn(c_int, *mut libc::aiocb) -> c_int) else {
+                return nosys();
+            };
+            if rt::active() && !cb.is_null() {
+                let rt = if op == libc::O_DSYNC {
+                    RequestType::FDATASYNC
+                } else {
+                    RequestType::FSYNC
+                };
+                // SAFETY: the caller's control block, which glibc reads next.
+                rt::async_request(rt, unsafe { (*cb).aio_fildes }, 0);
+            }
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { real(op, cb) }
+        }
+    };
+}
+
+posix_aio_fsync_hook!(aio_fsync, c"aio_fsync");
+posix_aio_fsync_hook!(aio_fsync64, c"aio_fsync64");
+
+/// POSIX AIO's `lio_listio(mode, list, nent, sig)` (and `lio_listio64`):
+/// every block of the list is charged as its `aio_lio_opcode` asks, in the
+/// list's order, before glibc queues them (NULL entries are skipped, as
+/// glibc does).
+macro_rules! posix_lio_hook {
+    ($name:ident, $sym:literal) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            mode: c_int,
+            list: *const *mut libc::aiocb,
+            nent: c_int,
+            sig: *mut libc::sigevent,
+        ) -> c_int {
+            let Some(real) = real_fn!(
+                $sym,
+                fn(c_int, *const *mut libc::aiocb, c_int, *mut libc::sigevent) -> c_int
+            ) else {
+                return nosys();
+            };
+            if rt::active() && !list.is_null() && nent > 0 {
+                for i in 0..nent as usize {
+                    // SAFETY: lio_listio's contract: `list` holds `nent`
+                    // pointers, each NULL or a valid control block.
+                    let cb = unsafe { *list.add(i) };
+                    if cb.is_null() {
+                        continue;
+                    }
+                    // SAFETY: as above.
+                    let op = unsafe { (*cb).aio_lio_opcode };
+                    // SAFETY: as above.
+                    if let Some((rt, fd, size)) = unsafe { aio::posix_request(cb, op) } {
+                        rt::async_request(rt, fd, size);
+                    }
+                }
+            }
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { real(mode, list, nent, sig) }
+        }
+    };
+}
+
+posix_lio_hook!(lio_listio, c"lio_listio");
+posix_lio_hook!(lio_listio64, c"lio_listio64");
+
 /// libc's `syscall` is variadic: defined with six fixed `long` arguments,
 /// which on x86-64 and AArch64 travel in the registers a variadic call puts
 /// them in (as for `open` above); all six are passed on, and the kernel

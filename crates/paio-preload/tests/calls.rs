@@ -450,6 +450,120 @@ name = "other"
     assert!(w >= 16 << 20, "{:?}", summary(&stats));
 }
 
+/// POSIX AIO is charged at submission: each aio_write, aio_fsync and
+/// lio_listio entry once, with its size (glibc's helper threads call its
+/// internal pread/pwrite, which nothing else sees: 0 bytes before).
+#[test]
+fn posix_aio_requests_are_charged_once() {
+    let dir = scratch("posix-aio");
+    let exe = compile(&dir, "posix_aio", &[]);
+    std::fs::write(
+        dir.join("aio.toml"),
+        r#"
+[stage]
+name = "posix-aio"
+default_channel = "other"
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+[[channel]]
+name = "sync"
+match = { request_type = "fdatasync" }
+[[channel]]
+name = "other"
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("aio.toml");
+    let out = same(
+        &dir,
+        &[exe.as_str()],
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "aio ok\n");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1, "{:?}", summary(&stats));
+    // Three aio_write calls, and the line on stdout.
+    assert_eq!(stats[0].channel("write"), (4, 6007));
+    assert_eq!(stats[0].channel("read"), (2, 1200));
+    assert_eq!(stats[0].channel("sync"), (1, 0));
+}
+
+/// fio's posixaio engine under a write limit runs at the limit, and its
+/// verification passes.
+#[test]
+fn fio_posixaio_is_rate_limited() {
+    require("fio");
+    let dir = scratch("fio-posixaio-limit");
+    std::fs::write(
+        dir.join("limit.toml"),
+        r#"
+[stage]
+name = "posixaio"
+default_channel = "other"
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+default_object = "drl"
+[[channel.object]]
+name = "drl"
+kind = "drl"
+rate = "8MiB/s"
+burst = "1MiB"
+[[channel]]
+name = "other"
+"#,
+    )
+    .unwrap();
+    let policy = dir.join("limit.toml");
+    let out = run(
+        &dir,
+        &[
+            "fio",
+            "--name=posixaio",
+            "--ioengine=posixaio",
+            "--iodepth=8",
+            "--rw=write",
+            "--bs=64k",
+            "--size=16m",
+            "--verify=crc32c",
+            "--do_verify=1",
+            "--filename=fio.dat",
+            "--output-format=terse",
+        ],
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let terse = String::from_utf8_lossy(&out.stdout).to_string();
+    let field = |i: usize| terse.split(';').nth(i).unwrap_or("?").to_string();
+    // terse v3: field 5 (1-based) is the error code, 48 the write KiB/s.
+    assert_eq!(field(4), "0", "{terse}");
+    let mib = field(47)
+        .parse::<f64>()
+        .unwrap_or_else(|_| panic!("no write bandwidth in {terse}"))
+        / 1024.0;
+    assert!(
+        (6.0..=8.8).contains(&mib),
+        "fio posixaio wrote at {mib:.2} MiB/s under an 8 MiB/s limit"
+    );
+    let stats = take_stats(&dir);
+    // The file's 16 MiB once, and fio's output (about 1.5 KiB).
+    let w: u64 = stats.iter().map(|s| s.channel("write").1).sum();
+    assert!(
+        ((16 << 20)..(16 << 20) + 8192).contains(&w),
+        "{:?}",
+        summary(&stats)
+    );
+}
+
 /// io_uring is not enforced, and the process says so once on stderr; the
 /// program itself runs as without the interposer.
 #[test]
