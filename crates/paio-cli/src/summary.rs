@@ -16,7 +16,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use paio::stats::{Counts, StageStats};
+use paio::stats::{ChannelStats, Counts, Histograms, MergedHistograms, StageStats};
 use paio_control::record::{self, ChannelSample, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -467,11 +467,26 @@ pub fn progress_line(
 pub const MAX_PROCESSES_SHOWN: usize = 8;
 
 /// Totals of one channel over several processes.
-#[derive(Default, Clone)]
+#[derive(Clone)]
 struct Sum {
     ops: u64,
     bytes: u64,
     wait_ns: u64,
+    /// The processes' wait and latency distributions added up; `None` once
+    /// one with requests had none in its file (written by an older
+    /// interposer), when percentiles cannot be had.
+    histograms: Option<MergedHistograms>,
+}
+
+impl Default for Sum {
+    fn default() -> Self {
+        Sum {
+            ops: 0,
+            bytes: 0,
+            wait_ns: 0,
+            histograms: Some(MergedHistograms::default()),
+        }
+    }
 }
 
 impl Sum {
@@ -479,6 +494,52 @@ impl Sum {
         self.ops += c.ops;
         self.bytes = self.bytes.wrapping_add(c.bytes);
         self.wait_ns = self.wait_ns.wrapping_add(c.wait_total.total_ns);
+    }
+
+    /// Adds a channel: its counts and its distributions.
+    fn add_channel(&mut self, c: &ChannelStats) {
+        self.add(&c.counts);
+        self.add_histograms(c.histograms.as_ref(), c.counts.ops);
+    }
+
+    fn add_histograms(&mut self, h: Option<&Histograms>, ops: u64) {
+        match (h, &mut self.histograms) {
+            (Some(h), Some(m)) => m.merge(h),
+            (None, _) if ops > 0 => self.histograms = None,
+            _ => {}
+        }
+    }
+
+    /// The row's wait total, wait p50 and p99, latency p50, p99 and p99.9.
+    fn figures(&self) -> [String; 6] {
+        let total = human_ns(self.wait_ns);
+        let Some(m) = &self.histograms else {
+            return [
+                total,
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ];
+        };
+        let w = m.wait(self.ops);
+        let l = m.latency();
+        let lat = |ns: u64| {
+            if l.is_empty() {
+                "-".to_string()
+            } else {
+                human_ns(ns)
+            }
+        };
+        [
+            total,
+            human_ns(w.p50_ns),
+            human_ns(w.p99_ns),
+            lat(l.p50_ns),
+            lat(l.p99_ns),
+            lat(l.p999_ns),
+        ]
     }
 }
 
@@ -607,16 +668,18 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
     // Totals, channels in order of first appearance.
     let mut order: Vec<(String, Sum)> = Vec::new();
     let mut unmatched = Sum::default();
+    let mut all = Sum::default();
     for f in files {
         for c in &f.stats.channels {
             match order.iter_mut().find(|(n, _)| *n == c.name) {
-                Some((_, s)) => s.add(&c.counts),
+                Some((_, s)) => s.add_channel(c),
                 None => {
                     let mut s = Sum::default();
-                    s.add(&c.counts);
+                    s.add_channel(c);
                     order.push((c.name.clone(), s));
                 }
             }
+            all.add_channel(c);
         }
         unmatched.add(&f.stats.unmatched);
     }
@@ -627,18 +690,15 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
         if files.len() == 1 { "" } else { "es" }
     );
     header(&mut out);
-    let mut all = Sum::default();
     for (name, s) in &order {
+        let f = s.figures();
         row(
             &mut out,
             name,
             (s.ops, s.bytes),
             secs,
-            [&human_ns(s.wait_ns), "-", "-", "-", "-", "-"],
+            [&f[0], &f[1], &f[2], &f[3], &f[4], &f[5]],
         );
-        all.ops += s.ops;
-        all.bytes = all.bytes.wrapping_add(s.bytes);
-        all.wait_ns = all.wait_ns.wrapping_add(s.wait_ns);
     }
     if unmatched.ops > 0 {
         row(
@@ -649,12 +709,13 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
             ["-", "-", "-", "-", "-", "-"],
         );
     }
+    let f = all.figures();
     row(
         &mut out,
         "all channels",
         (all.ops, all.bytes),
         secs,
-        [&human_ns(all.wait_ns), "-", "-", "-", "-", "-"],
+        [&f[0], &f[1], &f[2], &f[3], &f[4], &f[5]],
     );
     out
 }
@@ -791,6 +852,50 @@ total over 1 process
   all channels        2055    2.00 GiB    1024.0    19.50s         -         -         -         -         -
 ";
         assert_eq!(s, expected, "\n{s}");
+    }
+
+    /// Files with histograms: the totals' percentiles are those of every
+    /// process's requests together; one file without them (an older
+    /// interposer) leaves its channels' totals without percentiles.
+    #[test]
+    fn totals_merge_the_processes_histograms() {
+        let with = |pid: u32, wait: Vec<(u64, u64)>, latency: Vec<(u64, u64)>| {
+            let mut f = sample(pid, "/usr/bin/fio");
+            for c in &mut f.stats.channels {
+                c.histograms = Some(Histograms::default());
+            }
+            f.stats.channels[0].histograms = Some(Histograms { wait, latency });
+            f
+        };
+        // 1024 reads each; the first process's 1000 waits of ~20 ms are
+        // merged with the second's none, and 2000 calls of ~10 µs with 20
+        // of ~2 ms (1 %: the p99.9, not the p99).
+        let a = with(
+            1,
+            vec![(20_000_000, 1000)],
+            vec![(10_000, 1000), (2_000_000, 10)],
+        );
+        let b = with(2, vec![], vec![(10_000, 1000), (2_000_000, 10)]);
+        let totals = |files: &[StatsFile]| {
+            let s = format_summary(files, Duration::from_secs(2));
+            s.lines()
+                .skip_while(|l| !l.starts_with("total"))
+                .filter(|l| l.starts_with("  read ") || l.starts_with("  metadata "))
+                .map(|l| l.split_whitespace().skip(5).collect::<Vec<_>>().join(" "))
+                .collect::<Vec<_>>()
+        };
+        // Read: 2048 requests, 1000 waited: p50 0, p99 in 20 ms's bucket;
+        // latencies p50 and p99 in 10 µs's bucket, p99.9 in 2 ms's.
+        // Metadata: no wait, no latency.
+        assert_eq!(
+            totals(&[a.clone(), b.clone()]),
+            ["39.00s 0 21.0ms 10.2us 10.2us 2.1ms", "0 0 0 - - -"]
+        );
+        let mut old = b;
+        for c in &mut old.stats.channels {
+            c.histograms = None;
+        }
+        assert_eq!(totals(&[a, old]), ["39.00s - - - - -", "0 - - - - -"]);
     }
 
     #[test]

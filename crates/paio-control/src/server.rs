@@ -1547,6 +1547,7 @@ mod tests {
                     name: format!("c{i}"),
                     counts: Counts::default(),
                     objects: Vec::new(),
+                    histograms: None,
                 };
                 ch.counts.bytes = 1000 * i as u64 + 5;
                 for &j in order {
@@ -1577,6 +1578,7 @@ mod tests {
                 ..Default::default()
             },
             objects: Vec::new(),
+            histograms: None,
         });
         rebase(&mut cur, &prev, 1.0);
         for ch in &cur.channels[..4] {

@@ -1861,7 +1861,7 @@ fn push_stats(force: bool) {
     }
     if let Some(stage) = stage() {
         let pid = std::process::id();
-        let stats = stage.collect();
+        let stats = stage.collect_histograms();
         let exe = std::fs::read_link("/proc/self/exe")
             .ok()
             .and_then(|p| p.to_str().map(str::to_string))

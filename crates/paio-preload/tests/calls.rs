@@ -450,6 +450,29 @@ name = "other"
     assert!(w >= 16 << 20, "{:?}", summary(&stats));
 }
 
+/// A statistics file carries each channel's wait and latency histograms
+/// (what `paio run --summary` merges across processes), their counts those
+/// of the channel's figures.
+#[test]
+fn statistics_files_carry_each_channels_histograms() {
+    let dir = scratch("histograms");
+    random_file(&dir.join("f"), 100_000);
+    let out = run(&dir, &["cat", "f"], true, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    let read = stats[0].channel_json("read").unwrap();
+    let latency: u64 = read["histograms"]["latency"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no latency histogram: {read}"))
+        .iter()
+        .map(|b| b[1].as_u64().unwrap())
+        .sum();
+    assert!(latency > 0);
+    assert_eq!(latency, read["latency_total"]["ops"].as_u64().unwrap());
+    assert_eq!(read["histograms"]["wait"], serde_json::json!([]), "{read}");
+}
+
 /// POSIX AIO is charged at submission: each aio_write, aio_fsync and
 /// lio_listio entry once, with its size (glibc's helper threads call its
 /// internal pread/pwrite, which nothing else sees: 0 bytes before).

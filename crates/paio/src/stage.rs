@@ -31,7 +31,9 @@ use crate::object::{
     TryEnforceError,
 };
 use crate::rule::{Rule, RuleError};
-use crate::stats::{thread_slot, ChannelStats, ObjectRecorder, ObjectStats, Sample, StageStats};
+use crate::stats::{
+    thread_slot, ChannelStats, Histograms, ObjectRecorder, ObjectStats, Sample, StageStats,
+};
 use crate::sync::atomic::AtomicU64;
 use crate::sync::swap::ArcSwap;
 
@@ -1421,6 +1423,17 @@ impl Stage {
     /// `collect`: statistics of every channel and object; interval figures
     /// cover the time since the previous call.
     pub fn collect(&self) -> StageStats {
+        self.collect_with(false)
+    }
+
+    /// [`Stage::collect`], each channel with its wait and latency
+    /// distributions ([`ChannelStats::histograms`]), from the same counts:
+    /// for a statistics file that a reader merges with other processes'.
+    pub fn collect_histograms(&self) -> StageStats {
+        self.collect_with(true)
+    }
+
+    fn collect_with(&self, histograms: bool) -> StageStats {
         let model = self.model();
         let mut collected = self.collected.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock.now_ns();
@@ -1458,10 +1471,16 @@ impl Stage {
                         counts: counts(o.uid, o.recorder.sample()),
                     })
                     .collect();
+                let sample = ch.sample();
+                let histograms = histograms.then(|| Histograms {
+                    wait: sample.waits.latency_buckets(1.0),
+                    latency: sample.latency.latency_buckets(ns_per_tick(&sample)),
+                });
                 ChannelStats {
                     name: ch.name.clone(),
-                    counts: counts(ch.uid, ch.sample()),
+                    counts: counts(ch.uid, sample),
                     objects,
+                    histograms,
                 }
             })
             .collect();
@@ -1571,6 +1590,42 @@ mod tests {
             .find(|c| c.name == name)
             .unwrap()
             .counts
+    }
+
+    /// `collect_histograms` carries each channel's distributions, which
+    /// merge across stages to the percentiles of all their requests;
+    /// `collect` does not.
+    #[test]
+    fn histograms_merge_across_stages() {
+        let (a, clock_a) = two_phase_stage();
+        let (b, clock_b) = two_phase_stage();
+        let read = ctx(RequestType::READ, RequestContext::NONE, 1);
+        for (stage, clock, micros, n) in [(&a, &clock_a, 100, 99), (&b, &clock_b, 5_000, 1)] {
+            for _ in 0..n {
+                let r = stage.admit(&read).unwrap();
+                clock.advance(Duration::from_micros(micros));
+                stage.complete(r, 1).unwrap();
+            }
+        }
+        assert!(a.collect().channels.iter().all(|c| c.histograms.is_none()));
+        let mut merged = crate::stats::MergedHistograms::default();
+        let mut ops = 0;
+        for stage in [&a, &b] {
+            let s = stage.collect_histograms();
+            let bg = s.channels.iter().find(|c| c.name == "bg").unwrap();
+            let h = bg.histograms.as_ref().unwrap();
+            let timed: u64 = h.latency.iter().map(|&(_, n)| n).sum();
+            assert_eq!(timed, bg.counts.latency_total.ops);
+            assert!(h.wait.is_empty(), "nothing waited: {h:?}");
+            merged.merge(h);
+            ops += bg.counts.ops;
+        }
+        let l = merged.latency();
+        assert_eq!(l.ops, 100);
+        // Bucket upper bounds: within 12.5 % above 100 µs and 5 ms.
+        assert!((100_000..=112_500).contains(&l.p99_ns), "{l:?}");
+        assert!((5_000_000..=5_625_000).contains(&l.p999_ns), "{l:?}");
+        assert_eq!(merged.wait(ops).p99_ns, 0);
     }
 
     #[test]

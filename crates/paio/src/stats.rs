@@ -601,6 +601,58 @@ pub struct ChannelStats {
     /// Its live objects.
     #[serde(default)]
     pub objects: Vec<ObjectStats>,
+    /// Its wait and latency distributions since the stage was created, when
+    /// the collection asked for them ([`crate::Stage::collect_histograms`]):
+    /// what several processes' percentiles are merged from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histograms: Option<Histograms>,
+}
+
+/// A channel's wait and call-latency distributions since the stage was
+/// created, each in the sparse form of
+/// [`HistogramSnapshot::latency_buckets`]: `(ns, requests)` for every
+/// non-empty bucket, ascending. Histograms of several stages add up
+/// ([`Histograms::merge`]); percentiles taken from the sum are bucket upper
+/// bounds, as a single stage's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Histograms {
+    /// Requests that waited in the stage, by wait (those that did not wait
+    /// are not in it).
+    pub wait: Vec<(u64, u64)>,
+    /// Completed two-phase requests, by call latency.
+    pub latency: Vec<(u64, u64)>,
+}
+
+/// [`Histograms`] of several stages added up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MergedHistograms {
+    wait: HistogramSnapshot,
+    latency: HistogramSnapshot,
+}
+
+impl MergedHistograms {
+    /// Adds one stage's histograms.
+    pub fn merge(&mut self, h: &Histograms) {
+        for &(ns, n) in &h.wait {
+            self.wait.add(ns, n);
+        }
+        for &(ns, n) in &h.latency {
+            self.latency.add(ns, n);
+        }
+    }
+
+    /// The merged waits over `total_ops` requests (those not in the
+    /// histograms did not wait). `total_ns` and `mean_ns` are from the
+    /// buckets' middles: take the stages' own sums where exact ones matter.
+    pub fn wait(&self, total_ops: u64) -> WaitSummary {
+        self.wait.summary(total_ops)
+    }
+
+    /// The merged call latencies (`mean_ns` from the buckets' middles).
+    pub fn latency(&self) -> LatencySummary {
+        self.latency.latency(1.0)
+    }
 }
 
 /// One collection of a stage's statistics. Only `stage` is required in a

@@ -474,6 +474,7 @@ pub(crate) mod testutil {
                 name: channel.into(),
                 counts,
                 objects: vec![],
+                histograms: None,
             }],
             ..Default::default()
         }

@@ -672,6 +672,7 @@ mod tests {
                     kind: "priority".into(),
                     counts,
                 }],
+                histograms: None,
             }],
             critical_latency: cumulative,
             ..Default::default()
