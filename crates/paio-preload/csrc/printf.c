@@ -51,7 +51,7 @@ static void *next(void **slot, const char *name) {
 }
 
 static void *real_vfprintf, *real_vfprintf_chk, *real_vdprintf, *real_vdprintf_chk;
-static void *real_vfscanf, *real_isoc99_vfscanf;
+static void *real_vfscanf, *real_isoc99_vfscanf, *real_isoc23_vfscanf;
 
 typedef int (*vfprintf_fn)(FILE *, const char *, va_list);
 typedef int (*vfprintf_chk_fn)(FILE *, int, const char *, va_list);
@@ -118,6 +118,7 @@ static int from_stream(void *real, FILE *stream, const char *format, va_list arg
 
 #define VFSCANF next(&real_vfscanf, "vfscanf")
 #define ISOC99_VFSCANF next(&real_isoc99_vfscanf, "__isoc99_vfscanf")
+#define ISOC23_VFSCANF next(&real_isoc23_vfscanf, "__isoc23_vfscanf")
 #define VFPRINTF next(&real_vfprintf, "vfprintf")
 #define VFPRINTF_CHK next(&real_vfprintf_chk, "__vfprintf_chk")
 #define VDPRINTF next(&real_vdprintf, "vdprintf")
@@ -197,7 +198,8 @@ HIDDEN int paio_c_dprintf_chk(int fd, int flag, const char *format, ...) {
 
 /* The scanf family, as `paio_c_<PREFIX>vfscanf` ... scanning with `real`:
  * C99 programs call the __isoc99_ forms (<stdio.h> redirects them), older
- * ones the plain names. */
+ * ones the plain names, and programs built on glibc 2.38 or later in C2X
+ * mode or with _GNU_SOURCE (every C++ program) the __isoc23_ forms. */
 #define SCAN_FAMILY(PREFIX, REAL)                                                        \
     HIDDEN int paio_c_##PREFIX##vfscanf(FILE *stream, const char *format, va_list args) { \
         return from_stream(REAL, stream, format, args);                                  \
@@ -222,3 +224,4 @@ HIDDEN int paio_c_dprintf_chk(int fd, int flag, const char *format, ...) {
 
 SCAN_FAMILY(, VFSCANF)
 SCAN_FAMILY(isoc99_, ISOC99_VFSCANF)
+SCAN_FAMILY(isoc23_, ISOC23_VFSCANF)

@@ -2,8 +2,9 @@
 //! `_chk` forms, ...), charged as stdio calls ([`crate::stdio::call`]) or,
 //! for the `dprintf` forms that write straight to a descriptor, as one
 //! write after the call; and the scanf family (`fscanf`, `scanf`, their
-//! `__isoc99_` forms), charged as stdio reads of what they took from the
-//! stream's buffer ([`crate::stdio::scan`]).
+//! `__isoc99_` forms and glibc 2.38's `__isoc23_` ones), charged as stdio
+//! reads of what they took from the stream's buffer
+//! ([`crate::stdio::scan`]).
 //!
 //! Stable Rust cannot define a variadic function, so the bodies are C
 //! (csrc/printf.c, hidden in the library): each starts its argument list,
@@ -114,3 +115,7 @@ jump!(__isoc99_fscanf, paio_c_isoc99_fscanf);
 jump!(__isoc99_scanf, paio_c_isoc99_scanf);
 jump!(__isoc99_vfscanf, paio_c_isoc99_vfscanf);
 jump!(__isoc99_vscanf, paio_c_isoc99_vscanf);
+jump!(__isoc23_fscanf, paio_c_isoc23_fscanf);
+jump!(__isoc23_scanf, paio_c_isoc23_scanf);
+jump!(__isoc23_vfscanf, paio_c_isoc23_vfscanf);
+jump!(__isoc23_vscanf, paio_c_isoc23_vscanf);

@@ -14,6 +14,10 @@
 /* The symbol programs built as C89 with _GNU_SOURCE call (others call
  * __isoc99_fscanf, through <stdio.h>'s redirect). */
 extern int scan_file(FILE *stream, const char *format, ...) __asm__("fscanf");
+#elif defined(ISOC23_SCANF)
+/* The symbol programs built on glibc 2.38 or later in C2X mode or with
+ * _GNU_SOURCE call (tests/fake_isoc23.c provides it here). */
+extern int scan_file(FILE *stream, const char *format, ...) __asm__("__isoc23_fscanf");
 #else
 #define scan_file fscanf
 #endif

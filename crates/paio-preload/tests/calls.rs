@@ -886,13 +886,28 @@ fn stdio_charges_what_reaches_the_kernel() {
 /// `getc_unlocked`: no call until a buffer is full or empty), across
 /// `fseek`, `fflush(NULL)`, `rewind` and the exit flush; the one-byte
 /// calls, `puts`, the printf family with and without `_FORTIFY_SOURCE`
-/// (`__printf_chk`, ...), `dprintf`, and `fscanf` (`__isoc99_fscanf`, and
-/// the plain symbol C89 programs call). Before, `cut -c` ran with 0 bytes
+/// (`__printf_chk`, ...), `dprintf`, and `fscanf` (`__isoc99_fscanf`, the
+/// plain symbol C89 programs call, and glibc 2.38's `__isoc23_fscanf`, of
+/// which nothing was counted before it was interposed). Before, `cut -c` ran with 0 bytes
 /// read or written, whatever the limit. Memory streams (`open_memstream`,
 /// `fmemopen`) move no I/O: none of their bytes, opens or closes count.
 #[test]
 fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
     let dir = scratch("bytewise");
+    // glibc 2.38's __isoc23_fscanf, which this glibc lacks: from a library
+    // the program links (tests/fake_isoc23.c).
+    require("cc");
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake_isoc23.c");
+    let st = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-Wall", "-o"])
+        .arg(dir.join("libfake_isoc23.so"))
+        .arg(&fake)
+        .arg("-ldl")
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc fake_isoc23.c failed");
+    let link_dir = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
     for (flags, calls) in [
         (
             &["-U_FORTIFY_SOURCE"][..],
@@ -913,6 +928,16 @@ fn stdio_byte_by_byte_and_formatted_is_charged_every_byte() {
                 "__dprintf_chk",
                 "fscanf",
             ],
+        ),
+        (
+            &[
+                "-DISOC23_SCANF",
+                "-U_FORTIFY_SOURCE",
+                &link_dir,
+                &rpath,
+                "-lfake_isoc23",
+            ],
+            &["printf", "fprintf", "__isoc23_fscanf"],
         ),
     ] {
         let fortify = flags[0];
