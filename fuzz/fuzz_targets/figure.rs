@@ -3,6 +3,7 @@
 // The check lives in fuzz/src/cli.rs, shared with the stable replay
 // crates/paio-cli/tests/fuzz_figure.rs.
 #[path = "../src/cli.rs"]
+#[allow(dead_code)] // the other target's check
 mod cli;
 
 use libfuzzer_sys::fuzz_target;

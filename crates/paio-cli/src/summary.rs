@@ -332,7 +332,13 @@ pub fn read_file(path: &Path) -> Result<StatsFile, StatsError> {
             path: path.to_path_buf(),
             len: MAX_STATS_FILE + 1,
         })?;
-    serde_json::from_slice(&text).map_err(|source| StatsError::Json {
+    parse_file(&text, path)
+}
+
+/// Decodes the contents of statistics file `path` (any bytes: an error
+/// naming the file if they are not one).
+pub fn parse_file(text: &[u8], path: &Path) -> Result<StatsFile, StatsError> {
+    serde_json::from_slice(text).map_err(|source| StatsError::Json {
         path: path.to_path_buf(),
         source,
     })
@@ -491,7 +497,7 @@ impl Default for Sum {
 
 impl Sum {
     fn add(&mut self, c: &Counts) {
-        self.ops += c.ops;
+        self.ops = self.ops.saturating_add(c.ops);
         self.bytes = self.bytes.wrapping_add(c.bytes);
         self.wait_ns = self.wait_ns.wrapping_add(c.wait_total.total_ns);
     }

@@ -2,6 +2,7 @@
 //! shares with the fuzz target (`fuzz/src/cli.rs`).
 
 #[path = "../../../fuzz/src/cli.rs"]
+#[allow(dead_code)] // the other target's check
 mod checks;
 #[path = "../../../fuzz/src/replay.rs"]
 mod replay;

@@ -346,13 +346,14 @@ impl Default for HistogramSnapshot {
 impl HistogramSnapshot {
     /// Requests that waited.
     pub fn waited(&self) -> u64 {
-        self.counts.iter().sum()
+        self.counts.iter().fold(0, |a, &c| a.saturating_add(c))
     }
 
-    /// Adds `other`'s counts into `self`.
+    /// Adds `other`'s counts into `self` (each saturating at `u64::MAX`:
+    /// counts from another process are not trusted to be sane).
     pub fn merge(&mut self, other: &HistogramSnapshot) {
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
-            *a += b;
+            *a = a.saturating_add(*b);
         }
         self.sum_ns = self.sum_ns.wrapping_add(other.sum_ns);
     }
@@ -386,7 +387,7 @@ impl HistogramSnapshot {
         }
         let mut seen = zeros;
         for (b, &c) in self.counts.iter().enumerate() {
-            seen += c;
+            seen = seen.saturating_add(c);
             if seen >= rank {
                 return bucket_upper(b);
             }
@@ -404,7 +405,7 @@ impl HistogramSnapshot {
         let mut b = 0;
         for &le in bounds {
             while b < BUCKETS && bucket_upper(b) <= le {
-                seen += self.counts[b];
+                seen = seen.saturating_add(self.counts[b]);
                 b += 1;
             }
             out.push((le, seen));
@@ -450,9 +451,11 @@ impl HistogramSnapshot {
     }
 
     /// Adds `count` values of `value` (e.g. the buckets of
-    /// [`HistogramSnapshot::latency_buckets`], merged from several stages).
+    /// [`HistogramSnapshot::latency_buckets`], merged from several stages);
+    /// a bucket's count saturates at `u64::MAX`.
     pub fn add(&mut self, value: u64, count: u64) {
-        self.counts[bucket_of(value)] += count;
+        let c = &mut self.counts[bucket_of(value)];
+        *c = c.saturating_add(count);
         self.sum_ns = self.sum_ns.wrapping_add(value.wrapping_mul(count));
     }
 
