@@ -24,6 +24,10 @@ mod args;
 #[path = "../../paio-preload/src/board.rs"]
 mod board;
 mod status;
+// The board maps and inspects its file with the system-call instruction
+// (the interposer defines mmap itself); the same here.
+#[path = "../../paio-preload/src/sys.rs"]
+mod sys;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 

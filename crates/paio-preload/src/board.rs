@@ -134,9 +134,9 @@ impl Board {
             let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
             // The creator may still be sizing it: wait up to 100 ms.
             for _ in 0..100 {
-                // SAFETY: `st` is a valid out-pointer.
-                if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
-                    return Err(error(path, io::Error::last_os_error()));
+                let r = crate::sys::fstat(fd, &mut st);
+                if crate::sys::failed(r) {
+                    return Err(error(path, io::Error::from_raw_os_error(-r as i32)));
                 }
                 // SAFETY: fstat filled it.
                 if unsafe { st.assume_init_ref() }.st_size != 0 {
@@ -173,10 +173,11 @@ impl Board {
                 ));
             }
         }
-        // SAFETY: a shared, read-write mapping of the whole (SIZE-byte) file;
-        // checked for failure below.
-        let p = unsafe {
-            libc::mmap(
+        // SAFETY: a shared, read-write mapping of the whole (SIZE-byte) file
+        // (directly: not through this library's own mmap, which looks at
+        // the program's mappings); checked for failure below.
+        let r = unsafe {
+            crate::sys::mmap(
                 std::ptr::null_mut(),
                 SIZE,
                 libc::PROT_READ | libc::PROT_WRITE,
@@ -185,9 +186,10 @@ impl Board {
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
-            return Err(error(path, io::Error::last_os_error()));
+        if crate::sys::failed(r) {
+            return Err(error(path, io::Error::from_raw_os_error(-r as i32)));
         }
+        let p = r as *mut libc::c_void;
         // SAFETY: the mapping is SIZE bytes, page-aligned (so aligned for
         // u64), never unmapped (the board lives as long as the process), and
         // every access to it goes through these atomics: other processes

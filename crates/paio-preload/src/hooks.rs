@@ -1079,6 +1079,57 @@ fd_meta_hook!(fallocate64, c"fallocate64", FALLOCATE, fd, (fd: c_int, mode: c_in
 fd_meta_hook!(posix_fallocate, c"posix_fallocate", FALLOCATE, fd, (fd: c_int, off: off_t, len: off_t));
 fd_meta_hook!(posix_fallocate64, c"posix_fallocate64", FALLOCATE, fd, (fd: c_int, off: off64_t, len: off64_t));
 
+// ------------------------------------------------------------ memory mapping
+
+/// `mmap` (and `mmap64`, the same call on 64-bit Linux): made with the
+/// system-call instruction itself (crate::sys), since allocators call it
+/// before anything may be looked up; the kernel checks what glibc's wrapper
+/// checks, so the result and errno are the same. I/O through a file's
+/// mapping is page faults, which nothing sees: a process that maps a
+/// regular file while its reads or writes meet enforcement says so once
+/// (rt::mapped_file).
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: the caller's arguments, unchanged (mmap's own contract).
+    let r = unsafe { crate::sys::mmap(addr, len, prot, flags, fd, off) };
+    mapped(r, flags, fd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    // SAFETY: as in mmap.
+    let r = unsafe { crate::sys::mmap(addr, len, prot, flags, fd, off) };
+    mapped(r, flags, fd)
+}
+
+/// The result of a raw mmap as libc returns it (`MAP_FAILED` and errno on
+/// failure); a file mapping is looked at.
+#[inline]
+fn mapped(r: isize, flags: c_int, fd: c_int) -> *mut c_void {
+    if crate::sys::failed(r) {
+        rt::set_errno(-r as c_int);
+        return libc::MAP_FAILED;
+    }
+    if flags & libc::MAP_ANONYMOUS == 0 && fd >= 0 {
+        rt::mapped_file(fd);
+    }
+    r as *mut c_void
+}
+
 // ------------------------------------------------------------ asynchronous I/O
 
 /// libaio's `io_submit(io_context_t, long nr, struct iocb *[])`: every data

@@ -43,3 +43,4 @@ mod ring;
 mod rt;
 mod stdio;
 mod streams;
+mod sys;

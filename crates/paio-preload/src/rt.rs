@@ -1928,6 +1928,45 @@ pub(crate) fn active() -> bool {
     STATE.load(Ordering::Relaxed) == ACTIVE
 }
 
+/// Set once the process was told that mapped I/O is not enforced.
+static MAPPED_SAID: AtomicBool = AtomicBool::new(false);
+
+/// The program mapped descriptor `fd` (not anonymous memory): if it is a
+/// regular file and the stage enforces something on reads or writes (an
+/// object other than a Noop may meet them), say once that I/O through the
+/// mapping is neither enforced nor counted.
+#[inline]
+pub(crate) fn mapped_file(fd: c_int) {
+    if !MAPPED_SAID.load(Ordering::Relaxed) && active() {
+        mapped_file_slow(fd);
+    }
+}
+
+#[cold]
+fn mapped_file_slow(fd: c_int) {
+    // The library's own mappings (and a signal handler's inside it) pass.
+    let Some(_g) = Guard::enter() else { return };
+    let Some(stage) = stage() else { return };
+    if stage.passes_at_once(RequestType::READ) && stage.passes_at_once(RequestType::WRITE) {
+        return;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    if crate::sys::fstat(fd, &mut st) != 0 {
+        return;
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    if unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return;
+    }
+    if !MAPPED_SAID.swap(true, Ordering::Relaxed) {
+        raw_stderr(&format!(
+            "paio: process {} maps a file with mmap: reads and writes through the mapping \
+             are neither enforced nor counted (docs/preload.md)\n",
+            std::process::id()
+        ));
+    }
+}
+
 /// Whether file classes are configured (fd table in use).
 #[inline]
 pub(crate) fn classifying() -> bool {

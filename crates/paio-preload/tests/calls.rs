@@ -457,6 +457,56 @@ name = "other"
     );
 }
 
+/// mmap keeps its results and errno exactly; a process that maps a regular
+/// file while its reads or writes meet a limit says once that I/O through
+/// the mapping is neither enforced nor counted, and nothing otherwise (no
+/// enforcement, anonymous memory, /dev/zero).
+#[test]
+fn file_mappings_under_enforcement_are_said_once() {
+    let dir = scratch("mmap");
+    let exe = compile(&dir, "mmap", &[]);
+    random_file(&dir.join("f"), 100_000);
+    let errors = same(&dir, &[exe.as_str(), "errors", "f"], &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&errors.stdout),
+        "unaligned 1 22\nbad fd 1 9\nempty 1 22\nclosed 1 9\nkept 1 42\n"
+    );
+    // No enforcement (the default policy): nothing said.
+    same(&dir, &[exe.as_str(), "file", "f"], &[]);
+    take_stats(&dir);
+    let policy = dir.join("limit.toml");
+    std::fs::write(
+        &policy,
+        r#"
+[[channel]]
+name = "read"
+match = { request_type = "read" }
+default_object = "drl"
+[[channel.object]]
+name = "drl"
+kind = "drl"
+rate = "1GiB/s"
+"#,
+    )
+    .unwrap();
+    let limited = [("PAIO_POLICY", policy.to_str().unwrap())];
+    let plain = run(&dir, &[exe.as_str(), "file", "f"], false, &[]);
+    let out = run(&dir, &[exe.as_str(), "file", "f"], true, &limited);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, plain.stdout);
+    let said = format!(
+        "paio: process {} maps a file with mmap: reads and writes through the mapping \
+         are neither enforced nor counted (docs/preload.md)\n",
+        take_stats(&dir)[0].pid
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), said);
+    let out = run(&dir, &[exe.as_str(), "anon"], true, &limited);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "anon 7\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    take_stats(&dir);
+}
+
 /// A statistics file carries each channel's wait and latency histograms
 /// (what `paio run --summary` merges across processes), their counts those
 /// of the channel's figures.
