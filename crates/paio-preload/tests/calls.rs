@@ -134,13 +134,18 @@ fn metadata_calls_are_each_counted_once_and_limited() {
     let stats = take_stats(&dir);
     let stat = stats[0].channel_json("stat").unwrap();
     assert_eq!(stat["ops"].as_u64().unwrap(), 3 * n);
+    // The time proves the limit: 900 calls at 5,000 ops/s take 180 ms, so
+    // at least 85 % went through the DRL. A call that comes more than
+    // 200 µs after the one before (the process preempted on a loaded
+    // machine) passes without waiting, so fewer wait than that: half, at
+    // least.
+    assert!(took >= std::time::Duration::from_millis(170), "{took:?}");
     let waited = stat["wait_total"]["waited_ops"].as_u64().unwrap();
     assert!(
-        waited >= 3 * n * 9 / 10,
+        waited >= 3 * n / 2,
         "only {waited} of {} stat calls waited",
         3 * n
     );
-    assert!(took >= std::time::Duration::from_millis(170), "{took:?}");
 }
 
 /// With no statistics file and no control plane nothing reads the stage's
