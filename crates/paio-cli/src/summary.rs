@@ -16,7 +16,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use paio::stats::{ChannelStats, Counts, Histograms, MergedHistograms, StageStats};
+use paio::stats::{ChannelStats, Counts, MergedHistograms, StageStats};
 use paio_control::record::{self, ChannelSample, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -505,13 +505,9 @@ impl Sum {
     /// Adds a channel: its counts and its distributions.
     fn add_channel(&mut self, c: &ChannelStats) {
         self.add(&c.counts);
-        self.add_histograms(c.histograms.as_ref(), c.counts.ops);
-    }
-
-    fn add_histograms(&mut self, h: Option<&Histograms>, ops: u64) {
-        match (h, &mut self.histograms) {
+        match (&c.histograms, &mut self.histograms) {
             (Some(h), Some(m)) => m.merge(h),
-            (None, _) if ops > 0 => self.histograms = None,
+            (None, _) if c.counts.ops > 0 => self.histograms = None,
             _ => {}
         }
     }
@@ -868,9 +864,9 @@ total over 1 process
         let with = |pid: u32, wait: Vec<(u64, u64)>, latency: Vec<(u64, u64)>| {
             let mut f = sample(pid, "/usr/bin/fio");
             for c in &mut f.stats.channels {
-                c.histograms = Some(Histograms::default());
+                c.histograms = Some(paio::stats::Histograms::default());
             }
-            f.stats.channels[0].histograms = Some(Histograms { wait, latency });
+            f.stats.channels[0].histograms = Some(paio::stats::Histograms { wait, latency });
             f
         };
         // 1024 reads each; the first process's 1000 waits of ~20 ms are

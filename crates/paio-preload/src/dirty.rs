@@ -116,11 +116,7 @@ pub(crate) fn wrote(fd: libc::c_int, bytes: u64) -> bool {
 fn classify(fd: libc::c_int, word: &AtomicU64) -> u64 {
     // SAFETY: F_GETFL takes no third argument.
     let flags = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) };
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
-    let r = unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) };
-    // SAFETY: fstat succeeded, so it filled `st`.
-    let regular = r == 0 && unsafe { st.assume_init() }.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let regular = crate::rt::file_kind(fd).map(|(kind, _)| kind) == Some(libc::S_IFREG);
     let kind = if flags >= 0 && flags as libc::c_int & libc::O_DIRECT == 0 && regular {
         TRACKED
     } else {

@@ -1584,11 +1584,11 @@ fn copy_bound(fd_in: c_int, off_in: Option<i64>, fd_out: c_int, len: u64) -> u64
     len.min(available).min(room)
 }
 
-/// A descriptor's file type (`S_IFMT` bits) and size, by a raw `fstat`.
-fn file_kind(fd: c_int) -> Option<(libc::mode_t, u64)> {
+/// A descriptor's file type (`S_IFMT` bits) and size, by a raw `fstat`
+/// (crate::sys: neither libc nor this library's own `syscall` hook).
+pub(crate) fn file_kind(fd: c_int) -> Option<(libc::mode_t, u64)> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    // SAFETY: `st` is a valid out-pointer for one `struct stat`.
-    if unsafe { libc::syscall(libc::SYS_fstat, fd, st.as_mut_ptr()) } != 0 {
+    if crate::sys::fstat(fd, &mut st) != 0 {
         return None;
     }
     // SAFETY: fstat succeeded, so it filled `st`.
@@ -1950,12 +1950,7 @@ fn mapped_file_slow(fd: c_int) {
     if stage.passes_at_once(RequestType::READ) && stage.passes_at_once(RequestType::WRITE) {
         return;
     }
-    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-    if crate::sys::fstat(fd, &mut st) != 0 {
-        return;
-    }
-    // SAFETY: fstat succeeded, so it filled `st`.
-    if unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFREG {
+    if file_kind(fd).map(|(kind, _)| kind) != Some(libc::S_IFREG) {
         return;
     }
     if !MAPPED_SAID.swap(true, Ordering::Relaxed) {
