@@ -2,6 +2,8 @@
 //! without it: identical outputs, exact byte counts in the statistics.
 
 mod support;
+use std::path::Path;
+
 use support::*;
 
 const MIB: u64 = 1 << 20;
@@ -297,15 +299,36 @@ name = "other"
     )
     .unwrap();
     let policy = dir.join("limit.toml");
+    // Never above the limit (3 % for the burst and timing), in any run.
+    // Below it by at most 10 %: the wall clock also counts dd's start and
+    // any time a loaded machine (tests run in parallel) keeps it off the
+    // CPU past the burst's 40 ms, so a slow run is tried again, twice at
+    // most; a limiter that lost credit on late wake-ups is slow every time.
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        let rate = limited_dd_rate(&dir, n, &policy);
+        assert!(rate <= 51.5, "{rate:.2} MiB/s is more than 3 % above 50");
+        rates.push(rate);
+        if rate >= 45.0 {
+            return;
+        }
+    }
+    panic!("dd at a 50 MiB/s limit ran more than 10 % below it in 3 runs: {rates:.2?} MiB/s");
+}
+
+/// dd reading `n` MiB of `dir/big` under `policy` (a 50 MiB/s read
+/// limit): its rate in MiB/s, after checking the statistics it left.
+fn limited_dd_rate(dir: &Path, n: u64, policy: &Path) -> f64 {
+    let _ = std::fs::remove_dir_all(dir.join("stats"));
     std::fs::create_dir_all(dir.join("stats")).unwrap();
     let start = std::time::Instant::now();
     let mut child = std::process::Command::new("dd")
         .args(["if=big", "of=/dev/null", "bs=1M", "status=none"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .env("LD_PRELOAD", lib())
         .env("PAIO_STATS", dir.join("stats/%p.json"))
         .env("PAIO_STATS_INTERVAL", "500ms")
-        .env("PAIO_POLICY", &policy)
+        .env("PAIO_POLICY", policy)
         .spawn()
         .unwrap();
     // The statistics file is pushed while dd runs, not only at exit.
@@ -321,18 +344,13 @@ name = "other"
     let status = child.wait().unwrap();
     let secs = start.elapsed().as_secs_f64();
     assert!(status.success());
-    let stats = take_stats(&dir);
+    let stats = take_stats(dir);
     assert_eq!(stats.len(), 1);
     assert_eq!(stats[0].channel("read").1, n * MIB);
     let rate = (n * MIB) as f64 / secs / MIB as f64;
     eprintln!("dd at a 50 MiB/s limit: {rate:.2} MiB/s over {secs:.2} s");
     assert!(secs >= 5.0, "ran {secs:.2} s");
-    // Never above the limit (3 % for the burst and timing). Below it by at
-    // most 10 %: the wall clock also counts dd's start and any time a
-    // loaded machine (tests run in parallel) keeps it off the CPU; a
-    // limiter that lost credit on late wake-ups would fall further.
-    assert!(rate <= 51.5, "{rate:.2} MiB/s is more than 3 % above 50");
-    assert!(rate >= 45.0, "{rate:.2} MiB/s is more than 10 % below 50");
+    rate
 }
 
 #[test]
