@@ -69,6 +69,10 @@ pub struct InterposerEnv {
     pub log: bool,
     /// `PAIO_BOARD`.
     pub board: BoardSetting,
+    /// `PAIO_SHARED`: the file holding the buckets of limits shared by
+    /// processes ([`crate::object::shared_drl`]), an absolute path (none:
+    /// shared limits cannot be used).
+    pub shared: Option<PathBuf>,
     /// `PAIO_CRITICAL=1`: the whole process is critical (`0` or unset: not).
     pub critical: bool,
     /// `PAIO_FILE_CLASSES=class=/prefix,...`: each class with an absolute
@@ -216,6 +220,17 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
             ))
         }
     };
+    let shared = match get("PAIO_SHARED") {
+        None => None,
+        Some(p) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Some(p) => {
+            return Err(bad(
+                "PAIO_SHARED",
+                p,
+                "expected the absolute path of the file of shared limits".into(),
+            ))
+        }
+    };
     let critical = switch("PAIO_CRITICAL", "the process is critical")?;
     let mut file_classes = Vec::new();
     if let Some(all) = get("PAIO_FILE_CLASSES") {
@@ -250,6 +265,7 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
         context,
         log,
         board,
+        shared,
         critical,
         file_classes,
     })
@@ -298,6 +314,7 @@ mod tests {
             ("PAIO_CONTEXT", "flush"),
             ("PAIO_LOG", "1"),
             ("PAIO_BOARD", "off"),
+            ("PAIO_SHARED", "/run/j/limits"),
             ("PAIO_CRITICAL", "1"),
             ("PAIO_FILE_CLASSES", "wal=/db/wal,sst=/db/sst"),
         ]))
@@ -313,6 +330,7 @@ mod tests {
         assert_eq!(e.stats_interval, Duration::from_millis(250));
         assert_eq!(e.context, RequestContext::named("flush").unwrap());
         assert_eq!(e.board, BoardSetting::Off);
+        assert_eq!(e.shared, Some(PathBuf::from("/run/j/limits")));
         assert_eq!(e.file_classes.len(), 2);
         assert_eq!(e.file_classes[1].1, "/db/sst");
         // The later of two entries wins, as in a process's environment.
@@ -324,6 +342,7 @@ mod tests {
     fn bad_values_name_the_variable_and_what_was_expected() {
         for (pairs, variable, says) in [
             (&[("PAIO_CONTROL", "sock")][..], "PAIO_CONTROL", "absolute"),
+            (&[("PAIO_SHARED", "limits")][..], "PAIO_SHARED", "absolute"),
             (
                 &[("PAIO_STAGE_NAME", &*"n".repeat(300))][..],
                 "PAIO_STAGE_NAME",

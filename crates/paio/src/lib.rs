@@ -72,7 +72,7 @@ pub use context::{
 pub use criticality::{CriticalBoard, CriticalNames, CriticalScope, Criticality};
 pub use differentiation::{Classifier, Pattern};
 pub use object::{
-    EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, TryEnforceError,
+    EnforceError, EnforcementObject, ObjectConfig, Outcome, Request, SharedBuckets, TryEnforceError,
 };
 pub use policy::{Policy, PolicyError};
 pub use rule::{Rule, RuleError};

@@ -176,6 +176,7 @@ struct ObjectSection {
     starvation: Option<Spanned<HumanDuration>>,
     split: Option<Spanned<Size>>,
     split_when: Option<Spanned<SplitWhen>>,
+    shared: Option<Spanned<String>>,
     #[serde(default, rename = "match")]
     matches: Option<Spanned<OneOrMany>>,
 }
@@ -201,7 +202,7 @@ impl Kind {
     fn fields(self) -> &'static [&'static str] {
         match self {
             Kind::Noop => &[],
-            Kind::Drl => &["rate", "burst", "zero_size_cost", "split"],
+            Kind::Drl => &["rate", "burst", "zero_size_cost", "split", "shared"],
             Kind::Priority => &[
                 "depth",
                 "busy_depth",
@@ -764,6 +765,7 @@ fn object_config(
         obj.starvation.as_ref().map(|v| (v.span(), "starvation")),
         obj.split.as_ref().map(|v| (v.span(), "split")),
         obj.split_when.as_ref().map(|v| (v.span(), "split_when")),
+        obj.shared.as_ref().map(|v| (v.span(), "shared")),
     ];
     if let Some((span, field)) = given
         .iter()
@@ -843,12 +845,24 @@ fn object_config(
                     return Err((n.span(), "split", SPLIT_REASON.to_string()));
                 }
             }
-            Ok(ObjectConfig::Drl(DrlConfig {
+            let config = DrlConfig {
                 rate: *rate.get_ref(),
                 burst: obj.burst.as_ref().map(|b| *b.get_ref()),
                 zero_size_cost: obj.zero_size_cost.as_ref().map_or(0, |z| *z.get_ref()),
                 split: obj.split.as_ref().map_or(Size(0), |n| *n.get_ref()),
-            }))
+                shared: obj.shared.as_ref().map(|n| n.get_ref().clone()),
+            };
+            crate::object::shared_drl::validate_shared(&config).map_err(|e| {
+                let ConfigError::Invalid { field, reason } = e else {
+                    unreachable!("validate_shared reports only invalid settings")
+                };
+                let span = match field {
+                    "rate" => rate.span(),
+                    _ => obj.shared.as_ref().map_or(obj.kind.span(), |n| n.span()),
+                };
+                (span, field, reason)
+            })?;
+            Ok(ObjectConfig::Drl(config))
         }
     }
 }
@@ -1067,6 +1081,7 @@ name = "fg"
                 burst: Some(Size(1 << 20)),
                 zero_size_cost: 4096,
                 split: Size(0),
+                shared: None,
             }))
         );
         assert_eq!(
@@ -1088,6 +1103,7 @@ name = "fg"
                 burst: Some(Size(4)),
                 zero_size_cost: 0,
                 split: Size(0),
+                shared: None,
             }))
         );
         assert_eq!(

@@ -73,6 +73,15 @@ pub struct DrlConfig {
     /// 0, the default: off. Critical requests are never split.
     #[serde(default = "no_split", skip_serializing_if = "is_zero_size")]
     pub split: Size,
+    /// The name of a bucket shared with other processes
+    /// ([`crate::object::shared_drl`]): every object naming it in the same
+    /// shared memory (the interposer's `PAIO_SHARED`, one per `paio run`)
+    /// draws on one budget, so the rate holds for all of them together.
+    /// The cost: one atomic update of a shared word per request, and waits
+    /// that sleep to their release time (a rate change does not move them).
+    /// `None`, the default: the bucket is this object's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<String>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -95,7 +104,15 @@ impl DrlConfig {
             burst: None,
             zero_size_cost: 0,
             split: Size(0),
+            shared: None,
         }
+    }
+
+    /// The same configuration drawing on the shared bucket `name`
+    /// ([`DrlConfig::shared`]).
+    pub fn shared_as(mut self, name: &str) -> Self {
+        self.shared = Some(name.to_string());
+        self
     }
 
     /// The same configuration with `split` ([`DrlConfig::split`]) in bytes.
@@ -190,7 +207,7 @@ pub struct Drl {
     bytes: AtomicBool,
 }
 
-fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
+pub(super) fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
     if config.burst == Some(Size(0)) {
         return Err(ConfigError::Invalid {
             field: "burst",
@@ -347,6 +364,15 @@ impl EnforcementObject for Drl {
             });
         };
         validate(new)?;
+        if let Some(name) = &new.shared {
+            return Err(ConfigError::Invalid {
+                field: "shared",
+                reason: format!(
+                    "{name:?}: this object's bucket is its own and cannot become shared; \
+                     add an object with `shared` instead"
+                ),
+            });
+        }
         let now = self.clock.now_ns();
         {
             let mut b = self.lock();

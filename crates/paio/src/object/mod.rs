@@ -12,11 +12,13 @@
 mod drl;
 mod noop;
 mod priority;
+pub mod shared_drl;
 
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
 pub(crate) use priority::SPLIT_REASON;
 pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen, SPLIT_ALIGN};
+pub use shared_drl::{install_shared_buckets, LocalBuckets, SharedBuckets, SharedDrl};
 
 use crate::criticality::CriticalActivity;
 use std::fmt;
@@ -305,6 +307,9 @@ pub fn build(
 ) -> Result<Arc<dyn EnforcementObject>, ConfigError> {
     Ok(match config {
         ObjectConfig::Noop => Arc::new(Noop),
+        ObjectConfig::Drl(c) if c.shared.is_some() => {
+            Arc::new(SharedDrl::new(c.clone(), clock.clone())?)
+        }
         ObjectConfig::Drl(c) => Arc::new(Drl::new(c.clone(), clock.clone())?),
         ObjectConfig::Priority(c) => {
             Arc::new(Priority::new(c.clone(), clock.clone())?.with_activity(activity.clone()))
