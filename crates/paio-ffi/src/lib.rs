@@ -23,6 +23,12 @@ mod args;
 // symbols would come along).
 #[path = "../../paio-preload/src/board.rs"]
 mod board;
+// The buckets of limits shared by processes (`PAIO_SHARED`), and the page of
+// shared memory both map: the interposer's modules too.
+#[path = "../../paio-preload/src/buckets.rs"]
+mod buckets;
+#[path = "../../paio-preload/src/shm.rs"]
+mod shm;
 mod status;
 // The board maps and inspects its file with the system-call instruction
 // (the interposer defines mmap itself); the same here.
@@ -299,6 +305,36 @@ fn open_board_once() {
     });
 }
 
+/// Installs the buckets of limits shared by processes from `PAIO_SHARED`
+/// (an absolute path; `paio run` sets one for its command) once per
+/// process, before its first stage is built, so a policy's `shared` limits
+/// draw on them with the other processes'. A bad value is said once on
+/// stderr; a policy that names a shared bucket then fails, saying why.
+fn install_shared_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let Some(path) = std::env::var_os("PAIO_SHARED").filter(|p| !p.is_empty()) else {
+            return;
+        };
+        let path = std::path::PathBuf::from(path);
+        if secure_execution() {
+            eprintln!(
+                "paio: this program runs with privileges its user does not have \
+                 (set-user-ID, set-group-ID or file capabilities): PAIO_SHARED is ignored"
+            );
+        } else if !path.is_absolute() {
+            eprintln!(
+                "paio: PAIO_SHARED {:?}: expected the absolute path of the file of shared limits",
+                path.display()
+            );
+        } else {
+            paio::object::install_shared_buckets(std::sync::Arc::new(buckets::FileBuckets::new(
+                &path,
+            )));
+        }
+    });
+}
+
 /// Whether the process runs in secure-execution mode (`AT_SECURE`: a
 /// set-user-ID or set-group-ID program, or one with file capabilities): its
 /// environment is the invoking user's and is not acted on with the
@@ -335,6 +371,7 @@ unsafe fn put_stage(out: *mut *mut paio_stage, stage: Stage) {
 /// # Safety
 /// `out` is NULL or valid for writes.
 unsafe fn stage_out(out: *mut *mut paio_stage) -> Result<*mut *mut paio_stage, Error> {
+    install_shared_once();
     let out = out_ptr(out, "out")?;
     // SAFETY: non-NULL, and valid for writes by the caller's contract.
     unsafe { put(out, std::ptr::null_mut()) };

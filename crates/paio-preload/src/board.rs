@@ -30,21 +30,15 @@
 //! then never reclaimed: the board has 252 slots).
 //!
 //! Trust: the file must belong to the user and be readable by nobody else
-//! (created 0600 with `O_EXCL`, opened with `O_NOFOLLOW`, owner and mode
-//! checked): one user's programs never slow another user's.
+//! ([`crate::shm`]): one user's programs never slow another user's.
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"PAIOBRD2");
-const SIZE: usize = 4096;
-const WORDS: usize = SIZE / 8;
 const HEADER: usize = 8;
-const SLOTS: usize = (WORDS - HEADER) / 2;
-const W_MAGIC: usize = 0;
+const SLOTS: usize = (crate::shm::WORDS - HEADER) / 2;
 const W_SLOTS: usize = 1;
 const W_INFLIGHT: usize = 2;
 const W_LAST_NS: usize = 3;
@@ -97,124 +91,21 @@ pub(crate) fn default_path(env: Option<&str>) -> PathBuf {
     }
 }
 
-fn error(path: &Path, what: impl std::fmt::Display) -> String {
-    format!("board {}: {what}", path.display())
-}
+const KIND: crate::shm::Kind = crate::shm::Kind {
+    what: "board",
+    var: "PAIO_BOARD",
+    magic: MAGIC,
+};
 
 impl Board {
     /// Opens (creating if needed) the board at `path` and claims a slot.
     pub(crate) fn open(path: &Path) -> Result<Board, String> {
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| error(path, "the path holds a NUL byte"))?;
-        let flags = libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW;
-        // SAFETY: a NUL-terminated path; raw syscalls avoid this library's
-        // own `open` (the caller holds the guard anyway).
-        let mut fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CREAT | libc::O_EXCL, 0o600) };
-        let created = fd >= 0;
-        if !created {
-            // SAFETY: as above.
-            fd = unsafe { libc::open(c.as_ptr(), flags) };
-        }
-        if fd < 0 {
-            return Err(error(path, io::Error::last_os_error()));
-        }
-        let result = Self::map(path, fd, created);
-        // SAFETY: `fd` is ours; the mapping (if any) outlives it.
-        unsafe { libc::close(fd) };
-        result
-    }
-
-    fn map(path: &Path, fd: libc::c_int, created: bool) -> Result<Board, String> {
-        if created {
-            // SAFETY: `fd` is an open, writable file.
-            if unsafe { libc::ftruncate(fd, SIZE as libc::off_t) } != 0 {
-                return Err(error(path, io::Error::last_os_error()));
-            }
-        } else {
-            let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-            // The creator may still be sizing it: wait up to 100 ms.
-            for _ in 0..100 {
-                let r = crate::sys::fstat(fd, &mut st);
-                if crate::sys::failed(r) {
-                    return Err(error(path, io::Error::from_raw_os_error(-r as i32)));
-                }
-                // SAFETY: fstat filled it.
-                if unsafe { st.assume_init_ref() }.st_size != 0 {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            // SAFETY: fstat filled it.
-            let st = unsafe { st.assume_init() };
-            // SAFETY: getuid has no preconditions.
-            let uid = unsafe { libc::getuid() };
-            if st.st_uid != uid {
-                return Err(error(
-                    path,
-                    format_args!(
-                        "owned by uid {}, not {uid}: remove it, or set PAIO_BOARD to a file of your own",
-                        st.st_uid
-                    ),
-                ));
-            }
-            if st.st_mode & 0o077 != 0 {
-                return Err(error(
-                    path,
-                    format_args!(
-                        "mode {:o} lets other users in: remove it (it is created 0600)",
-                        st.st_mode & 0o777
-                    ),
-                ));
-            }
-            if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size != SIZE as libc::off_t {
-                return Err(error(
-                    path,
-                    format_args!("not a {SIZE}-byte regular file: remove it"),
-                ));
-            }
-        }
-        // SAFETY: a shared, read-write mapping of the whole (SIZE-byte) file
-        // (directly: not through this library's own mmap, which looks at
-        // the program's mappings); checked for failure below.
-        let r = unsafe {
-            crate::sys::mmap(
-                std::ptr::null_mut(),
-                SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if crate::sys::failed(r) {
-            return Err(error(path, io::Error::from_raw_os_error(-r as i32)));
-        }
-        let p = r as *mut libc::c_void;
-        // SAFETY: the mapping is SIZE bytes, page-aligned (so aligned for
-        // u64), never unmapped (the board lives as long as the process), and
-        // every access to it goes through these atomics: other processes
-        // write it concurrently, which atomics allow.
-        let words: &'static [AtomicU64] =
-            unsafe { std::slice::from_raw_parts(p as *const AtomicU64, WORDS) };
-        if created {
-            words[W_SLOTS].store(SLOTS as u64, Ordering::Relaxed);
-            words[W_MAGIC].store(MAGIC, Ordering::Release);
-        } else {
-            let mut ready = false;
-            for _ in 0..100 {
-                if words[W_MAGIC].load(Ordering::Acquire) == MAGIC {
-                    ready = true;
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            if !ready || words[W_SLOTS].load(Ordering::Relaxed) != SLOTS as u64 {
-                return Err(error(
-                    path,
-                    "not a paio board of this version (an older paio's?): remove it",
-                ));
-            }
-        }
+        let words = crate::shm::open(
+            path,
+            &KIND,
+            |words| words[W_SLOTS].store(SLOTS as u64, Ordering::Relaxed),
+            |words| words[W_SLOTS].load(Ordering::Relaxed) == SLOTS as u64,
+        )?;
         let board = Board {
             words,
             slot: AtomicU64::new(0),

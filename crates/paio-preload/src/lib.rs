@@ -33,6 +33,7 @@
 
 mod aio;
 mod board;
+mod buckets;
 mod dirty;
 mod fdtable;
 mod hooks;
@@ -41,6 +42,7 @@ mod printf;
 mod real;
 mod ring;
 mod rt;
+mod shm;
 mod stdio;
 mod streams;
 mod sys;

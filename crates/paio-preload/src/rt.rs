@@ -105,6 +105,8 @@ pub(crate) struct Config {
     critical: bool,
     /// The shared board's path (`PAIO_BOARD`; `None` for `off`).
     board: Option<PathBuf>,
+    /// The file of shared limits' buckets (`PAIO_SHARED`).
+    shared: Option<PathBuf>,
     /// Interned classes; table class `i` is `classes[i - 1]`.
     classes: Vec<FileClass>,
 }
@@ -290,6 +292,12 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
         Ok(cfg) => {
             let cfg: &'static Config = Box::leak(Box::new(cfg));
             CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+            if let Some(path) = &cfg.shared {
+                // Mapped when the policy first names a shared bucket.
+                paio::object::install_shared_buckets(std::sync::Arc::new(
+                    crate::buckets::FileBuckets::new(path),
+                ));
+            }
             match cfg.build_stage() {
                 Ok(stage) => {
                     mark_process(cfg);
@@ -553,6 +561,7 @@ impl Config {
             class_rules,
             critical: e.critical,
             board,
+            shared: e.shared,
             classes,
         })
     }

@@ -107,6 +107,20 @@ fi
 grep -q "PAIO_BOARD is ignored and no board is used" "$secure/err" ||
     { echo "run.sh: the set-user-ID program did not say it ignores PAIO_BOARD:" >&2; cat "$secure/err" >&2; exit 1; }
 
+echo "== limits shared by processes (PAIO_SHARED)"
+"$cc" "${cflags[@]}" "$here/shared.c" "${pc_flags[@]}" -Wl,-rpath,"$libdir" -o "$build/shared"
+env -u PAIO_SHARED "$build/shared" refused
+rm -f "$build/shared-limits"
+# Two processes of 50 requests each at once, 100 ops/s in all: about 1 s
+# each (0.5 s if each process had a bucket of its own).
+PAIO_SHARED="$build/shared-limits" "$build/shared" shared 50 >"$build/shared.1" &
+first=$!
+PAIO_SHARED="$build/shared-limits" "$build/shared" shared 50 >"$build/shared.2"
+wait "$first"
+cat "$build/shared.1" "$build/shared.2" | sort -n | awk 'NR == 1 { low = $1 } END { exit !(low >= 0.7 && $1 >= 0.9) }' ||
+    { echo "run.sh: two processes did not share the bucket's 100 ops/s (seconds each):" >&2
+      cat "$build/shared.1" "$build/shared.2" >&2; exit 1; }
+
 echo "== test_paio under ASan + UBSan (libpaio.a)"
 "$cc" "${cflags[@]}" -O1 -fno-omit-frame-pointer -fsanitize=address,undefined \
     -fno-sanitize-recover=all -pthread -I"$crate/include" "$here/test_paio.c" \
