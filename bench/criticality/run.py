@@ -19,7 +19,11 @@ Setups, interleaved and rotated per round:
   vanilla          nothing
   ionice-bfq       BFQ scheduler, background under `ionice -c3` (idle class)
   ionice-deadline  mq-deadline (the default), background under `ionice -c3`
-  static           background under `paio run --limit read=R --limit write=W`
+  static           background under a static read limit R and write limit W
+                   for each process (`paio run --policy static.toml`, written
+                   into the output directory; `--limit` would share them
+                   among the command's processes, and the rates were tuned
+                   per process)
   paio             critical job under `paio run --critical`, background under
                    `paio run --policy bench/criticality/background.toml`
   paio-target      paio, with both jobs' stages registered with a paiod whose
@@ -236,12 +240,26 @@ class Run:
                             "--compression_type=none", "--disable_wal=1"],
                            check=True, stdout=subprocess.DEVNULL)
 
+    def static_policy(self):
+        """The static setup's policy: a read and a write limit of each
+        process's own (no `shared` bucket), as the rates were tuned."""
+        path = self.out / "static.toml"
+        if not path.exists():
+            channels = []
+            for rt, rate in (("read", self.args.static_read), ("write", self.args.static_write)):
+                channels.append(
+                    f'[[channel]]\nname = "{rt}"\nmatch = {{ request_type = "{rt}" }}\n'
+                    f'default_object = "limit"\n\n[[channel.object]]\nname = "limit"\n'
+                    f'kind = "drl"\nrate = "{rate}"\n')
+            path.write_text('[stage]\ndefault_channel = "other"\n\n' + "\n".join(channels)
+                            + '\n[[channel]]\nname = "other"\n')
+        return path
+
     def wrap_background(self, setup, argv):
         if setup.startswith("ionice"):
             return ["ionice", "-c3"] + argv
         if setup == "static":
-            return [self.paio, "run", "--limit", f"read={self.args.static_read}",
-                    "--limit", f"write={self.args.static_write}", "--"] + argv
+            return [self.paio, "run", "--policy", str(self.static_policy()), "--"] + argv
         if setup in ("paio", "paio-target"):
             return ([self.paio, "run", "--policy", self.args.paio_policy]
                     + self.control(setup) + ["--"] + argv)

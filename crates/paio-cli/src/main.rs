@@ -820,8 +820,8 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         stderr(&format!("paio: warning: {what}\n"));
     }
 
-    // 2. Temporary files: the generated policy and the default statistics
-    //    files, removed when `tmp` is dropped.
+    // 2. Temporary files: the generated policy, the default statistics files
+    //    and the buckets of shared limits, removed when `tmp` is dropped.
     if a.progress.is_some_and(|p| p < Duration::from_secs(1)) {
         return Err(Failure {
             code: EXIT_USAGE,
@@ -841,35 +841,31 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         ),
         None => None,
     };
-    let needs_tmp = generated.is_some() || (wants_stats && a.stats.is_none());
-    let tmp = if needs_tmp {
-        Some(
-            tempfile::Builder::new()
-                .prefix("paio-run.")
-                .tempdir()
-                .context("cannot create a temporary directory")?,
-        )
-    } else {
-        None
-    };
+    // Always: it also holds the buckets of the limits the command's
+    // processes share (`PAIO_SHARED`, created by the first of them).
+    let tmp = tempfile::Builder::new()
+        .prefix("paio-run.")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
     // argv[0] is `program` as given (see `child::run_forwarding_signals`).
     let mut cmd = Command::new(&resolved);
     cmd.args(&a.command[1..]).env("LD_PRELOAD", &ld_preload);
-    if let (Some(text), Some(dir)) = (&generated, &tmp) {
-        let path = dir.path().join("policy.toml");
+    if let Some(text) = &generated {
+        let path = tmp.path().join("policy.toml");
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
         cmd.env("PAIO_POLICY", &path);
     } else if let Some(p) = &policy_path {
         cmd.env("PAIO_POLICY", absolute(p)?);
     }
-    let stats_pattern: Option<OsString> = match (&a.stats, &tmp) {
-        (Some(s), _) => Some(absolute(s)?.into_os_string()),
-        (None, Some(dir)) if wants_stats => Some(dir.path().join("stats.%p.json").into_os_string()),
-        _ => None,
+    let stats_pattern: Option<OsString> = match &a.stats {
+        Some(s) => Some(absolute(s)?.into_os_string()),
+        None if wants_stats => Some(tmp.path().join("stats.%p.json").into_os_string()),
+        None => None,
     };
     if let Some(s) = &stats_pattern {
         cmd.env("PAIO_STATS", s);
     }
+    cmd.env("PAIO_SHARED", tmp.path().join("shared-limits"));
     // An outer `paio run` (or the user's environment) asked for a policy or
     // statistics files that this run replaces for its command: said, never
     // dropped silently.

@@ -465,6 +465,7 @@ fn limits_become_a_temporary_policy() {
     assert!(out.contains("name = \"read\""), "{out}");
     assert!(out.contains("rate = \"52428800 B/s\""), "{out}");
     assert!(out.contains("rate = \"1000 ops/s\""), "{out}");
+    assert!(out.contains("shared = \"read\""), "{out}");
     assert!(!Path::new(path).exists(), "{path} was not removed");
 }
 
@@ -974,6 +975,45 @@ fn real_interposer_enforces_a_read_limit() {
     let took = t.elapsed();
     assert!(took >= Duration::from_millis(400), "{took:?}\n{e}");
     assert!(took < Duration::from_secs(5), "{took:?}\n{e}");
+}
+
+/// `--limit` holds for the command as a whole: four processes reading at
+/// once share one bucket (`PAIO_SHARED`), so together they take as long as
+/// one reading all their bytes, not a quarter of that.
+#[test]
+fn a_limit_holds_for_all_the_commands_processes_together() {
+    let lib = real_library();
+    let d = scratch("shared-limit");
+    let input = d.join("in");
+    std::fs::write(&input, vec![1u8; 2 << 20]).unwrap();
+    let t = Instant::now();
+    let o = paio()
+        .env("PAIO_LIB", lib)
+        .env("LC_ALL", "C")
+        .args(["run", "--summary", "--limit", "read=8MiB/s", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "for i in 1 2 3 4; do dd if={} of=/dev/null bs=64k status=none & done; wait; \
+                 test -f \"$PAIO_SHARED\" && echo shared",
+                input.display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert_eq!(stdout(&o), "shared\n", "{e}");
+    // 8 MiB at 8 MiB/s (minus the 80 KiB burst): about 1 s; each process
+    // with a bucket of its own would take a quarter of that.
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(900), "{took:?}\n{e}");
+    assert!(took < Duration::from_secs(10), "{took:?}\n{e}");
+    assert!(
+        e.contains("4 processes") || e.contains("5 processes"),
+        "{e}"
+    );
 }
 
 /// A child process killed when the test ends, passing or not: a paiod left
