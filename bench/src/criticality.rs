@@ -19,6 +19,12 @@
 //!   the non-critical one): ns per pair per thread, contention included;
 //! - `pair_noop_2threads`: two threads through the same noop object, the
 //!   cost of sharing an object's statistics: ns per pair per thread;
+//! - `pair_drl` / `pair_drl_shared`: the same through a DRL whose rate is
+//!   too high to make anyone wait, its bucket its own or one that processes
+//!   share (`shared`: one atomic update of a shared word and a
+//!   `CLOCK_MONOTONIC` read per request); `pair_drl_2threads` /
+//!   `pair_drl_shared_2threads`: two threads on one such object, ns per
+//!   pair per thread (contention on the bucket's lock or word included);
 //! - `read_whole` / `read_split`: reading a 1 MiB page-cached file with one
 //!   `pread` against 32 pieces of 32 KiB each admitted and completed through
 //!   the priority object, as the interposer splits it (MiB/s; the ratio is
@@ -58,9 +64,29 @@ name = "p"
 kind = "priority"
 depth = 1
 busy_depth = 1
+[[channel]]
+name = "drl"
+match = { request_context = "bench-drl" }
+default_object = "d"
+[[channel.object]]
+name = "d"
+kind = "drl"
+rate = "1000GiB/s"
+[[channel]]
+name = "shared"
+match = { request_context = "bench-shared" }
+default_object = "d"
+[[channel.object]]
+name = "d"
+kind = "drl"
+rate = "1000GiB/s"
+shared = "bench"
 "#;
 
 fn stage() -> Stage {
+    // The shared bucket's word in this process's memory: the same atomic
+    // update as a word that processes map.
+    paio::object::install_shared_buckets(Arc::new(paio::object::LocalBuckets::default()));
     Stage::from_policy_str(POLICY, "<bench-criticality>").expect("the bench policy parses")
 }
 
@@ -163,7 +189,9 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
     let noop = ctx("bench-noop", false, 4096);
     let normal = ctx("bench-prio", false, 4096);
     let critical = ctx("bench-prio", true, 4096);
-    let items: [&str; 9] = [
+    let drl = ctx("bench-drl", false, 4096);
+    let shared = ctx("bench-shared", false, 4096);
+    let items: [&str; 13] = [
         "enforce_noop",
         "clock_ticks",
         "pair_noop",
@@ -171,6 +199,10 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
         "pair_priority_critical",
         "pair_priority_2threads",
         "pair_noop_2threads",
+        "pair_drl",
+        "pair_drl_shared",
+        "pair_drl_2threads",
+        "pair_drl_shared_2threads",
         "read_whole",
         "read_split",
     ];
@@ -201,6 +233,10 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
                 "pair_priority_critical" => per_op(s, pair_loop(&stage, &critical)),
                 "pair_priority_2threads" => two_threads(&stage, "bench-prio", true, s),
                 "pair_noop_2threads" => two_threads(&stage, "bench-noop", false, s),
+                "pair_drl" => per_op(s, pair_loop(&stage, &drl)),
+                "pair_drl_shared" => per_op(s, pair_loop(&stage, &shared)),
+                "pair_drl_2threads" => two_threads(&stage, "bench-drl", false, s),
+                "pair_drl_shared_2threads" => two_threads(&stage, "bench-shared", false, s),
                 "read_whole" => read_mib_s(&stage, &file, false, s),
                 "read_split" => read_mib_s(&stage, &file, true, s),
                 _ => unreachable!("every item is listed"),
@@ -284,6 +320,18 @@ pub fn run(p: &CriticalityParams, info: &RunInfo, out: &std::path::Path) -> Vec<
                 fmt(2.0 * clock, 1)
             ),
             normal_pair <= 40.0,
+        ),
+        Target::new(
+            "admit+complete through a DRL whose bucket processes share, vs its own",
+            "reported (no goal)",
+            format!(
+                "{} ns against {} ns (2 threads: {} against {} ns per pair per thread)",
+                fmt(median("pair_drl_shared"), 1),
+                fmt(median("pair_drl"), 1),
+                fmt(median("pair_drl_shared_2threads"), 1),
+                fmt(median("pair_drl_2threads"), 1)
+            ),
+            true,
         ),
         Target::new(
             "1 MiB page-cached read split into 32 KiB pieces vs whole",

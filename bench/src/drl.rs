@@ -54,13 +54,13 @@
 //! few milliseconds is exact.
 
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use paio::object::{Drl, DrlConfig};
+use paio::object::{Drl, DrlConfig, SharedDrl};
 use paio::units::RateUnit;
-use paio::{Context, ObjectConfig, Rate, RequestType, Rule, Stage};
+use paio::{Context, EnforcementObject, ObjectConfig, Rate, RequestType, Rule, Stage};
 
 use crate::env::{load1, RunInfo, StealMeter};
 use crate::util::{fmt, human_size, percentile, text_table, Csv, Summary};
@@ -130,6 +130,24 @@ impl paio::Clock for BenchClock {
 fn limited_stage(config: DrlConfig, origin: Instant) -> (Stage, Arc<Drl>) {
     let clock = Arc::new(BenchClock { origin });
     let drl = Arc::new(Drl::new(config, clock).expect("valid DRL config"));
+    (stage_with(drl.clone()), drl)
+}
+
+/// A stage whose default channel holds a bucket shared by processes
+/// ([`SharedDrl`]; its word here in this process's memory, which is what
+/// differs from other processes' sharing it: the same atomic update).
+fn shared_stage(config: DrlConfig, origin: Instant) -> Stage {
+    let clock = Arc::new(BenchClock { origin });
+    let word: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+    stage_with(Arc::new(SharedDrl::with_word(
+        config.shared_as("bench"),
+        clock,
+        word,
+    )))
+}
+
+/// A stage whose default channel holds `object` as its default object.
+fn stage_with(object: Arc<dyn EnforcementObject>) -> Stage {
     let stage = Stage::builder("bench-drl").build();
     stage
         .apply_all(&[
@@ -142,7 +160,7 @@ fn limited_stage(config: DrlConfig, origin: Instant) -> (Stage, Arc<Drl>) {
         ])
         .expect("valid rules");
     stage
-        .add_object("limit", "drl", drl.clone())
+        .add_object("limit", "drl", object)
         .expect("new object");
     stage
         .apply(&Rule::SetDefaultObject {
@@ -150,7 +168,7 @@ fn limited_stage(config: DrlConfig, origin: Instant) -> (Stage, Arc<Drl>) {
             object: "drl".into(),
         })
         .expect("valid rule");
-    (stage, drl)
+    stage
 }
 
 /// Releases everyone still blocked so the clients can stop at once.
@@ -403,6 +421,8 @@ struct AccuracyCase {
     rate: Rate,
     size: u64,
     burst: Option<u64>,
+    /// A bucket shared by processes (`shared`), not the object's own.
+    shared: bool,
 }
 
 fn cases() -> Vec<AccuracyCase> {
@@ -412,24 +432,49 @@ fn cases() -> Vec<AccuracyCase> {
             rate: Rate::ops_per_sec(100_000),
             size: 0,
             burst: None,
+            shared: false,
         },
         AccuracyCase {
             name: "bytes-4KiB",
             rate: Rate::bytes_per_sec(100 * MIB),
             size: 4096,
             burst: None,
+            shared: false,
         },
         AccuracyCase {
             name: "bytes-1MiB",
             rate: Rate::bytes_per_sec(100 * MIB),
             size: MIB,
             burst: None,
+            shared: false,
         },
         AccuracyCase {
             name: "bytes-1MiB-burst64K",
             rate: Rate::bytes_per_sec(100 * MIB),
             size: MIB,
             burst: Some(64 * 1024),
+            shared: false,
+        },
+        AccuracyCase {
+            name: "shared-ops",
+            rate: Rate::ops_per_sec(100_000),
+            size: 0,
+            burst: None,
+            shared: true,
+        },
+        AccuracyCase {
+            name: "shared-bytes-4KiB",
+            rate: Rate::bytes_per_sec(100 * MIB),
+            size: 4096,
+            burst: None,
+            shared: true,
+        },
+        AccuracyCase {
+            name: "shared-bytes-1MiB",
+            rate: Rate::bytes_per_sec(100 * MIB),
+            size: MIB,
+            burst: None,
+            shared: true,
         },
     ]
 }
@@ -489,7 +534,11 @@ pub fn run_accuracy(p: &DrlParams, info: &RunInfo, out: &std::path::Path) -> Vec
             }
             let burst = config.effective_burst();
             let start = Instant::now();
-            let (stage, _drl) = limited_stage(config, start);
+            let stage = if case.shared {
+                shared_stage(config, start)
+            } else {
+                limited_stage(config, start).0
+            };
             let cost = match case.rate.unit {
                 RateUnit::Ops => 1.0,
                 RateUnit::Bytes => case.size as f64,
