@@ -184,11 +184,13 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     Some(out)
 }
 
-/// A TCP relay that can cut a node off from etcd (a partition).
+/// A TCP relay that can cut a node off from etcd (a partition), or hang:
+/// accept connections and never answer (a member that hangs).
 struct Relay {
     port: u16,
     open: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
+    hang: Arc<AtomicBool>,
 }
 
 impl Relay {
@@ -197,10 +199,16 @@ impl Relay {
         let port = l.local_addr().unwrap().port();
         let open = Arc::new(AtomicBool::new(true));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (o, c) = (open.clone(), conns.clone());
+        let hang = Arc::new(AtomicBool::new(false));
+        let (o, c, h) = (open.clone(), conns.clone(), hang.clone());
         std::thread::spawn(move || {
+            let mut held = Vec::new();
             for s in l.incoming() {
                 let Ok(a) = s else { continue };
+                if h.load(Ordering::SeqCst) {
+                    held.push(a);
+                    continue;
+                }
                 if !o.load(Ordering::SeqCst) {
                     drop(a);
                     continue;
@@ -227,7 +235,17 @@ impl Relay {
                 }
             }
         });
-        Relay { port, open, conns }
+        Relay {
+            port,
+            open,
+            conns,
+            hang,
+        }
+    }
+
+    /// From now on, holds the connections it accepts without a word.
+    fn hang(&self) {
+        self.hang.store(true, Ordering::SeqCst);
     }
 
     fn cut(&self) {
@@ -253,6 +271,11 @@ struct Node {
 
 impl Node {
     fn start(dir: &Path, name: &str, endpoints: &[String]) -> Node {
+        Node::start_leased(dir, name, endpoints, "1s")
+    }
+
+    /// A node whose cluster lease is `lease`.
+    fn start_leased(dir: &Path, name: &str, endpoints: &[String], lease: &str) -> Node {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
         let cfg = d.join("paiod.toml");
@@ -279,11 +302,12 @@ demand = "10MiB/s"
 endpoints = [{}]
 name = "t"
 node = "{name}"
-lease = "1s"
+lease = "{}"
 period = "200ms"
 "#,
                 metrics,
-                eps.join(", ")
+                eps.join(", "),
+                lease
             ),
         )
         .unwrap();
@@ -701,6 +725,93 @@ fn a_deposed_leaders_writes_are_rejected() {
         assert_eq!((alloc.leader.as_str(), alloc.epoch), ("n0", epoch));
     });
     load.finish();
+}
+
+/// The member a node's session runs over, from its log (the last
+/// `connected to etcd at` or `goes on with`).
+fn member_in_use(n: &Node) -> String {
+    let log = std::fs::read_to_string(&n.log).unwrap();
+    log.lines()
+        .rev()
+        .find_map(|l| {
+            l.split_once("connected to etcd at ")
+                .map(|(_, r)| r.split(' ').next().unwrap_or(r))
+                .or_else(|| l.split_once("goes on with ").map(|(_, r)| r))
+        })
+        .expect("the node connected")
+        .to_string()
+}
+
+#[test]
+fn a_node_keeps_its_lease_when_its_member_is_cut_off_and_the_next_hangs() {
+    use paio_control::cluster::keys::Keys;
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let relays: Vec<Relay> = etcd.client.iter().map(|&p| Relay::start(p)).collect();
+    let relayed: Vec<String> = relays
+        .iter()
+        .map(|r| format!("http://127.0.0.1:{}", r.port))
+        .collect();
+    // A lease of 2 s leaves a loaded machine time to move; a member that
+    // hangs costs a whole lease without the fix all the same.
+    let node = Node::start_leased(dir.path(), "n0", &relayed, "2s");
+    wait_for("n0 to lead", Duration::from_secs(30), || {
+        node.cluster().leading
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut client = rt
+        .block_on(etcd_client::Client::connect(etcd.endpoints(), None))
+        .unwrap();
+    let mut revoker = client.clone();
+    let report = Keys::new("t").node("n0");
+    // The node's lease and the revision of its last report.
+    let mut last = || {
+        let got = rt.block_on(client.get(report.as_str(), None)).unwrap();
+        got.kvs().first().map(|kv| (kv.lease(), kv.mod_revision()))
+    };
+    wait_for("n0 to report", Duration::from_secs(30), || last().is_some());
+    let (lease, _) = last().unwrap();
+    let epoch = node.cluster().epoch;
+
+    // The node's member cut off, and the next one it would try hangs: it
+    // renews over the third one before its lease runs out.
+    let used = member_in_use(&node);
+    let i = relayed.iter().position(|e| *e == used).unwrap();
+    relays[(i + 1) % 3].hang();
+    relays[i].cut();
+    let (_, cut_at) = last().unwrap();
+    let third = &relayed[(i + 2) % 3];
+    wait_for(
+        "n0 to go on over the third member",
+        Duration::from_secs(30),
+        || member_in_use(&node) == *third || node.cluster().sessions > 1,
+    );
+    wait_for("a report after the cut", Duration::from_secs(30), || {
+        last().is_some_and(|(_, rev)| rev > cut_at)
+    });
+    let c = node.cluster();
+    assert!(
+        c.connected && c.sessions == 1 && c.epoch == epoch,
+        "n0 lost its session: {c:?}"
+    );
+    assert_eq!(last().unwrap().0, lease, "n0 reports under another lease");
+
+    // Its lease revoked behind its back (as when it expired): a new
+    // session at once, and the node never says etcd is unreachable.
+    rt.block_on(revoker.lease_revoke(lease)).unwrap();
+    wait_for("n0's new session", Duration::from_secs(30), || {
+        node.cluster().sessions > 1
+    });
+    wait_for("n0 to report again", Duration::from_secs(30), || {
+        last().is_some_and(|(l, _)| l != lease)
+    });
+    let c = node.cluster();
+    assert!(c.connected && c.unreachable_s.is_none(), "{c:?}");
+    let log = std::fs::read_to_string(&node.log).unwrap();
+    assert!(!log.contains("etcd unreachable"), "{log}");
 }
 
 /// `paio` and `libpaio_preload.so`, built with `cargo build` into paiod's

@@ -10,19 +10,22 @@
 //! too when its use changes shape (a job starts or stops, or becomes held
 //! back: [`UseChange::Shape`], looked for [`CHECKS_PER_PERIOD`] times a
 //! period, at most one early report per period / [`EARLY_GAP`]); the lease
-//! is renewed every third of its time. A broken stream opens the
-//! streams again on another member while the lease lives; when the lease
-//! is gone or no member answers, the session ends: the node keeps its last
-//! allocation (its local policy goes on with it), says so in its status,
-//! and starts a new session after a back-off of up to one lease.
+//! is renewed every third of its time by a task of its own (`renew`), so
+//! that nothing else the session waits for (a write stalled by an etcd
+//! election, streams opened again) delays a renewal. A broken stream opens
+//! the streams again on another member while the lease lives. When etcd
+//! says the lease is gone (it expired, say while paiod was starved) the
+//! node starts a new session at once, staying connected; when no member
+//! answers, the session ends: the node keeps its last allocation (its
+//! local policy goes on with it), says so in its status, and starts a new
+//! session after a back-off of up to one lease.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue,
-    LeaseKeepAliveStream, LeaseKeeper, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
-    WatchStream,
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions, WatchStream,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -44,6 +47,38 @@ pub enum ClusterError {
     /// etcd answered something paio did not expect.
     #[error("{0}")]
     Protocol(String),
+    /// etcd no longer has the session's lease: it expired or was revoked.
+    #[error("etcd lost lease {0:x} (it expired or was revoked)")]
+    LeaseGone(i64),
+    /// No member renewed the lease for a while: etcd is out of reach.
+    #[error("no etcd member renewed lease {id:x}: {last}")]
+    LeaseLapsed {
+        /// The lease.
+        id: i64,
+        /// Why the last try failed.
+        last: String,
+    },
+}
+
+impl ClusterError {
+    /// `e`, or [`ClusterError::LeaseGone`] when it says lease `id` is gone.
+    fn about_lease(e: etcd_client::Error, id: i64) -> Self {
+        if lease_not_found(&e) {
+            Self::LeaseGone(id)
+        } else {
+            Self::Etcd(e)
+        }
+    }
+}
+
+/// Whether etcd answered that a lease does not exist: a write bound to it
+/// (`requested lease not found`) or a keep-alive answered with no time left.
+fn lease_not_found(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(s) => s.message().contains("requested lease not found"),
+        etcd_client::Error::LeaseKeepAliveError(m) => m == "lease not found",
+        _ => false,
+    }
 }
 
 /// A `paio ctl set` for the cluster's configuration.
@@ -268,9 +303,30 @@ impl Agent {
     /// only when asked to leave (see [`Leaver`]) while not connected.
     pub async fn run(mut self) {
         let mut backoff = Duration::from_millis(100);
+        // When a session last started at once after a lost lease.
+        let mut again_at: Option<Instant> = None;
         loop {
             let started = Instant::now();
             let Err(err) = self.session().await;
+            // etcd answers but lost the lease (it expired while the node
+            // was starved, say): a new session at once, still connected;
+            // at most once a lease, should leases keep getting lost.
+            if matches!(err, ClusterError::LeaseGone(_))
+                && again_at.is_none_or(|t| t.elapsed() > self.cfg.lease)
+            {
+                let mut st = lock(&self.state);
+                let v = st.cluster_view_mut();
+                if v.connected {
+                    again_at = Some(Instant::now());
+                    tracing::warn!(
+                        "cluster {}: {err}; starting a new session at once",
+                        self.cfg.name
+                    );
+                    v.leading = false;
+                    v.last_error = Some(err.to_string());
+                    continue;
+                }
+            }
             {
                 let mut st = lock(&self.state);
                 let v = st.cluster_view_mut();
@@ -308,6 +364,7 @@ impl Agent {
     async fn session(&mut self) -> Result<std::convert::Infallible, ClusterError> {
         let lease = self.cfg.lease;
         let mut client = self.connect_any().await?;
+        let asked = Instant::now();
         let granted = client.lease_grant(lease.as_secs() as i64, None).await?;
         let lease_id = granted.id();
         if granted.ttl() as u64 != lease.as_secs() {
@@ -318,6 +375,15 @@ impl Agent {
                 lease.as_secs()
             );
         }
+        // It lives at least its time to live from when it was asked for.
+        let ttl = Duration::from_secs(granted.ttl().max(1) as u64);
+        let mut renewer = Renewer::start(
+            &self.cfg,
+            (self.endpoint, client.clone()),
+            lease_id,
+            asked + ttl,
+            ttl,
+        );
         self.seed_config(&mut client).await?;
         {
             let mut st = lock(&self.state);
@@ -334,94 +400,63 @@ impl Agent {
         }
         let mut lead = Lead::default();
         let end = loop {
-            let Err(e) = self.streams(&mut client, lease_id, &mut lead).await;
+            let Err(e) = self
+                .streams(&mut client, lease_id, &mut lead, &mut renewer.end)
+                .await;
+            if matches!(
+                e,
+                ClusterError::LeaseGone(_) | ClusterError::LeaseLapsed { .. }
+            ) {
+                break e;
+            }
             // A broken stream (the member it ran over is gone, say) does
             // not end the session while the lease lives: the streams are
             // opened again on a member that answers.
-            match self.lease_lives(lease_id).await {
-                Some(c) => {
-                    client = c;
-                    tracing::info!(
-                        "cluster {}: {e}; the lease lives, so the session goes on with {}",
-                        self.cfg.name,
-                        self.cfg.endpoints[self.endpoint]
-                    );
-                }
-                None => break e,
+            self.endpoint = (self.endpoint + 1) % self.cfg.endpoints.len();
+            tokio::select! {
+                c = self.reconnect(lease_id) => client = c,
+                end = &mut renewer.end => break lease_end(end, lease_id),
             }
+            tracing::info!(
+                "cluster {}: {e}; the lease lives, so the session goes on with {}",
+                self.cfg.name,
+                self.cfg.endpoints[self.endpoint]
+            );
         };
         // The leadership ends with the session (its lease is not renewed):
-        // `lead` is dropped here.
+        // `lead` and `renewer` are dropped here.
         Err(end)
     }
 
-    /// A client of the first member, from the current one on, that
-    /// answers. One client per member: a client of several members sends
-    /// some requests to a member that is gone.
+    /// A client of the first member that answers, from the current one
+    /// on (see [`connect_first`]).
     async fn connect_any(&mut self) -> Result<Client, ClusterError> {
-        let lease = self.cfg.lease;
-        let n = self.cfg.endpoints.len();
-        let mut last = None;
-        for k in 0..n {
-            let i = (self.endpoint + k) % n;
-            let opts = ConnectOptions::new()
-                .with_connect_timeout(lease)
-                .with_timeout(lease)
-                .with_keep_alive(lease / 2, lease);
-            let tried = async {
-                let mut c = Client::connect([&self.cfg.endpoints[i]], Some(opts)).await?;
-                c.status().await?;
-                Ok::<_, etcd_client::Error>(c)
-            };
-            match tried.await {
-                Ok(c) => {
-                    self.endpoint = i;
-                    return Ok(c);
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.map_or_else(
-            || ClusterError::Protocol("no etcd endpoint".into()),
-            ClusterError::from,
-        ))
+        let (i, c) = connect_first(&self.cfg.endpoints, self.endpoint, self.cfg.lease).await?;
+        self.endpoint = i;
+        Ok(c)
     }
 
-    /// A client of a member that says lease `lease_id` still lives, trying
-    /// the members in turn for up to three leases; none when it expired or
-    /// no member answered. (Losing etcd's raft leader stalls requests for
-    /// an election, after which etcd extends every lease.)
-    async fn lease_lives(&mut self, lease_id: i64) -> Option<Client> {
-        let deadline = Instant::now() + self.cfg.lease * 3;
-        while Instant::now() < deadline {
-            self.endpoint = (self.endpoint + 1) % self.cfg.endpoints.len();
+    /// A client of a member that answers, trying until one does (the
+    /// caller gives up when the lease ends).
+    async fn reconnect(&mut self, lease_id: i64) -> Client {
+        loop {
             match self.connect_any().await {
-                Ok(mut c) => match c.lease_time_to_live(lease_id, None).await {
-                    // Whole seconds left, rounded down: 0 is alive, an
-                    // expired (revoked) lease says -1.
-                    Ok(t) if t.ttl() >= 0 => return Some(c),
-                    Ok(t) => {
-                        tracing::debug!("lease {lease_id:x} expired (ttl {})", t.ttl());
-                        return None;
-                    }
-                    Err(e) => tracing::debug!("lease {lease_id:x}: {e}"),
-                },
+                Ok(c) => return c,
                 Err(e) => tracing::debug!("lease {lease_id:x}: no member answers: {e}"),
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        None
     }
 
-    /// Opens the session's streams (lease renewals, this node's allocation,
-    /// the leader) and serves them until one fails.
+    /// Opens the session's streams (this node's allocation, the leader,
+    /// the summary) and serves them until one fails or the lease ends.
     async fn streams(
         &mut self,
         client: &mut Client,
         lease_id: i64,
         lead: &mut Lead,
+        end: &mut oneshot::Receiver<ClusterError>,
     ) -> Result<std::convert::Infallible, ClusterError> {
-        let (mut keeper, mut renewals) = client.lease_keep_alive(lease_id).await?;
         let alloc_key = self.keys.alloc(&self.cfg.node);
         let (leader_key, summary_key) = (self.keys.leader(), self.keys.summary());
         // The three keys as of one revision, then their changes from there.
@@ -458,8 +493,7 @@ impl Agent {
         self.serve(
             client,
             lease_id,
-            &mut keeper,
-            &mut renewals,
+            end,
             Watches {
                 allocs: &mut allocs,
                 leaders: &mut leaders,
@@ -475,12 +509,10 @@ impl Agent {
         &mut self,
         client: &mut Client,
         lease_id: i64,
-        keeper: &mut LeaseKeeper,
-        renewals: &mut LeaseKeepAliveStream,
+        end: &mut oneshot::Receiver<ClusterError>,
         w: Watches<'_>,
         lead: &mut Lead,
     ) -> Result<std::convert::Infallible, ClusterError> {
-        let lease = self.cfg.lease;
         let me = self.cfg.node.clone();
         self.campaign(client, lease_id, lead).await?;
         let mut publish = tokio::time::interval(self.cfg.period);
@@ -488,8 +520,6 @@ impl Agent {
         let mut check = tokio::time::interval(self.cfg.period / CHECKS_PER_PERIOD);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut published = Instant::now();
-        let mut renew = tokio::time::interval(lease / 3);
-        renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = publish.tick() => {
@@ -511,11 +541,7 @@ impl Agent {
                         }
                     }
                 }
-                _ = renew.tick() => keeper.keep_alive().await?,
-                r = renewals.message() => match r? {
-                    Some(r) if r.ttl() > 0 => {}
-                    _ => return Err(ClusterError::Protocol(format!("lease {lease_id:x} expired"))),
-                },
+                r = &mut *end => return Err(lease_end(r, lease_id)),
                 m = w.allocs.message() => {
                     for kv in puts(m, "allocation")? {
                         self.apply(kv.value());
@@ -618,7 +644,8 @@ impl Agent {
                     )])
                     .or_else([TxnOp::get(key.as_str(), None)]),
             )
-            .await?;
+            .await
+            .map_err(|e| ClusterError::about_lease(e, lease_id))?;
         let epoch = if r.succeeded() {
             r.header()
                 .map(|h| h.revision())
@@ -680,7 +707,8 @@ impl Agent {
                 json(&report),
                 Some(PutOptions::new().with_lease(lease_id)),
             )
-            .await?;
+            .await
+            .map_err(|e| ClusterError::about_lease(e, lease_id))?;
         self.reported = report.jobs;
         Ok(())
     }
@@ -871,6 +899,196 @@ fn cfg_start(cfg: &ClusterConfig) -> usize {
         .bytes()
         .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b as usize));
     h % cfg.endpoints.len().max(1)
+}
+
+/// Connect options for one member: every call waits at most a lease.
+fn connect_options(lease: Duration) -> ConnectOptions {
+    ConnectOptions::new()
+        .with_connect_timeout(lease)
+        .with_timeout(lease)
+        .with_keep_alive(lease / 2, lease)
+}
+
+/// A client of the member that answers first (its index and the client),
+/// the members tried from `start` on: each a tenth of a lease after the one
+/// before, or at once when the one before failed, so a member that hangs
+/// delays the others by that much only. One client per member: a client of
+/// several members sends some requests to a member that is gone.
+async fn connect_first(
+    endpoints: &[String],
+    start: usize,
+    lease: Duration,
+) -> Result<(usize, Client), ClusterError> {
+    let n = endpoints.len();
+    let mut tries = tokio::task::JoinSet::new();
+    let try_member = |tries: &mut tokio::task::JoinSet<_>, k: usize| {
+        let i = (start + k) % n;
+        let endpoint = endpoints[i].clone();
+        tries.spawn(async move {
+            let mut c = Client::connect([endpoint], Some(connect_options(lease))).await?;
+            c.status().await?;
+            Ok::<_, etcd_client::Error>((i, c))
+        });
+    };
+    let mut next = 0;
+    let mut last = None;
+    loop {
+        if next < n && tries.is_empty() {
+            try_member(&mut tries, next);
+            next += 1;
+        }
+        if tries.is_empty() {
+            return Err(last.unwrap_or_else(|| ClusterError::Protocol("no etcd endpoint".into())));
+        }
+        tokio::select! {
+            r = tries.join_next() => match r {
+                // The other tries are aborted when `tries` is dropped.
+                Some(Ok(Ok(found))) => return Ok(found),
+                Some(Ok(Err(e))) => last = Some(e.into()),
+                Some(Err(e)) => last = Some(ClusterError::Protocol(format!("connecting: {e}"))),
+                None => {}
+            },
+            _ = tokio::time::sleep(lease / 10), if next < n => {
+                try_member(&mut tries, next);
+                next += 1;
+            }
+        }
+    }
+}
+
+/// How a session's lease ended, as its [`Renewer`] said.
+fn lease_end(r: Result<ClusterError, oneshot::error::RecvError>, id: i64) -> ClusterError {
+    r.unwrap_or_else(|_| ClusterError::LeaseLapsed {
+        id,
+        last: "its renewals stopped".into(),
+    })
+}
+
+/// The task that keeps a session's lease alive (see [`renew`]); dropping
+/// it stops the task.
+struct Renewer {
+    task: tokio::task::JoinHandle<()>,
+    /// Why the lease ended, once it has.
+    end: oneshot::Receiver<ClusterError>,
+}
+
+impl Renewer {
+    /// Renews lease `id` of `cfg`'s cluster over `first` (a member and a
+    /// client of it) until it fails; the lease lives at least until
+    /// `alive_until`, and `ttl` after each renewal.
+    fn start(
+        cfg: &ClusterConfig,
+        first: (usize, Client),
+        id: i64,
+        alive_until: Instant,
+        ttl: Duration,
+    ) -> Self {
+        let (tx, end) = oneshot::channel();
+        let (endpoints, lease) = (cfg.endpoints.clone(), cfg.lease);
+        let task = tokio::spawn(async move {
+            let why = renew(&endpoints, first, lease, id, alive_until, ttl).await;
+            let _ = tx.send(why);
+        });
+        Self { task, end }
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Renews lease `id` every third of its `ttl` over one member, until etcd
+/// says it is gone ([`ClusterError::LeaseGone`]) or no member renewed it
+/// for two `ttl`s after it may have expired ([`ClusterError::LeaseLapsed`]:
+/// an etcd election extends every lease, so only etcd can say it expired).
+/// It moves to the next member that answers when its member breaks or does
+/// not answer a renewal within a third of the `ttl`; it starts over
+/// `first`. `lease` bounds each call, as for the session's client.
+async fn renew(
+    endpoints: &[String],
+    first: (usize, Client),
+    lease: Duration,
+    id: i64,
+    mut alive_until: Instant,
+    ttl: Duration,
+) -> ClusterError {
+    let third = ttl / 3;
+    let mut last = String::from("no member answered");
+    let mut start = first.0;
+    let mut first = Some(first);
+    loop {
+        if Instant::now() >= alive_until + ttl * 2 {
+            return ClusterError::LeaseLapsed { id, last };
+        }
+        // A member, and its answer to a first renewal.
+        let opened = tokio::time::timeout(ttl, async {
+            let (i, mut c) = match first.take() {
+                Some(f) => f,
+                None => connect_first(endpoints, start, lease).await?,
+            };
+            let sent = Instant::now();
+            let (keeper, renewals) = c
+                .lease_keep_alive(id)
+                .await
+                .map_err(|e| ClusterError::about_lease(e, id))?;
+            Ok::<_, ClusterError>((i, c, keeper, renewals, sent))
+        })
+        .await;
+        let (i, _client, mut keeper, mut renewals, sent) = match opened {
+            Ok(Ok(o)) => o,
+            Ok(Err(ClusterError::LeaseGone(_))) => return ClusterError::LeaseGone(id),
+            Ok(Err(e)) => {
+                last = e.to_string();
+                start = (start + 1) % endpoints.len();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(_) => {
+                last = format!("no answer to a renewal within {ttl:?}");
+                start = (start + 1) % endpoints.len();
+                continue;
+            }
+        };
+        alive_until = alive_until.max(sent + ttl);
+        // When each renewal not yet answered was sent.
+        let mut pending = std::collections::VecDeque::new();
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + third, third);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        last = loop {
+            let overdue = pending.front().map(|&s: &Instant| s + third);
+            tokio::select! {
+                _ = tick.tick() => {
+                    if let Err(e) = keeper.keep_alive().await {
+                        break e.to_string();
+                    }
+                    pending.push_back(Instant::now());
+                }
+                r = renewals.message() => match r {
+                    Ok(Some(r)) if r.ttl() > 0 => {
+                        if let Some(sent) = pending.pop_front() {
+                            alive_until = alive_until.max(sent + Duration::from_secs(r.ttl() as u64));
+                        }
+                    }
+                    Ok(Some(_)) => return ClusterError::LeaseGone(id),
+                    Ok(None) => break "the member ended the renewals".into(),
+                    Err(e) => break e.to_string(),
+                },
+                _ = sleep_until(overdue) => break format!("no answer to a renewal within {third:?}"),
+            }
+        };
+        tracing::debug!("lease {id:x}: {last}; renewing over another member");
+        start = (i + 1) % endpoints.len();
+    }
+}
+
+/// Sleeps until `t`, or for ever when none.
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The leader task, while this node leads; dropping it stops the task
