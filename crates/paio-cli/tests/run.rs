@@ -950,29 +950,43 @@ fn real_interposer_counts_the_bytes_dd_reads() {
     assert_eq!(read.counts.bytes, 4 << 20);
 }
 
-#[test]
-fn real_interposer_enforces_a_read_limit() {
+/// `paio run --summary --limit LIMIT -- COMMAND(input)` with the real
+/// interposer, where `input` is a 2 MiB file in scratch directory `name`:
+/// the output, its stderr (checked successful) and how long it took.
+fn limited_run(
+    name: &str,
+    limit: &str,
+    command: impl FnOnce(&Path) -> Vec<String>,
+) -> (std::process::Output, String, Duration) {
     let lib = real_library();
-    let d = scratch("real-limit");
+    let d = scratch(name);
     let input = d.join("in");
     std::fs::write(&input, vec![1u8; 2 << 20]).unwrap();
     let t = Instant::now();
     let o = paio()
         .env("PAIO_LIB", lib)
         .env("LC_ALL", "C")
-        .args(["run", "--summary", "--limit", "read=4MiB/s", "--"])
-        .args([
-            "dd",
-            &format!("if={}", input.display()),
-            "of=/dev/null",
-            "bs=64k",
-        ])
+        .args(["run", "--summary", "--limit", limit, "--"])
+        .args(command(&input))
         .output()
         .unwrap();
+    let took = t.elapsed();
     let e = stderr(&o);
     assert!(o.status.success(), "{e}");
+    (o, e, took)
+}
+
+#[test]
+fn real_interposer_enforces_a_read_limit() {
+    let (_, e, took) = limited_run("real-limit", "read=4MiB/s", |input| {
+        vec![
+            "dd".into(),
+            format!("if={}", input.display()),
+            "of=/dev/null".into(),
+            "bs=64k".into(),
+        ]
+    });
     // 2 MiB at 4 MiB/s (minus the 10 ms initial burst): about 0.5 s.
-    let took = t.elapsed();
     assert!(took >= Duration::from_millis(400), "{took:?}\n{e}");
     assert!(took < Duration::from_secs(5), "{took:?}\n{e}");
 }
@@ -982,32 +996,20 @@ fn real_interposer_enforces_a_read_limit() {
 /// one reading all their bytes, not a quarter of that.
 #[test]
 fn a_limit_holds_for_all_the_commands_processes_together() {
-    let lib = real_library();
-    let d = scratch("shared-limit");
-    let input = d.join("in");
-    std::fs::write(&input, vec![1u8; 2 << 20]).unwrap();
-    let t = Instant::now();
-    let o = paio()
-        .env("PAIO_LIB", lib)
-        .env("LC_ALL", "C")
-        .args(["run", "--summary", "--limit", "read=8MiB/s", "--"])
-        .args([
-            "sh",
-            "-c",
-            &format!(
+    let (o, e, took) = limited_run("shared-limit", "read=8MiB/s", |input| {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
                 "for i in 1 2 3 4; do dd if={} of=/dev/null bs=64k status=none & done; wait; \
                  test -f \"$PAIO_SHARED\" && echo shared",
                 input.display()
             ),
-        ])
-        .output()
-        .unwrap();
-    let e = stderr(&o);
-    assert!(o.status.success(), "{e}");
+        ]
+    });
     assert_eq!(stdout(&o), "shared\n", "{e}");
     // 8 MiB at 8 MiB/s (minus the 80 KiB burst): about 1 s; each process
     // with a bucket of its own would take a quarter of that.
-    let took = t.elapsed();
     assert!(took >= Duration::from_millis(900), "{took:?}\n{e}");
     assert!(took < Duration::from_secs(10), "{took:?}\n{e}");
     assert!(

@@ -454,9 +454,15 @@ impl EnforcementObject for Drl {
     /// `split` ([`DrlConfig::split`]) for a non-critical request larger than
     /// it; `None` when it is 0 (off). One relaxed load.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
-        let n = self.split.load(Ordering::Relaxed);
-        (n != 0 && ctx.size > n && !ctx.criticality.is_critical()).then_some(n)
+        split_piece(self.split.load(Ordering::Relaxed), ctx)
     }
+}
+
+/// A DRL's piece size for `ctx` with `split` set to `n`: `n` for a
+/// non-critical request larger than it, `None` when `n` is 0 (off).
+#[inline]
+pub(super) fn split_piece(n: u64, ctx: &Context) -> Option<u64> {
+    (n != 0 && ctx.size > n && !ctx.criticality.is_critical()).then_some(n)
 }
 
 #[cfg(test)]

@@ -406,8 +406,7 @@ impl EnforcementObject for SharedDrl {
 
     /// As a DRL's: `split` for a non-critical request larger than it.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
-        let n = self.split.load(Ordering::Relaxed);
-        (n != 0 && ctx.size > n && !ctx.criticality.is_critical()).then_some(n)
+        super::drl::split_piece(self.split.load(Ordering::Relaxed), ctx)
     }
 }
 
