@@ -950,9 +950,10 @@ fn real_interposer_counts_the_bytes_dd_reads() {
     assert_eq!(read.counts.bytes, 4 << 20);
 }
 
-/// `paio run --summary --limit LIMIT -- COMMAND(input)` with the real
-/// interposer, where `input` is a 2 MiB file in scratch directory `name`:
-/// the output, its stderr (checked successful) and how long it took.
+/// `paio run --summary --limit LIMIT ARGS(input)` with the real interposer
+/// (ARGS: more flags, `--` and the command), where `input` is a 2 MiB file
+/// in scratch directory `name`: the output, its stderr (checked
+/// successful) and how long it took.
 fn limited_run(
     name: &str,
     limit: &str,
@@ -966,7 +967,7 @@ fn limited_run(
     let o = paio()
         .env("PAIO_LIB", lib)
         .env("LC_ALL", "C")
-        .args(["run", "--summary", "--limit", limit, "--"])
+        .args(["run", "--summary", "--limit", limit])
         .args(command(&input))
         .output()
         .unwrap();
@@ -980,6 +981,7 @@ fn limited_run(
 fn real_interposer_enforces_a_read_limit() {
     let (_, e, took) = limited_run("real-limit", "read=4MiB/s", |input| {
         vec![
+            "--".into(),
             "dd".into(),
             format!("if={}", input.display()),
             "of=/dev/null".into(),
@@ -998,6 +1000,7 @@ fn real_interposer_enforces_a_read_limit() {
 fn a_limit_holds_for_all_the_commands_processes_together() {
     let (o, e, took) = limited_run("shared-limit", "read=8MiB/s", |input| {
         vec![
+            "--".into(),
             "sh".into(),
             "-c".into(),
             format!(
@@ -1016,6 +1019,47 @@ fn a_limit_holds_for_all_the_commands_processes_together() {
         e.contains("4 processes") || e.contains("5 processes"),
         "{e}"
     );
+}
+
+/// `--limit`'s limits are for storage: what a command writes into a pipe
+/// goes through the `streams` object (counted, not limited); what it
+/// writes to a file or a device (`/dev/null`, inherited or opened), through
+/// the limit.
+#[test]
+fn a_limit_leaves_pipes_and_devices_out() {
+    let d = scratch("stream-limit");
+    let stats = d.join("s.%p.json");
+    let (_, e, _) = limited_run("stream-limit-run", "write=8MiB/s", |input| {
+        let out = d.join("out");
+        vec![
+            "--stats".into(),
+            stats.display().to_string(),
+            "--".into(),
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "printf '%s' \"$(cat {i})\" | cat > /dev/null; \
+                 dd if={i} of=/dev/null bs=64k status=none; dd if={i} of={o} bs=64k status=none",
+                i = input.display(),
+                o = out.display()
+            ),
+        ]
+    });
+    let (files, errors) = paio_cli::summary::read_all(stats.as_os_str(), None);
+    assert!(errors.is_empty(), "{errors:?}");
+    let written = |object: &str| -> u64 {
+        files
+            .iter()
+            .flat_map(|f| f.stats.channels.iter().filter(|c| c.name == "write"))
+            .flat_map(|c| c.objects.iter().filter(|o| o.name == object))
+            .map(|o| o.counts.bytes)
+            .sum()
+    };
+    // Into pipes the writer inherited (cat's, into the command
+    // substitution) and created itself (the shell's printf): 2 × 2 MiB; to
+    // /dev/null inherited (cat) and opened (dd), and to the file: 3 × 2 MiB.
+    assert_eq!(written("streams"), 4 << 20, "{e}");
+    assert_eq!(written("limit"), 6 << 20, "{e}");
 }
 
 /// A child process killed when the test ends, passing or not: a paiod left

@@ -659,7 +659,7 @@ macro_rules! open_hook {
             // SAFETY: the caller's arguments to the real variadic open; mode
             // is passed as the unsigned int open reads with va_arg.
             let fd = unsafe { real(path, flags, mode) };
-            rt::opened(fd);
+            rt::opened(fd, path);
             fd
         }
     };
@@ -680,7 +680,7 @@ macro_rules! openat_hook {
             let mode: c_uint = if needs_mode(flags) { mode as c_uint } else { 0 };
             // SAFETY: the caller's arguments to the real variadic openat.
             let fd = unsafe { real(dirfd, path, flags, mode) };
-            rt::opened(fd);
+            rt::opened(fd, path);
             fd
         }
     };
@@ -700,7 +700,7 @@ macro_rules! fixed_open_hook {
             unsafe { rt::before_meta_path(RequestType::OPEN, $path) };
             // SAFETY: the caller's arguments, unchanged, to the real function.
             let fd = unsafe { real($($a),*) };
-            rt::opened(fd);
+            rt::opened(fd, $path);
             fd
         }
     };
@@ -885,7 +885,7 @@ macro_rules! fopen_hook {
                 // this address.
                 streams::forget(r);
                 if rt::classifying() {
-                    rt::opened(stream_fd(r));
+                    rt::opened(stream_fd(r), path);
                 }
             }
             r
@@ -922,7 +922,7 @@ macro_rules! freopen_hook {
             if !path.is_null() {
                 fdtable::set(old, 0);
                 if !r.is_null() && rt::classifying() {
-                    rt::opened(stream_fd(r));
+                    rt::opened(stream_fd(r), path);
                 }
             }
             r
@@ -1365,8 +1365,10 @@ pub extern "C" fn paio_preload_active() -> c_int {
 // previous owner was closed behind the library's back (closedir, fcloseall,
 // a raw syscall) would otherwise keep that owner's class.
 
+// `$class` is the new descriptor's class: 0, or for a socket the stream
+// class (when the policy names it: rt::new_stream_class).
 macro_rules! fresh_fd_hook {
-    ($name:ident, $sym:literal, ($($a:ident : $t:ty),*)) => {
+    ($name:ident, $sym:literal, $class:expr, ($($a:ident : $t:ty),*)) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             let Some(real) = real_fn!($sym, fn($($t),*) -> c_int) else {
@@ -1375,18 +1377,18 @@ macro_rules! fresh_fd_hook {
             // SAFETY: the caller's arguments, unchanged, to the real function
             // of the same prototype.
             let fd = unsafe { real($($a),*) };
-            fdtable::set(fd, 0);
+            fdtable::set(fd, $class);
             fd
         }
     };
 }
 
-fresh_fd_hook!(socket, c"socket", (domain: c_int, ty: c_int, proto: c_int));
-fresh_fd_hook!(accept, c"accept", (fd: c_int, addr: *mut c_void, len: *mut c_void));
-fresh_fd_hook!(accept4, c"accept4", (fd: c_int, addr: *mut c_void, len: *mut c_void, flags: c_int));
-fresh_fd_hook!(memfd_create, c"memfd_create", (name: *const c_char, flags: c_uint));
-fresh_fd_hook!(eventfd, c"eventfd", (initval: c_uint, flags: c_int));
-fresh_fd_hook!(epoll_create1, c"epoll_create1", (flags: c_int));
+fresh_fd_hook!(socket, c"socket", rt::new_stream_class(), (domain: c_int, ty: c_int, proto: c_int));
+fresh_fd_hook!(accept, c"accept", rt::new_stream_class(), (fd: c_int, addr: *mut c_void, len: *mut c_void));
+fresh_fd_hook!(accept4, c"accept4", rt::new_stream_class(), (fd: c_int, addr: *mut c_void, len: *mut c_void, flags: c_int));
+fresh_fd_hook!(memfd_create, c"memfd_create", 0, (name: *const c_char, flags: c_uint));
+fresh_fd_hook!(eventfd, c"eventfd", 0, (initval: c_uint, flags: c_int));
+fresh_fd_hook!(epoll_create1, c"epoll_create1", 0, (flags: c_int));
 
 macro_rules! fd_pair_hook {
     ($name:ident, $sym:literal, $fds:ident, ($($a:ident : $t:ty),*)) => {
@@ -1402,8 +1404,9 @@ macro_rules! fd_pair_hook {
                 // SAFETY: on success the real call stored two descriptors in
                 // the caller's int[2].
                 let (a, b) = unsafe { (*$fds, *$fds.add(1)) };
-                fdtable::set(a, 0);
-                fdtable::set(b, 0);
+                let class = rt::new_stream_class();
+                fdtable::set(a, class);
+                fdtable::set(b, class);
             }
             r
         }

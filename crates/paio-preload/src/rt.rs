@@ -109,6 +109,10 @@ pub(crate) struct Config {
     shared: Option<PathBuf>,
     /// Interned classes; table class `i` is `classes[i - 1]`.
     classes: Vec<FileClass>,
+    /// The table class of pipes and sockets ([`paio::env::STREAM_CLASS`]),
+    /// given only when the policy names that class
+    /// ([`Config::classify_streams`]); 0: off.
+    stream_class: u16,
 }
 
 #[inline]
@@ -289,9 +293,7 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
         return;
     }
     match Config::from_env(&env) {
-        Ok(cfg) => {
-            let cfg: &'static Config = Box::leak(Box::new(cfg));
-            CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+        Ok(mut cfg) => {
             if let Some(path) = &cfg.shared {
                 // Mapped when the policy first names a shared bucket.
                 paio::object::install_shared_buckets(std::sync::Arc::new(
@@ -300,6 +302,10 @@ extern "C" fn constructor(_argc: c_int, _argv: *const *const c_char, envp: *cons
             }
             match cfg.build_stage() {
                 Ok(stage) => {
+                    cfg.classify_streams(&stage);
+                    let cfg: &'static Config = Box::leak(Box::new(cfg));
+                    CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+                    classify_inherited(cfg);
                     mark_process(cfg);
                     open_board(cfg);
                     let unobserved = unobserved_meta(cfg, &stage);
@@ -563,6 +569,7 @@ impl Config {
             board,
             shared: e.shared,
             classes,
+            stream_class: 0,
         })
     }
 
@@ -592,6 +599,27 @@ impl Config {
             let _ = NAMES.set(names);
         }
         Ok(stage)
+    }
+
+    /// Gives pipes and sockets a class of their own when `stage`'s rules
+    /// name it ([`paio::env::STREAM_CLASS`]): `paio run --limit`'s policy
+    /// does, so that data between processes passes its limits. Off
+    /// otherwise: no descriptor is looked at.
+    fn classify_streams(&mut self, stage: &Stage) {
+        let Ok(stream) = FileClass::named(paio::env::STREAM_CLASS) else {
+            return;
+        };
+        let info = stage.info();
+        let named = info
+            .channel_rules
+            .iter()
+            .chain(info.channels.iter().flat_map(|c| c.object_rules.iter()))
+            .any(|(p, _)| p.file_class == Some(stream));
+        if named {
+            self.classes.push(stream);
+            self.stream_class = u16::try_from(self.classes.len()).unwrap_or(0);
+            self.adjusts = self.stream_class != 0;
+        }
     }
 
     /// The class of an absolute, canonical path: longest prefix wins.
@@ -1741,14 +1769,56 @@ fn meta(rt: RequestType, class: impl FnOnce(&Config) -> u16) {
     }
 }
 
-/// A call returned the new descriptor `fd` for a freshly opened file:
-/// record its class from its canonical path.
+/// Whether `fd` is a pipe (or FIFO) or a socket.
+fn is_stream(fd: c_int) -> bool {
+    file_kind(fd)
+        .is_some_and(|(mode, _)| matches!(mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK))
+}
+
+/// At the start, with streams classified: the standard descriptors the
+/// process inherited (a shell's pipes).
+fn classify_inherited(cfg: &Config) {
+    if cfg.stream_class != 0 {
+        for fd in 0..3 {
+            if is_stream(fd) {
+                fdtable::set(fd, cfg.stream_class);
+            }
+        }
+    }
+}
+
+/// The class of a descriptor a call just created that is not storage
+/// (`pipe`, `socket`, `accept`, ...): the stream class when the policy
+/// names it, else 0.
 #[inline]
-pub(crate) fn opened(fd: c_int) {
+pub(crate) fn new_stream_class() -> u16 {
+    config().map_or(0, |c| c.stream_class)
+}
+
+/// A call returned the new descriptor `fd` for a freshly opened file at
+/// `path` (null if not known): record its class, the stream class for a
+/// pipe or socket under `/dev/` (`/dev/stdout`, `/dev/fd/N`: looked at
+/// only when streams are classified), else from its canonical path.
+#[inline]
+pub(crate) fn opened(fd: c_int, path: *const c_char) {
     if fd < 0 {
         return;
     }
     match config() {
+        Some(cfg) if cfg.stream_class != 0 && !path.is_null() => {
+            // SAFETY: the caller's NUL-terminated path.
+            if unsafe { CStr::from_ptr(path) }
+                .to_bytes()
+                .starts_with(b"/dev/")
+                && is_stream(fd)
+            {
+                fdtable::set(fd, cfg.stream_class);
+                return;
+            }
+            if cfg.class_rules.is_empty() {
+                return;
+            }
+        }
         Some(cfg) if !cfg.class_rules.is_empty() => {}
         _ => {
             // Without rules the table stays all zero; fds reused after a
@@ -1974,7 +2044,7 @@ fn mapped_file_slow(fd: c_int) {
 /// Whether file classes are configured (fd table in use).
 #[inline]
 pub(crate) fn classifying() -> bool {
-    config().is_some_and(|c| !c.class_rules.is_empty())
+    config().is_some_and(|c| !c.class_rules.is_empty() || c.stream_class != 0)
 }
 
 /// The fdtable class of `stream`'s descriptor (0 without file classes).

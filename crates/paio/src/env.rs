@@ -23,6 +23,10 @@ pub const MAX_LABEL_VALUE: usize = 256;
 
 /// Default `PAIO_STATS_INTERVAL`: one second.
 pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_secs(1);
+/// The file class the interposer gives pipes and sockets (data between
+/// processes, not storage) when its policy names it, so a limit can leave
+/// them out; reserved: `PAIO_FILE_CLASSES` cannot name it.
+pub const STREAM_CLASS: &str = "stream";
 
 /// Where the stage registers with paiod (`PAIO_CONTROL`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +253,16 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
                     format!("{prefix:?} is not an absolute path"),
                 ));
             }
+            if name == STREAM_CLASS {
+                return Err(bad(
+                    "PAIO_FILE_CLASSES",
+                    all,
+                    format!(
+                        "{STREAM_CLASS:?} is the interposer's own class of pipes and sockets; \
+                         name the class of {prefix:?} otherwise"
+                    ),
+                ));
+            }
             let class =
                 FileClass::named(name).map_err(|e| bad("PAIO_FILE_CLASSES", all, e.to_string()))?;
             file_classes.push((class, prefix.to_string()));
@@ -343,6 +357,11 @@ mod tests {
         for (pairs, variable, says) in [
             (&[("PAIO_CONTROL", "sock")][..], "PAIO_CONTROL", "absolute"),
             (&[("PAIO_SHARED", "limits")][..], "PAIO_SHARED", "absolute"),
+            (
+                &[("PAIO_FILE_CLASSES", "stream=/data")][..],
+                "PAIO_FILE_CLASSES",
+                "own class of pipes",
+            ),
             (
                 &[("PAIO_STAGE_NAME", &*"n".repeat(300))][..],
                 "PAIO_STAGE_NAME",
