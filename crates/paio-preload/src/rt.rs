@@ -618,7 +618,7 @@ impl Config {
         if named {
             self.classes.push(stream);
             self.stream_class = u16::try_from(self.classes.len()).unwrap_or(0);
-            self.adjusts = self.stream_class != 0;
+            self.adjusts |= self.stream_class != 0;
         }
     }
 
