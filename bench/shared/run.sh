@@ -3,8 +3,11 @@
 # `paio run --limit read=20MiB/s` (one bucket the four processes share,
 # PAIO_SHARED) against the same limit in a policy whose bucket is each
 # process's own (paio's behaviour before `shared`), 3 rounds, the order
-# rotated. Writes bench/results/shared-limits/results.csv with the command,
-# date, machine and commit. About a minute.
+# rotated. Then a pipeline and a file writer under
+# `paio run --limit write=5MiB/s` (pipes and sockets counted, not limited)
+# against the same shared limit on every descriptor (paio before the
+# `stream` class). Writes bench/results/shared-limits/results.csv and
+# pipes.csv with the command, date, machine and commit. About 2 minutes.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${OUT:-$root/bench/results/shared-limits}"
@@ -59,3 +62,51 @@ PY
     done
 done
 cat "$csv"
+
+# Pipes: `--limit write=5MiB/s` against one shared write bucket for every
+# descriptor, pipes included.
+cat >"$work/all.toml" <<'TOML'
+[stage]
+default_channel = "other"
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+default_object = "limit"
+[[channel.object]]
+name = "limit"
+kind = "drl"
+rate = "5MiB/s"
+shared = "write"
+[[channel]]
+name = "other"
+TOML
+pipes="$out/pipes.csv"
+{
+    sed -n '3,5p' "$csv"
+    echo "# benchmark: 10 MiB under a 5 MiB/s write limit: 'pipe' = dd bs=1M count=10 | cat > /dev/null (10 MiB into a pipe, 10 MiB to /dev/null); 'file' = dd bs=1M count=10 of=FILE"
+    echo "# limit: paio run --limit write=5MiB/s (pipes and sockets counted, not limited); every: paio run --policy all.toml (the same shared bucket for every descriptor)"
+    echo "round,setup,command,seconds"
+} >"$pipes"
+for round in 1 2 3; do
+    setups=(limit every)
+    [ $((round % 2)) -eq 0 ] && setups=(every limit)
+    for setup in "${setups[@]}"; do
+        if [ "$setup" = limit ]; then
+            wrap=("$paio" run --limit write=5MiB/s --)
+        else
+            wrap=("$paio" run --policy "$work/all.toml" --)
+        fi
+        for cmd in pipe file; do
+            if [ "$cmd" = pipe ]; then
+                line='dd if=/dev/zero bs=1M count=10 status=none | cat > /dev/null'
+            else
+                line="dd if=/dev/zero bs=1M count=10 status=none of=$work/out"
+            fi
+            start=$(date +%s.%N)
+            "${wrap[@]}" sh -c "$line"
+            end=$(date +%s.%N)
+            echo "$round,$setup,$cmd,$(echo "$end - $start" | bc -l | xargs printf '%.2f')" >>"$pipes"
+        done
+    done
+done
+cat "$pipes"

@@ -1775,6 +1775,19 @@ fn is_stream(fd: c_int) -> bool {
         .is_some_and(|(mode, _)| matches!(mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK))
 }
 
+/// Whether `path` starts with `/dev/`, read no further than its first
+/// byte that differs (its NUL at the latest): no length taken.
+///
+/// # Safety
+/// `path` is non-null and NUL-terminated.
+unsafe fn under_dev(path: *const c_char) -> bool {
+    b"/dev/".iter().enumerate().all(|(i, &want)| {
+        // SAFETY: every byte before `i` matched, so none was the NUL: `i`
+        // is within the string or its terminator.
+        (unsafe { *path.add(i) }) as u8 == want
+    })
+}
+
 /// At the start, with streams classified: the standard descriptors the
 /// process inherited (a shell's pipes).
 fn classify_inherited(cfg: &Config) {
@@ -1807,11 +1820,7 @@ pub(crate) fn opened(fd: c_int, path: *const c_char) {
     match config() {
         Some(cfg) if cfg.stream_class != 0 && !path.is_null() => {
             // SAFETY: the caller's NUL-terminated path.
-            if unsafe { CStr::from_ptr(path) }
-                .to_bytes()
-                .starts_with(b"/dev/")
-                && is_stream(fd)
-            {
+            if unsafe { under_dev(path) } && is_stream(fd) {
                 fdtable::set(fd, cfg.stream_class);
                 return;
             }

@@ -357,12 +357,7 @@ impl EnforcementObject for Drl {
     }
 
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
-        let ObjectConfig::Drl(new) = config else {
-            return Err(ConfigError::WrongKind {
-                object: "drl",
-                given: config.kind(),
-            });
-        };
+        let new = drl_settings(config)?;
         validate(new)?;
         if let Some(name) = &new.shared {
             return Err(ConfigError::Invalid {
@@ -455,6 +450,18 @@ impl EnforcementObject for Drl {
     /// it; `None` when it is 0 (off). One relaxed load.
     fn split_size(&self, ctx: &Context) -> Option<u64> {
         split_piece(self.split.load(Ordering::Relaxed), ctx)
+    }
+}
+
+/// The DRL settings of `config`, which a DRL (its own bucket or a shared
+/// one) adopts; any other kind is refused.
+pub(super) fn drl_settings(config: &ObjectConfig) -> Result<&DrlConfig, ConfigError> {
+    match config {
+        ObjectConfig::Drl(c) => Ok(c),
+        other => Err(ConfigError::WrongKind {
+            object: "drl",
+            given: other.kind(),
+        }),
     }
 }
 

@@ -322,12 +322,7 @@ impl EnforcementObject for SharedDrl {
     /// to keep it, as a control plane's rate rule leaves it), a positive
     /// rate.
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
-        let ObjectConfig::Drl(new) = config else {
-            return Err(ConfigError::WrongKind {
-                object: "drl",
-                given: config.kind(),
-            });
-        };
+        let new = super::drl::drl_settings(config)?;
         let mut current = self.config.lock().unwrap_or_else(|e| e.into_inner());
         if new.shared.is_some() && new.shared != current.shared {
             return Err(ConfigError::Invalid {
