@@ -15,7 +15,9 @@
 # times what `tar c` does per small file (fstatat twice, openat, fstat, read,
 # close), paired the same way, and the added ns per file and its share of
 # the file's cost go to bench/results/preload-smallfiles.csv, without and
-# with a statistics file (which makes every metadata call counted). Last,
+# with a statistics file (which makes every metadata call counted), and
+# under the policy of `paio run --limit` (pipes and sockets classified:
+# one fstat per open). Last,
 # GNU tar as a whole (tar_cpu.py): over 20,000 small files (preload-tar.csv;
 # with statistics files, preload-tar-stats.csv), over an empty directory for
 # the library's start and exit (preload-start.csv), and the same writing
@@ -84,6 +86,27 @@ kind = "drl"
 rate = "100GiB/s"
 POLICY
 
+# The policy of `paio run --limit write=...` without its shared bucket: a
+# DRL on writes, too high to make anything wait, and pipes and sockets (the
+# file class `stream`) left out of it; naming the class makes the library
+# look at every descriptor an open returns (one fstat).
+cat > "$work/limited.toml" <<POLICY
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+default_object = "limit"
+
+[[channel.object]]
+name = "limit"
+kind = "drl"
+rate = "100GiB/s"
+
+[[channel.object]]
+name = "streams"
+kind = "noop"
+match = { file_class = "stream" }
+POLICY
+
 # setup NAME: the environment of each configuration.
 env_for() {
     case "$1" in
@@ -94,6 +117,7 @@ env_for() {
         priority) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml" ;;
         critical) echo "LD_PRELOAD=$lib PAIO_POLICY=$here/priority.toml PAIO_CRITICAL=1" ;;
         bytes) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/bytes.toml" ;;
+        limited) echo "LD_PRELOAD=$lib PAIO_POLICY=$work/limited.toml" ;;
     esac
 }
 
@@ -147,7 +171,7 @@ for ((r = 1; r <= runs; r++)); do
     done
     # Small files, then copy calls (sendfile, copy_file_range, splice).
     paired_round "$r" small_added small_direct "$work/meta_loop" "$work/small" "$files" \
-        passthrough counted classified -- "${patterns[@]}"
+        passthrough counted classified limited -- "${patterns[@]}"
     paired_round "$r" copy_added copy_direct "$work/copy_loop" "$work/data/file" \
         "${COPIES:-200000}" passthrough bytes -- "${copy_patterns[@]}"
     paired_round "$r" stdio_added stdio_direct "$work/stdio_loop" "$work/data/file" \
@@ -213,7 +237,7 @@ small_out="${SMALL_OUT:-$root/bench/results/preload-smallfiles.csv}"
     results_header "interposer cost per small file on page-cached 100-2.4 KiB files, ns per file: pattern archive is what tar c does per file writing an archive (fstatat x2, openat, fstat, read, close), devnull what tar cf /dev/null does (fstatat x2)" \
         "bench/preload/run.sh (RUNS=$runs FILES=$files)"
     echo "# note: paired in one process (meta_loop.c): blocks of 2000 files through the interposed calls alternate with blocks through libc's own; added_ns is the median over runs of each run's median per-pair difference; direct_ns the median over runs of libc's own ns per file; added_pct = added_ns / direct_ns"
-    echo "# note: passthrough = the embedded default policy with nothing observing the counts (no PAIO_STATS, no PAIO_CONTROL: metadata calls skip the stage); counted = the same writing a statistics file (PAIO_STATS, as under paio run --summary or --stats: every metadata call counted); classified = PAIO_FILE_CLASSES + a policy with file classes, no statistics file"
+    echo "# note: passthrough = the embedded default policy with nothing observing the counts (no PAIO_STATS, no PAIO_CONTROL: metadata calls skip the stage); counted = the same writing a statistics file (PAIO_STATS, as under paio run --summary or --stats: every metadata call counted); classified = PAIO_FILE_CLASSES + a policy with file classes, no statistics file; limited = the policy of paio run --limit write=... (a DRL on writes too high to wait, pipes and sockets left out: every open's descriptor looked at with one fstat), no statistics file"
     echo "config,pattern,runs,files,direct_ns,added_ns,added_min,added_max,added_pct"
 } > "$small_out"
 # paired_rows OUT COUNT ADDED DIRECT CONFIG... -- PATTERN...: for each
@@ -243,7 +267,7 @@ paired_rows() {
     echo "wrote $out" >&2
 }
 paired_rows "$small_out" "$files" small_added small_direct \
-    passthrough counted classified -- "${patterns[@]}"
+    passthrough counted classified limited -- "${patterns[@]}"
 
 copy_out="${COPY_OUT:-$root/bench/results/preload-copy.csv}"
 {

@@ -1022,15 +1022,17 @@ fn a_limit_holds_for_all_the_commands_processes_together() {
 }
 
 /// `--limit`'s limits are for storage: what a command writes into a pipe
-/// goes through the `streams` object (counted, not limited); what it
-/// writes to a file or a device (`/dev/null`, inherited or opened), through
-/// the limit.
+/// or a named FIFO, created, opened or inherited on any descriptor, goes
+/// through the `streams` object (counted, not limited); what it writes to
+/// a file or a device (`/dev/null`, inherited or opened), through the
+/// limit.
 #[test]
 fn a_limit_leaves_pipes_and_devices_out() {
     let d = scratch("stream-limit");
     let stats = d.join("s.%p.json");
-    let (_, e, _) = limited_run("stream-limit-run", "write=8MiB/s", |input| {
+    let (_, e, _) = limited_run("stream-limit-run", "write=16MiB/s", |input| {
         let out = d.join("out");
+        let fifo = d.join("fifo");
         vec![
             "--stats".into(),
             stats.display().to_string(),
@@ -1039,9 +1041,12 @@ fn a_limit_leaves_pipes_and_devices_out() {
             "-c".into(),
             format!(
                 "printf '%s' \"$(cat {i})\" | cat > /dev/null; \
-                 dd if={i} of=/dev/null bs=64k status=none; dd if={i} of={o} bs=64k status=none",
+                 dd if={i} of=/dev/null bs=64k status=none; dd if={i} of={o} bs=64k status=none; \
+                 sh -c 'printf %s \"$(cat {i})\" >&3' 3>&1 | cat > /dev/null; \
+                 mkfifo {f} && {{ cat {f} > /dev/null & dd if={i} of={f} bs=64k status=none; wait; }}",
                 i = input.display(),
-                o = out.display()
+                o = out.display(),
+                f = fifo.display()
             ),
         ]
     });
@@ -1055,11 +1060,13 @@ fn a_limit_leaves_pipes_and_devices_out() {
             .map(|o| o.counts.bytes)
             .sum()
     };
-    // Into pipes the writer inherited (cat's, into the command
-    // substitution) and created itself (the shell's printf): 2 × 2 MiB; to
-    // /dev/null inherited (cat) and opened (dd), and to the file: 3 × 2 MiB.
-    assert_eq!(written("streams"), 4 << 20, "{e}");
-    assert_eq!(written("limit"), 6 << 20, "{e}");
+    // Into pipes the writer inherited on 1 (two cats, into the command
+    // substitutions), created itself (the shell's printf), inherited above
+    // 2 (the inner shell's printf into its descriptor 3) and into a named
+    // FIFO outside /dev/ (dd): 5 × 2 MiB; to /dev/null inherited (three
+    // cats) and opened (dd), and to the file: 5 × 2 MiB.
+    assert_eq!(written("streams"), 10 << 20, "{e}");
+    assert_eq!(written("limit"), 10 << 20, "{e}");
 }
 
 /// A child process killed when the test ends, passing or not: a paiod left

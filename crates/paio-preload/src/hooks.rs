@@ -659,7 +659,7 @@ macro_rules! open_hook {
             // SAFETY: the caller's arguments to the real variadic open; mode
             // is passed as the unsigned int open reads with va_arg.
             let fd = unsafe { real(path, flags, mode) };
-            rt::opened(fd, path);
+            rt::opened(fd);
             fd
         }
     };
@@ -680,7 +680,7 @@ macro_rules! openat_hook {
             let mode: c_uint = if needs_mode(flags) { mode as c_uint } else { 0 };
             // SAFETY: the caller's arguments to the real variadic openat.
             let fd = unsafe { real(dirfd, path, flags, mode) };
-            rt::opened(fd, path);
+            rt::opened(fd);
             fd
         }
     };
@@ -700,7 +700,7 @@ macro_rules! fixed_open_hook {
             unsafe { rt::before_meta_path(RequestType::OPEN, $path) };
             // SAFETY: the caller's arguments, unchanged, to the real function.
             let fd = unsafe { real($($a),*) };
-            rt::opened(fd, $path);
+            rt::opened(fd);
             fd
         }
     };
@@ -885,7 +885,7 @@ macro_rules! fopen_hook {
                 // this address.
                 streams::forget(r);
                 if rt::classifying() {
-                    rt::opened(stream_fd(r), path);
+                    rt::opened(stream_fd(r));
                 }
             }
             r
@@ -922,7 +922,7 @@ macro_rules! freopen_hook {
             if !path.is_null() {
                 fdtable::set(old, 0);
                 if !r.is_null() && rt::classifying() {
-                    rt::opened(stream_fd(r), path);
+                    rt::opened(stream_fd(r));
                 }
             }
             r

@@ -1775,27 +1775,31 @@ fn is_stream(fd: c_int) -> bool {
         .is_some_and(|(mode, _)| matches!(mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK))
 }
 
-/// Whether `path` starts with `/dev/`, read no further than its first
-/// byte that differs (its NUL at the latest): no length taken.
-///
-/// # Safety
-/// `path` is non-null and NUL-terminated.
-unsafe fn under_dev(path: *const c_char) -> bool {
-    b"/dev/".iter().enumerate().all(|(i, &want)| {
-        // SAFETY: every byte before `i` matched, so none was the NUL: `i`
-        // is within the string or its terminator.
-        (unsafe { *path.add(i) }) as u8 == want
-    })
-}
-
-/// At the start, with streams classified: the standard descriptors the
-/// process inherited (a shell's pipes).
+/// At the start, with streams classified: every descriptor the process
+/// inherited that is a pipe or a socket (a shell's pipes on 0–2, a
+/// jobserver's or a supervisor's above them), as `/proc/self/fd` lists
+/// them; without `/proc`, the standard three, and `PAIO_LOG` says so.
 fn classify_inherited(cfg: &Config) {
-    if cfg.stream_class != 0 {
-        for fd in 0..3 {
-            if is_stream(fd) {
-                fdtable::set(fd, cfg.stream_class);
-            }
+    if cfg.stream_class == 0 {
+        return;
+    }
+    let fds: Vec<c_int> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(dir) => dir
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(e) => {
+            log(&format!(
+                "cannot list /proc/self/fd ({e}): only descriptors 0-2 are checked \
+                 for inherited pipes and sockets"
+            ));
+            (0..3).collect()
+        }
+    };
+    // The listing's own descriptor is closed by now: fstat fails or finds
+    // whatever reused the number, classified by what it is.
+    for fd in fds {
+        if is_stream(fd) {
+            fdtable::set(fd, cfg.stream_class);
         }
     }
 }
@@ -1808,23 +1812,26 @@ pub(crate) fn new_stream_class() -> u16 {
     config().map_or(0, |c| c.stream_class)
 }
 
-/// A call returned the new descriptor `fd` for a freshly opened file at
-/// `path` (null if not known): record its class, the stream class for a
-/// pipe or socket under `/dev/` (`/dev/stdout`, `/dev/fd/N`: looked at
-/// only when streams are classified), else from its canonical path.
+/// A call returned the new descriptor `fd` for a freshly opened file (or a
+/// negative result): record its class, the stream class for a
+/// FIFO or socket wherever it is (`/dev/stdout`, `/dev/fd/N`, a named
+/// FIFO: one `fstat`, only when streams are classified), else from its
+/// canonical path.
 #[inline]
-pub(crate) fn opened(fd: c_int, path: *const c_char) {
+pub(crate) fn opened(fd: c_int) {
     if fd < 0 {
         return;
     }
     match config() {
-        Some(cfg) if cfg.stream_class != 0 && !path.is_null() => {
-            // SAFETY: the caller's NUL-terminated path.
-            if unsafe { under_dev(path) } && is_stream(fd) {
+        Some(cfg) if cfg.stream_class != 0 => {
+            if is_stream(fd) {
                 fdtable::set(fd, cfg.stream_class);
                 return;
             }
             if cfg.class_rules.is_empty() {
+                // Not a stream, whatever the number was before a close
+                // this library did not see.
+                fdtable::set(fd, 0);
                 return;
             }
         }
