@@ -177,6 +177,7 @@ struct ObjectSection {
     split: Option<Spanned<Size>>,
     split_when: Option<Spanned<SplitWhen>>,
     shared: Option<Spanned<String>>,
+    max_rate: Option<Spanned<Rate>>,
     #[serde(default, rename = "match")]
     matches: Option<Spanned<OneOrMany>>,
 }
@@ -202,7 +203,14 @@ impl Kind {
     fn fields(self) -> &'static [&'static str] {
         match self {
             Kind::Noop => &[],
-            Kind::Drl => &["rate", "burst", "zero_size_cost", "split", "shared"],
+            Kind::Drl => &[
+                "rate",
+                "burst",
+                "zero_size_cost",
+                "split",
+                "shared",
+                "max_rate",
+            ],
             Kind::Priority => &[
                 "depth",
                 "busy_depth",
@@ -766,6 +774,7 @@ fn object_config(
         obj.split.as_ref().map(|v| (v.span(), "split")),
         obj.split_when.as_ref().map(|v| (v.span(), "split_when")),
         obj.shared.as_ref().map(|v| (v.span(), "shared")),
+        obj.max_rate.as_ref().map(|v| (v.span(), "max_rate")),
     ];
     if let Some((span, field)) = given
         .iter()
@@ -851,7 +860,18 @@ fn object_config(
                 zero_size_cost: obj.zero_size_cost.as_ref().map_or(0, |z| *z.get_ref()),
                 split: obj.split.as_ref().map_or(Size(0), |n| *n.get_ref()),
                 shared: obj.shared.as_ref().map(|n| n.get_ref().clone()),
+                max_rate: obj.max_rate.as_ref().map(|r| *r.get_ref()),
             };
+            crate::object::drl::validate(&config).map_err(|e| {
+                let ConfigError::Invalid { field, reason } = e else {
+                    unreachable!("validate reports only invalid settings")
+                };
+                let span = match field {
+                    "max_rate" => obj.max_rate.as_ref().map_or(rate.span(), |r| r.span()),
+                    _ => obj.kind.span(),
+                };
+                (span, field, reason)
+            })?;
             crate::object::shared_drl::validate_shared(&config).map_err(|e| {
                 let ConfigError::Invalid { field, reason } = e else {
                     unreachable!("validate_shared reports only invalid settings")
@@ -1082,6 +1102,7 @@ name = "fg"
                 zero_size_cost: 4096,
                 split: Size(0),
                 shared: None,
+                max_rate: None,
             }))
         );
         assert_eq!(
@@ -1104,6 +1125,7 @@ name = "fg"
                 zero_size_cost: 0,
                 split: Size(0),
                 shared: None,
+                max_rate: None,
             }))
         );
         assert_eq!(
@@ -1669,6 +1691,43 @@ name = "fg"
             9,
             "channel[0].object[0].split",
             &["takes no split", "only drl and priority objects"],
+        );
+    }
+
+    #[test]
+    fn drl_max_rate_is_parsed_and_checked() {
+        let p = Policy::parse(
+            &format!("{OBJ_REACHED}kind = \"drl\"\nrate = \"2MiB/s\"\nmax_rate = \"1MiB/s\"\n"),
+            "<t>",
+        )
+        .unwrap();
+        let info = p.new_stage().unwrap().info();
+        assert_eq!(
+            info.channels[0].objects[1].config,
+            Some(ObjectConfig::Drl(
+                DrlConfig::new(Rate::bytes_per_sec(1 << 20))
+                    .with_max_rate(Rate::bytes_per_sec(1 << 20))
+            )),
+            "the rate as the object applies it"
+        );
+        for (value, needle) in [
+            ("\"10 ops/s\"", "not in the unit of the rate"),
+            ("\"0B/s\"", "must be above 0"),
+        ] {
+            fails(
+                &format!("{OBJ}kind = \"drl\"\nrate = \"1MiB/s\"\nmax_rate = {value}\n"),
+                7,
+                12,
+                "channel[0].object[0].max_rate",
+                &[needle],
+            );
+        }
+        fails(
+            &format!("{OBJ}kind = \"priority\"\nmax_rate = \"1MiB/s\"\n"),
+            6,
+            12,
+            "channel[0].object[0].max_rate",
+            &["takes no max_rate"],
         );
     }
 

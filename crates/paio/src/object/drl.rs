@@ -78,10 +78,20 @@ pub struct DrlConfig {
     /// shared memory (the interposer's `PAIO_SHARED`, one per `paio run`)
     /// draws on one budget, so the rate holds for all of them together.
     /// The cost: one atomic update of a shared word per request, and waits
-    /// that sleep to their release time (a rate change does not move them).
+    /// that sleep to their release time (a rate raised reprices them; a
+    /// rate lowered does not move them).
     /// `None`, the default: the bucket is this object's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<String>,
+    /// The most `rate` may be, in the same unit: a configuration asking
+    /// more (a control plane's rule) gets this. Kept by a reconfiguration
+    /// that leaves it unset, so a control plane that knows nothing of it
+    /// cannot lift it: a limit the stage's owner set holds under the
+    /// control plane's rates too, at the price of the control plane's
+    /// allocation not being met where it is higher. `None`, the default:
+    /// no ceiling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rate: Option<Rate>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -105,7 +115,42 @@ impl DrlConfig {
             zero_size_cost: 0,
             split: Size(0),
             shared: None,
+            max_rate: None,
         }
+    }
+
+    /// The same configuration with a ceiling on its rate
+    /// ([`DrlConfig::max_rate`]).
+    pub fn with_max_rate(mut self, max_rate: Rate) -> Self {
+        self.max_rate = Some(max_rate);
+        self
+    }
+
+    /// This configuration as an object applies it: `rate` no higher than
+    /// `max_rate`.
+    pub fn capped(mut self) -> Self {
+        if let Some(max) = self.max_rate {
+            if max.unit == self.rate.unit && self.rate.per_second > max.per_second {
+                self.rate = max;
+            }
+        }
+        self
+    }
+
+    /// `next` as a reconfiguration of an object now configured as `self`
+    /// applies it: the bucket (`shared`) and the ceiling (`max_rate`) kept
+    /// when `next` leaves them unset, as a control plane's rate rule does,
+    /// and the rate capped by the ceiling. (Whether `next` may name another
+    /// bucket is the object's to check.)
+    pub fn reconfigured(&self, next: &DrlConfig) -> DrlConfig {
+        let mut c = next.clone();
+        if c.shared.is_none() {
+            c.shared.clone_from(&self.shared);
+        }
+        if c.max_rate.is_none() {
+            c.max_rate = self.max_rate;
+        }
+        c.capped()
     }
 
     /// The same configuration drawing on the shared bucket `name`
@@ -207,7 +252,7 @@ pub struct Drl {
     bytes: AtomicBool,
 }
 
-pub(super) fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
+pub(crate) fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
     if config.burst == Some(Size(0)) {
         return Err(ConfigError::Invalid {
             field: "burst",
@@ -220,6 +265,25 @@ pub(super) fn validate(config: &DrlConfig) -> Result<(), ConfigError> {
             reason: SPLIT_REASON.to_string(),
         });
     }
+    if let Some(max) = config.max_rate {
+        if max.unit != config.rate.unit {
+            return Err(ConfigError::Invalid {
+                field: "max_rate",
+                reason: format!(
+                    "{max} is not in the unit of the rate ({}): give both in bytes or both in ops",
+                    config.rate
+                ),
+            });
+        }
+        if max.per_second == 0 {
+            return Err(ConfigError::Invalid {
+                field: "max_rate",
+                reason: "must be above 0 (a ceiling of 0 would pause the object for good; \
+                         set `rate` to 0 to pause it)"
+                    .to_string(),
+            });
+        }
+    }
     Ok(())
 }
 
@@ -227,6 +291,7 @@ impl Drl {
     /// `obj_init`: a bucket that starts full.
     pub fn new(config: DrlConfig, clock: SharedClock) -> Result<Self, ConfigError> {
         validate(&config)?;
+        let config = config.capped();
         let burst_nt = config.effective_burst() as u128 * NANO;
         let split = config.split.0;
         let bytes = config.rate.unit == RateUnit::Bytes;
@@ -358,7 +423,6 @@ impl EnforcementObject for Drl {
 
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
         let new = drl_settings(config)?;
-        validate(new)?;
         if let Some(name) = &new.shared {
             return Err(ConfigError::Invalid {
                 field: "shared",
@@ -369,13 +433,16 @@ impl EnforcementObject for Drl {
             });
         }
         let now = self.clock.now_ns();
-        {
+        let new = {
             let mut b = self.lock();
+            let new = b.config.reconfigured(new);
+            validate(&new)?;
             b.refill(now); // credit so far at the old rate
             b.burst_nt = new.effective_burst() as u128 * NANO;
             b.credited = b.credited.min(b.charged + b.burst_nt);
             b.config = new.clone();
-        }
+            new
+        };
         self.split.store(new.split.0, Ordering::Relaxed);
         self.bytes
             .store(new.rate.unit == RateUnit::Bytes, Ordering::Relaxed);
@@ -525,6 +592,61 @@ mod tests {
         let e = d.configure(&ObjectConfig::Drl(bad.clone())).unwrap_err();
         assert!(e.to_string().contains("multiple of 4 KiB"), "{e}");
         assert!(Drl::new(bad, Arc::new(FakeClock::new())).is_err());
+    }
+
+    #[test]
+    fn max_rate_caps_every_rate_and_outlives_reconfigurations_without_it() {
+        let clock = FakeClock::new();
+        let cfg = DrlConfig::new(Rate::bytes_per_sec(4000))
+            .with_burst(100)
+            .with_max_rate(Rate::bytes_per_sec(1000));
+        let d = Drl::new(cfg, Arc::new(clock.clone())).unwrap();
+        assert_eq!(
+            d.status().rate,
+            Rate::bytes_per_sec(1000),
+            "capped at creation"
+        );
+        assert_eq!(d.reserve(&ctx(100)), Some(Duration::ZERO));
+        assert_eq!(d.reserve(&ctx(100)), Some(Duration::from_millis(100)));
+        // A control plane's rule knows nothing of the ceiling: it stays.
+        let rule = |r| ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(r)).with_burst(100));
+        d.configure(&rule(1 << 30)).unwrap();
+        assert_eq!(d.status().rate, Rate::bytes_per_sec(1000));
+        let ObjectConfig::Drl(c) = d.config() else {
+            unreachable!()
+        };
+        assert_eq!(c.max_rate, Some(Rate::bytes_per_sec(1000)));
+        // Lower than the ceiling: the rule's rate; 0 still pauses.
+        d.configure(&rule(500)).unwrap();
+        assert_eq!(d.status().rate, Rate::bytes_per_sec(500));
+        d.configure(&rule(0)).unwrap();
+        assert_eq!(d.status().rate, Rate::bytes_per_sec(0));
+        // Given explicitly, the ceiling changes.
+        let raised =
+            DrlConfig::new(Rate::bytes_per_sec(1 << 30)).with_max_rate(Rate::bytes_per_sec(3000));
+        d.configure(&ObjectConfig::Drl(raised)).unwrap();
+        assert_eq!(d.status().rate, Rate::bytes_per_sec(3000));
+        // A ceiling in another unit, or of 0, is refused, naming the field.
+        for bad in [Rate::ops_per_sec(10), Rate::bytes_per_sec(0)] {
+            let c = DrlConfig::new(Rate::bytes_per_sec(10)).with_max_rate(bad);
+            let e = d.configure(&ObjectConfig::Drl(c.clone())).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    ConfigError::Invalid {
+                        field: "max_rate",
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+            assert!(Drl::new(c, Arc::new(FakeClock::new())).is_err());
+        }
+        assert_eq!(
+            d.status().rate,
+            Rate::bytes_per_sec(3000),
+            "unchanged by refusals"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! (a rate limiter makes requests wait; a configuration change never waits
 //! behind them).
 
-mod drl;
+pub(crate) mod drl;
 mod noop;
 mod priority;
 pub mod shared_drl;

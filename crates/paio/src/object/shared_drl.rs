@@ -23,15 +23,21 @@
 //!   and over any window the tokens released are at most rate × window +
 //!   max(burst, largest request): `c ÷ rate` is rounded up to the
 //!   nanosecond, never down.
-//! - A waiting request sleeps until its release time: no lock is shared and
-//!   no process wakes another.
+//! - A waiting request sleeps until its release time: no lock is shared
+//!   and no process wakes another (only its own object's reconfiguration,
+//!   below, wakes it early).
 //! - In two-phase use the bytes a call did not move are refunded:
 //!   `T` ← `T` − unused ÷ rate (rounded down). Requests already waiting keep
 //!   their release times; the credit goes to the next arrivals (beyond the
 //!   burst it is lost, as unused tokens are).
 //! - [`EnforcementObject::configure`] changes the rate and burst for the
-//!   charges made from then on; requests already waiting keep their release
-//!   times. A shared bucket cannot be paused: its rate must be positive.
+//!   charges made from then on. A request of this object waiting when the
+//!   rate is raised pays the new rate instead: the difference between its
+//!   charge at the old rate and at the new one comes off its release time
+//!   and off `T` (a refund, as above), so a control plane that raises a
+//!   rate releases it sooner; one that lowers it leaves waiting requests
+//!   their release times. A shared bucket cannot be paused: its rate must
+//!   be positive.
 //! - A process that dies while its request waits leaves that request's
 //!   charge in the bucket: the others lose at most its tokens.
 //! - Each process charges at the rate of its own object: the objects naming
@@ -140,6 +146,14 @@ pub(crate) fn validate_shared(config: &DrlConfig) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// An object's waiting requests.
+#[derive(Debug, Default)]
+struct Waiters {
+    waiting: u32,
+    /// Reconfigurations so far.
+    generation: u64,
+}
+
 /// A token bucket whose state is a word of shared memory (see the module
 /// documentation for its exact semantics).
 #[derive(Debug)]
@@ -154,9 +168,9 @@ pub struct SharedDrl {
     ops: AtomicBool,
     split: AtomicU64,
     clock: SharedClock,
-    /// Requests waiting on a clock that is not real time (tests), which
-    /// [`SharedDrl::wake_waiters`] wakes.
-    waiting: Mutex<u32>,
+    /// This object's waiting requests and its configuration's generation:
+    /// a waiter that sees the generation move looks at the rate again.
+    waiters: Mutex<Waiters>,
     moved: Condvar,
 }
 
@@ -188,6 +202,7 @@ impl SharedDrl {
     /// holds it), charged at `config`'s rate. `config` is checked by the
     /// caller ([`SharedDrl::new`] does).
     pub fn with_word(config: DrlConfig, clock: SharedClock, word: &'static AtomicU64) -> Self {
+        let config = config.capped();
         let me = Self {
             word,
             config: Mutex::new(config.clone()),
@@ -197,7 +212,7 @@ impl SharedDrl {
             ops: AtomicBool::new(false),
             split: AtomicU64::new(0),
             clock,
-            waiting: Mutex::new(0),
+            waiters: Mutex::new(Waiters::default()),
             moved: Condvar::new(),
         };
         me.adopt(&config);
@@ -253,8 +268,8 @@ impl SharedDrl {
         u64::try_from(ns).unwrap_or(u64::MAX)
     }
 
-    /// Charges `ctx` at `now`; its release time.
-    fn reserve(&self, ctx: &Context, now: u64) -> u64 {
+    /// Charges `ctx` at `now`; its release time and the charge, in ns.
+    fn reserve(&self, ctx: &Context, now: u64) -> (u64, u64) {
         let cost = self.ns_of(self.tokens(ctx), false);
         let burst = self.burst_ns.load(Ordering::Relaxed);
         let before = self
@@ -263,39 +278,62 @@ impl SharedDrl {
                 Some(charge(t, now, cost, burst))
             })
             .unwrap_or_else(|t| t);
-        charge(before, now, cost, burst)
+        (charge(before, now, cost, burst), cost)
     }
 
-    fn wait_until(&self, release: u64) {
-        if self.clock.is_real_time() {
-            loop {
-                let now = self.now();
-                if now >= release {
-                    return;
-                }
-                std::thread::sleep(Duration::from_nanos(release - now));
-            }
-        }
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        *waiting += 1;
+    /// Sleeps until `release`, the release time of a charge of `cost` ns;
+    /// when a reconfiguration raises the rate meanwhile, the charge is
+    /// repriced at the new rate (see the module documentation).
+    fn wait_until(&self, ctx: &Context, mut release: u64, mut cost: u64) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        w.waiting += 1;
+        let mut seen = w.generation;
         // The clock is read under the lock: a wake-up after the read finds
         // this thread asleep, never between.
-        while self.now() < release {
-            waiting = self.moved.wait(waiting).unwrap_or_else(|e| e.into_inner());
+        loop {
+            if w.generation != seen {
+                seen = w.generation;
+                let now_cost = self.ns_of(self.tokens(ctx), false);
+                if now_cost < cost {
+                    let less = cost - now_cost;
+                    let _ = self
+                        .word
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+                            Some(t.saturating_sub(less))
+                        });
+                    release = release.saturating_sub(less);
+                    cost = now_cost;
+                }
+            }
+            let now = self.now();
+            if now >= release {
+                break;
+            }
+            w = if self.clock.is_real_time() {
+                self.moved
+                    .wait_timeout(w, Duration::from_nanos(release - now))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+            } else {
+                self.moved.wait(w).unwrap_or_else(|e| e.into_inner())
+            };
         }
-        *waiting -= 1;
+        w.waiting -= 1;
     }
 
-    /// Wakes requests waiting on a test's clock so they read it again; a
-    /// real clock needs none.
+    /// Wakes this object's waiting requests so they read the clock (a
+    /// test's, which does not wake them by itself) and the rate again.
     pub fn wake_waiters(&self) {
-        drop(self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
         self.moved.notify_all();
     }
 
-    /// Requests waiting on a test's clock now.
+    /// This object's requests waiting now.
     pub fn waiting(&self) -> u32 {
-        *self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .waiting
     }
 
     /// Gives back the tokens charged for `ctx` beyond the `moved` bytes its
@@ -335,22 +373,28 @@ impl EnforcementObject for SharedDrl {
                 ),
             });
         }
-        let mut new = new.clone();
-        new.shared = current.shared.clone();
+        let new = current.reconfigured(new);
         super::drl::validate(&new)?;
         validate_shared(&new)?;
         self.adopt(&new);
         *current = new;
+        drop(current);
+        // Waiting requests look at the rate again.
+        self.waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .generation += 1;
+        self.moved.notify_all();
         Ok(())
     }
 
     fn enforce(&self, ctx: &Context, _request: &mut Request<'_>) -> Result<u64, EnforceError> {
         let arrival = self.now();
-        let release = self.reserve(ctx, arrival);
+        let (release, cost) = self.reserve(ctx, arrival);
         if release <= arrival {
             return Ok(0);
         }
-        self.wait_until(release);
+        self.wait_until(ctx, release, cost);
         Ok(self.now().saturating_sub(arrival).max(1))
     }
 
@@ -457,13 +501,13 @@ mod tests {
     fn a_waiting_request_is_released_at_its_charge_and_refunds_go_to_later_ones() {
         let (a, b, clock) = pair(Rate::bytes_per_sec(1000), 100, 5_000_000_000);
         let start = clock.now_ns();
-        assert_eq!(a.reserve(&ctx(100), start), start);
+        assert_eq!(a.reserve(&ctx(100), start).0, start);
         // 50 bytes of debt: released 50 ms later.
-        let release = b.reserve(&ctx(50), start);
+        let release = b.reserve(&ctx(50), start).0;
         assert_eq!(release, start + 50_000_000);
         // The call moved 10 of them: 40 ms of credit for the next arrival.
         b.refund(&ctx(50), 10);
-        assert_eq!(a.reserve(&ctx(40), start), start + 50_000_000);
+        assert_eq!(a.reserve(&ctx(40), start).0, start + 50_000_000);
         let a = Arc::new(a);
         let waiter = {
             let a = a.clone();
@@ -480,13 +524,52 @@ mod tests {
     }
 
     #[test]
+    fn a_rate_raised_releases_waiting_requests_at_the_new_rate() {
+        let (a, b, clock) = pair(Rate::bytes_per_sec(1000), 100, 5_000_000_000);
+        let start = clock.now_ns();
+        assert_eq!(a.reserve(&ctx(100), start).0, start, "the burst");
+        let a = Arc::new(a);
+        let waiter = |a: &Arc<SharedDrl>| {
+            let a = a.clone();
+            std::thread::spawn(move || a.enforce(&ctx(100), &mut Request::new(None)))
+        };
+        let until_waiting = |a: &SharedDrl| {
+            while a.waiting() == 0 {
+                std::thread::yield_now();
+            }
+        };
+        // Charged 100 ms at 1,000 B/s; at 10,000 B/s it costs 10 ms, and
+        // the 90 ms go back to the bucket.
+        let w = waiter(&a);
+        until_waiting(&a);
+        let fast = |r| ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(r)).with_burst(100));
+        a.configure(&fast(10_000)).unwrap();
+        clock.advance(Duration::from_millis(10));
+        a.wake_waiters();
+        assert_eq!(w.join().unwrap(), Ok(10_000_000));
+        let now = clock.now_ns();
+        assert_eq!(
+            b.reserve(&ctx(10), now).0,
+            now + 10_000_000,
+            "T was refunded"
+        );
+        // Lowered: a waiting request keeps its release time.
+        let w = waiter(&a);
+        until_waiting(&a);
+        a.configure(&fast(1000)).unwrap();
+        clock.advance(Duration::from_millis(20));
+        a.wake_waiters();
+        assert_eq!(w.join().unwrap(), Ok(20_000_000));
+    }
+
+    #[test]
     fn an_operation_rate_charges_one_token_and_refunds_nothing() {
         let (a, _, _) = pair(Rate::ops_per_sec(100), 1, 1_000_000_000);
         let now = 1_000_000_000;
-        assert_eq!(a.reserve(&ctx(1 << 20), now), now);
-        assert_eq!(a.reserve(&ctx(0), now), now + 10_000_000);
+        assert_eq!(a.reserve(&ctx(1 << 20), now).0, now);
+        assert_eq!(a.reserve(&ctx(0), now).0, now + 10_000_000);
         a.refund(&ctx(1 << 20), 0);
-        assert_eq!(a.reserve(&ctx(7), now), now + 20_000_000);
+        assert_eq!(a.reserve(&ctx(7), now).0, now + 20_000_000);
     }
 
     #[test]
@@ -514,6 +597,28 @@ mod tests {
             a.configure(&ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(0)))),
             Err(ConfigError::Invalid { field: "rate", .. })
         ));
+    }
+
+    #[test]
+    fn a_ceiling_holds_under_rate_rules_on_a_shared_bucket() {
+        let clock = FakeClock::new();
+        let config = DrlConfig::new(Rate::bytes_per_sec(1000))
+            .with_burst(100)
+            .shared_as("b")
+            .with_max_rate(Rate::bytes_per_sec(1000));
+        let a = SharedDrl::with_word(config, Arc::new(clock.clone()), leak());
+        a.configure(&ObjectConfig::Drl(DrlConfig::new(Rate::bytes_per_sec(
+            1 << 30,
+        ))))
+        .unwrap();
+        let ObjectConfig::Drl(c) = a.config() else {
+            unreachable!()
+        };
+        assert_eq!(
+            (c.rate.per_second, c.max_rate, c.shared.as_deref()),
+            (1000, Some(Rate::bytes_per_sec(1000)), Some("b"))
+        );
+        assert_eq!(a.ns_of(1000, false), 1_000_000_000);
     }
 
     #[test]
@@ -563,7 +668,7 @@ mod tests {
                 now += gap;
                 largest = largest.max(size);
                 // Released at its charge, or at arrival when that is past.
-                let r = users[who].reserve(&ctx(size), now).max(now);
+                let r = users[who].reserve(&ctx(size), now).0.max(now);
                 prop_assert!(r >= released.last().map_or(0, |l| l.0), "FIFO");
                 released.push((r, size));
             }
