@@ -1302,9 +1302,11 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
     let input = d.join("in");
     std::fs::write(&input, vec![3u8; 24 << 20]).unwrap();
     let stats = d.join("s.%p.json");
-    // The stage's own limit (until paiod's rules replace it) keeps dd
-    // running for 3 s, however long registration takes on a loaded machine;
-    // unthrottled, dd is done in milliseconds.
+    // The stage's own limit keeps dd running for 3 s, however long
+    // registration takes on a loaded machine (unthrottled, dd is done in
+    // milliseconds), and stays the ceiling of paiod's rates, 16 and then
+    // 64 MiB/s, after paiod's DRL takes its place.
+    let started = Instant::now();
     let mut run = paio()
         .env("PAIO_LIB", lib)
         .args([
@@ -1386,8 +1388,11 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("speed"), "{}", stderr(&bad));
     assert!(run.wait().unwrap().success());
+    let took = started.elapsed();
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
+    // 24 MiB at 8 MiB/s, less the first 10 ms burst.
+    assert!(took >= Duration::from_millis(2900), "{took:?}");
     // Every byte dd read went through the read channel, and those read after
     // registration through paiod's DRL.
     let file = std::fs::read_dir(&d)

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use paio::protocol::{self, ErrorCode, FrameDecoder, FrameError, Hello, Message};
 use paio::stats::Counts;
-use paio::{Rule, StageStats};
+use paio::{ObjectConfig, Rule, StageStats};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -1207,7 +1207,14 @@ fn apply_to_view(view: &mut StageView, rules: &[Rule]) {
                     .find(|c| &c.name == channel)
                     .and_then(|c| c.objects.iter_mut().find(|o| &o.name == object))
                 {
-                    o.config = Some(config.clone());
+                    // As the stage applies it: a DRL keeps its bucket and
+                    // ceiling, and its rate is capped.
+                    o.config = Some(match (&o.config, config) {
+                        (Some(ObjectConfig::Drl(now)), ObjectConfig::Drl(next)) => {
+                            ObjectConfig::Drl(now.reconfigured(next))
+                        }
+                        _ => config.clone(),
+                    });
                 }
             }
             _ => {}

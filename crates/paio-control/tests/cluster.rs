@@ -914,9 +914,10 @@ impl Reader {
             .env("PAIO_LIB", lib)
             .env("LC_ALL", "C")
             .args(["run", "--name", name, "--label", &format!("job={job}")])
-            // Until paiod's rule replaces it, the stage's own limit keeps
-            // dd from spinning on the 2 cores.
-            .args(["--limit", "read=16MiB/s", "--control"])
+            // Until paiod's rules arrive, the stage's own limit keeps dd
+            // from spinning on the 2 cores; it stays the ceiling of
+            // paiod's rates, so it is above every part (PARTS).
+            .args(["--limit", "read=64MiB/s", "--control"])
             .arg(&node.socket)
             .arg("--stats")
             .arg(dir.join(format!("{name}.%p.json")))

@@ -6,7 +6,9 @@
 use std::collections::BTreeMap;
 
 use paio::object::DrlConfig;
+use paio::stage::ChannelInfo;
 use paio::stats::Counts;
+use paio::units::RateUnit;
 use paio::{Classifier, ObjectConfig, Pattern, Rate, RequestType, Rule, StageInfo};
 
 use super::{max_min::max_min_fair, PolicyError, StageId, StageView};
@@ -126,25 +128,38 @@ impl ControlSettings {
     /// Every request of the channel then reaches the `paiod` DRL: the
     /// channel's object mappings (e.g. the RocksDB plugin's `compaction_l0
     /// → l0` in channel `compaction`), which would take requests past it,
-    /// are removed, and a log line names them. A request has one object, so
-    /// the limit paiod was asked to hold replaces theirs.
+    /// are removed, and a log line names them; a mapping of the interposer's
+    /// pipes and sockets alone (file class `stream`, as `paio run --limit`
+    /// has) stays, since they are not storage. A request has one object, so
+    /// the `paiod` DRL takes the place of the channel's default object;
+    /// when that is a DRL of the stage's own at a rate in bytes (`paio run
+    /// --limit`'s `limit`), its rate stays the ceiling of paiod's
+    /// (`max_rate`) and its bucket, shared by a command's processes, is the
+    /// one the `paiod` DRL draws on, so both limits hold.
     pub fn setup_rules(&self, info: &StageInfo, initial_rate: f64) -> Vec<Rule> {
         let mut rules = Vec::new();
         let channel = info.channels.iter().find(|c| c.name == self.channel);
-        if let Some(c) = channel.filter(|c| !c.object_rules.is_empty()) {
-            let names: Vec<&str> = c.object_rules.iter().map(|(_, o)| o.as_str()).collect();
-            tracing::info!(
-                "stage {} (pid {}): channel {:?} sends requests to objects {:?} by pattern; \
-                 those mappings are removed so that the paiod DRL limits the whole channel",
-                info.identity.name,
-                info.identity.pid,
-                c.name,
-                names
-            );
-            rules.extend(c.object_rules.iter().map(|(pattern, _)| Rule::UnmapObject {
-                channel: c.name.clone(),
-                pattern: *pattern,
-            }));
+        let who = || format!("stage {} (pid {})", info.identity.name, info.identity.pid);
+        if let Some(c) = channel {
+            let past: Vec<&(Pattern, String)> = c
+                .object_rules
+                .iter()
+                .filter(|(pattern, _)| !is_streams_only(pattern))
+                .collect();
+            if !past.is_empty() {
+                let names: Vec<&str> = past.iter().map(|(_, o)| o.as_str()).collect();
+                tracing::info!(
+                    "{}: channel {:?} sends requests to objects {:?} by pattern; \
+                     those mappings are removed so that the paiod DRL limits the whole channel",
+                    who(),
+                    c.name,
+                    names
+                );
+                rules.extend(past.iter().map(|(pattern, _)| Rule::UnmapObject {
+                    channel: c.name.clone(),
+                    pattern: *pattern,
+                }));
+            }
         }
         if channel.is_none() {
             let needed = pattern_classifiers(&self.pattern);
@@ -163,10 +178,27 @@ impl ControlSettings {
         }
         let has_object = channel.is_some_and(|c| c.objects.iter().any(|o| o.name == OBJECT));
         if !has_object {
+            let mut config = drl_config(initial_rate);
+            if let Some((name, own)) = channel.and_then(own_limit) {
+                tracing::info!(
+                    "{}: channel {:?}'s own limit, object {name:?} at {}{}, stays the ceiling \
+                     of paiod's rates there",
+                    who(),
+                    self.channel,
+                    own.rate,
+                    own.shared
+                        .as_deref()
+                        .map(|b| format!(" (bucket {b:?}, shared by its command's processes)"))
+                        .unwrap_or_default()
+                );
+                config.shared.clone_from(&own.shared);
+                config.max_rate = Some(own.rate);
+                config = config.capped();
+            }
             rules.push(Rule::CreateObject {
                 channel: self.channel.clone(),
                 name: OBJECT.to_string(),
-                config: drl(initial_rate),
+                config: ObjectConfig::Drl(config),
             });
         }
         if channel.is_none_or(|c| c.default_object != OBJECT) {
@@ -223,9 +255,57 @@ impl ControlSettings {
         }
     }
 
-    /// What the split needs to know of a stage.
+    /// What the split needs to know of a stage. Waits behind the stage's
+    /// own ceiling (`max_rate` of its `paiod` DRL, when it binds) do not
+    /// make it throttled: more from paiod would not let it go faster, so
+    /// its demand is what it achieves and the group's rest goes to others.
     pub fn demand(&self, view: &StageView) -> StageDemand {
-        StageDemand::of(self.counts(view))
+        let mut d = StageDemand::of(self.counts(view));
+        if d.throttled && self.held_by_ceiling(view) {
+            d.throttled = false;
+        }
+        d
+    }
+
+    /// Whether the stage's `paiod` DRL runs at its ceiling (`max_rate`):
+    /// paiod's rate is at or above it.
+    fn held_by_ceiling(&self, view: &StageView) -> bool {
+        view.info
+            .channels
+            .iter()
+            .find(|c| c.name == self.channel)
+            .and_then(|c| c.objects.iter().find(|o| o.name == OBJECT))
+            .is_some_and(|o| match &o.config {
+                Some(ObjectConfig::Drl(c)) => c.max_rate.is_some_and(|m| c.rate == m),
+                _ => false,
+            })
+    }
+}
+
+/// Whether `p` matches the interposer's pipes and sockets alone (its file
+/// class `stream`, nothing else named): traffic between processes, not to
+/// storage.
+fn is_streams_only(p: &Pattern) -> bool {
+    let streams = Pattern {
+        file_class: paio::FileClass::named(paio::env::STREAM_CLASS).ok(),
+        ..Pattern::ANY
+    };
+    p.file_class.is_some() && *p == streams
+}
+
+/// The channel's default object when it is a DRL of the stage's own at a
+/// positive rate in bytes (a limit its owner set, such as `paio run
+/// --limit`'s), with its settings.
+fn own_limit(c: &ChannelInfo) -> Option<(&str, &DrlConfig)> {
+    if c.default_object == OBJECT {
+        return None;
+    }
+    let o = c.objects.iter().find(|o| o.name == c.default_object)?;
+    match &o.config {
+        Some(ObjectConfig::Drl(d)) if d.rate.unit == RateUnit::Bytes && d.rate.per_second > 0 => {
+            Some((o.name.as_str(), d))
+        }
+        _ => None,
     }
 }
 
@@ -561,6 +641,89 @@ mod tests {
         let info = stage.info();
         assert!(s.setup_rules(&info, 1e6).is_empty());
         stage.apply(&s.configure(2e6)).unwrap();
+    }
+
+    /// A stage with `paio run --limit write=8MiB/s`'s channel: its own
+    /// limit stays the ceiling, on the same shared bucket, and pipes and
+    /// sockets stay out.
+    #[test]
+    fn setup_keeps_a_stages_own_limit_as_the_ceiling_and_streams_out() {
+        paio::object::install_shared_buckets(std::sync::Arc::new(
+            paio::object::LocalBuckets::default(),
+        ));
+        let policy = r#"
+[[channel]]
+name = "write"
+match = { request_type = "write" }
+default_object = "limit"
+[[channel.object]]
+name = "limit"
+kind = "drl"
+rate = "8MiB/s"
+shared = "write"
+[[channel.object]]
+name = "streams"
+kind = "noop"
+match = { file_class = "stream" }
+"#;
+        let stage = paio::Stage::from_policy_str(policy, "<t>").unwrap();
+        let s = ControlSettings::new("job", "write", None, false).unwrap();
+        let rules = s.setup_rules(&stage.info(), 1e9);
+        assert!(
+            !rules.iter().any(|r| matches!(r, Rule::UnmapObject { .. })),
+            "{rules:?}"
+        );
+        stage.apply_all(&rules).unwrap();
+        let info = stage.info();
+        let write = &info.channels[0];
+        assert_eq!(write.default_object, OBJECT);
+        assert_eq!(write.object_rules.len(), 1, "the streams mapping stays");
+        let paiod = |info: &StageInfo| -> DrlConfig {
+            let o = info.channels[0].objects.iter().find(|o| o.name == OBJECT);
+            match o.and_then(|o| o.config.clone()) {
+                Some(ObjectConfig::Drl(c)) => c,
+                other => panic!("{other:?}"),
+            }
+        };
+        let own = Rate::bytes_per_sec(8 << 20);
+        let c = paiod(&info);
+        assert_eq!(
+            (c.rate, c.max_rate, c.shared.as_deref()),
+            (own, Some(own), Some("write"))
+        );
+        // paiod's rates above the ceiling are held to it, below it apply.
+        stage.apply(&s.configure(1e9)).unwrap();
+        assert_eq!(paiod(&stage.info()).rate, own);
+        stage.apply(&s.configure(1e6)).unwrap();
+        assert_eq!(paiod(&stage.info()).rate, Rate::bytes_per_sec(1_000_000));
+        assert!(s.setup_rules(&stage.info(), 1e9).is_empty());
+        // A default object that is no limit of the stage's own: no ceiling.
+        let plain = paio::Stage::from_policy_str("", "<t>").unwrap();
+        for r in s.setup_rules(&plain.info(), 1e9) {
+            plain.apply(&r).unwrap();
+        }
+        let c = paiod(&plain.info());
+        assert_eq!((c.max_rate, c.shared), (None, None));
+    }
+
+    #[test]
+    fn a_stage_held_by_its_own_ceiling_is_not_throttled_by_paiod() {
+        let s = ControlSettings::default();
+        let mut v = view(1, "x", Some(8e6), 100);
+        assert!(s.demand(&v).throttled, "waits behind paiod's rate");
+        let capped = |rate: u64| {
+            ObjectConfig::Drl(
+                DrlConfig::new(Rate::bytes_per_sec(rate))
+                    .with_max_rate(Rate::bytes_per_sec(8_000_000))
+                    .capped(),
+            )
+        };
+        v.info.channels[0].objects[0].config = Some(capped(1 << 40));
+        let d = s.demand(&v);
+        assert!(!d.throttled, "waits behind its own ceiling");
+        assert!(d.wanted() < 11e6, "{}", d.wanted());
+        v.info.channels[0].objects[0].config = Some(capped(1_000_000));
+        assert!(s.demand(&v).throttled, "paiod's rate below the ceiling");
     }
 
     #[test]
