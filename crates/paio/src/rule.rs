@@ -102,7 +102,9 @@ pub enum Rule {
         object: String,
     },
     /// Enforcement: new state for an object (`obj_config`); takes effect at
-    /// once, including for requests already waiting.
+    /// once, including for requests already waiting (as each kind's
+    /// [`EnforcementObject::configure`](crate::object::EnforcementObject::configure)
+    /// says).
     Configure {
         /// The channel.
         channel: String,

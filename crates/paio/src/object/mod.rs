@@ -155,7 +155,9 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
     fn kind(&self) -> &'static str;
 
     /// `obj_config`: adopts a new state. Takes effect at once, also for
-    /// requests already waiting; never waits for requests in flight.
+    /// requests already waiting (a shared bucket's waiters pay a raised rate
+    /// but not a lowered one: [`shared_drl`]); never waits for requests in
+    /// flight.
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError>;
 
     /// `obj_enf`: applies the mechanism to one request, blocking as long as
