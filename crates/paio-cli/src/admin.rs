@@ -185,7 +185,17 @@ pub fn format_status(r: &StatusReport) -> String {
             );
             for o in &c.objects {
                 let config = match &o.config {
-                    Some(paio::ObjectConfig::Drl(d)) => format!("drl {}", d.rate),
+                    Some(paio::ObjectConfig::Drl(d)) => format!(
+                        "drl {}{}{}",
+                        d.rate,
+                        d.max_rate
+                            .map(|m| format!(" max_rate {m}"))
+                            .unwrap_or_default(),
+                        d.shared
+                            .as_deref()
+                            .map(|b| format!(" shared {b}"))
+                            .unwrap_or_default(),
+                    ),
                     Some(paio::ObjectConfig::Priority(p)) => format!(
                         "priority depth {} busy {}{}{}",
                         p.depth,
@@ -345,9 +355,11 @@ mod tests {
                     objects: vec![ObjectStatus {
                         name: "paiod".into(),
                         kind: "drl".into(),
-                        config: Some(paio::ObjectConfig::Drl(paio::object::DrlConfig::new(
-                            paio::Rate::bytes_per_sec(1 << 20),
-                        ))),
+                        config: Some(paio::ObjectConfig::Drl(
+                            paio::object::DrlConfig::new(paio::Rate::bytes_per_sec(1 << 20))
+                                .with_max_rate(paio::Rate::bytes_per_sec(1 << 20))
+                                .shared_as("read"),
+                        )),
                         bytes_per_sec: 2.0 * 1048576.0,
                     }],
                 }],
@@ -409,7 +421,8 @@ mod tests {
         );
         assert!(text.contains("pid 42") && text.contains("job=I1"), "{text}");
         assert!(
-            text.contains("object paiod") && text.contains("drl"),
+            text.contains("object paiod")
+                && text.contains("drl 1048576 B/s max_rate 1048576 B/s shared read"),
             "{text}"
         );
         assert!(text.contains("kernel reads 1.0 MiB/s"), "{text}");
