@@ -131,11 +131,12 @@ impl ControlSettings {
     /// are removed, and a log line names them; a mapping of the interposer's
     /// pipes and sockets alone (file class `stream`, as `paio run --limit`
     /// has) stays, since they are not storage. A request has one object, so
-    /// the `paiod` DRL takes the place of the channel's default object;
-    /// when that is a DRL of the stage's own at a rate in bytes (`paio run
-    /// --limit`'s `limit`), its rate stays the ceiling of paiod's
-    /// (`max_rate`) and its bucket, shared by a command's processes, is the
-    /// one the `paiod` DRL draws on, so both limits hold.
+    /// the `paiod` DRL takes the place of the objects the channel's storage
+    /// traffic reached; when each of them is a DRL of the stage's own at a
+    /// rate in bytes (`paio run --limit`'s `limit`), the highest of their
+    /// rates stays the ceiling of paiod's (`max_rate`) and their bucket,
+    /// if they share one (a command's processes do), is the one the
+    /// `paiod` DRL draws on, so both limits hold.
     pub fn setup_rules(&self, info: &StageInfo, initial_rate: f64) -> Vec<Rule> {
         let mut rules = Vec::new();
         let channel = info.channels.iter().find(|c| c.name == self.channel);
@@ -180,19 +181,19 @@ impl ControlSettings {
         if !has_object {
             let mut config = drl_config(initial_rate);
             if let Some((name, own)) = channel.and_then(own_limit) {
+                let max = own.max_rate.expect("own_limit gives a ceiling");
                 tracing::info!(
-                    "{}: channel {:?}'s own limit, object {name:?} at {}{}, stays the ceiling \
-                     of paiod's rates there",
+                    "{}: channel {:?}'s own limit (object {name:?}) of {max}{} stays the \
+                     ceiling of paiod's rates there",
                     who(),
                     self.channel,
-                    own.rate,
                     own.shared
                         .as_deref()
-                        .map(|b| format!(" (bucket {b:?}, shared by its command's processes)"))
+                        .map(|b| format!(" on bucket {b:?}, shared by its command's processes"))
                         .unwrap_or_default()
                 );
-                config.shared.clone_from(&own.shared);
-                config.max_rate = Some(own.rate);
+                config.shared = own.shared;
+                config.max_rate = Some(max);
                 config = config.capped();
             }
             rules.push(Rule::CreateObject {
@@ -293,20 +294,46 @@ fn is_streams_only(p: &Pattern) -> bool {
     p.file_class.is_some() && *p == streams
 }
 
-/// The channel's default object when it is a DRL of the stage's own at a
-/// positive rate in bytes (a limit its owner set, such as `paio run
-/// --limit`'s), with its settings.
-fn own_limit(c: &ChannelInfo) -> Option<(&str, &DrlConfig)> {
+/// The limit a stage's own objects put on the channel's storage traffic,
+/// which paiod's DRL takes the place of: when every object that traffic can
+/// reach (the default one, and those of mappings other than pipes and
+/// sockets) is a DRL at a positive rate in bytes, the highest of their
+/// rates (none of the channel's traffic went faster), and their shared
+/// bucket if they all name one; the default object's name, for the log.
+/// `None` when some of the traffic had no such limit.
+fn own_limit(c: &ChannelInfo) -> Option<(&str, DrlConfig)> {
     if c.default_object == OBJECT {
         return None;
     }
-    let o = c.objects.iter().find(|o| o.name == c.default_object)?;
-    match &o.config {
-        Some(ObjectConfig::Drl(d)) if d.rate.unit == RateUnit::Bytes && d.rate.per_second > 0 => {
-            Some((o.name.as_str(), d))
+    let reachable = std::iter::once(c.default_object.as_str()).chain(
+        c.object_rules
+            .iter()
+            .filter(|(p, _)| !is_streams_only(p))
+            .map(|(_, o)| o.as_str()),
+    );
+    // The highest rate, and the bucket every one names (`None` if not).
+    let mut limit: Option<(u64, Option<&str>)> = None;
+    for name in reachable {
+        let o = c.objects.iter().find(|o| o.name == name)?;
+        let Some(ObjectConfig::Drl(d)) = &o.config else {
+            return None;
+        };
+        if d.rate.unit != RateUnit::Bytes || d.rate.per_second == 0 {
+            return None;
         }
-        _ => None,
+        let shared = d.shared.as_deref();
+        limit = Some(match limit {
+            None => (d.rate.per_second, shared),
+            Some((max, bucket)) => (
+                max.max(d.rate.per_second),
+                bucket.filter(|b| shared == Some(*b)),
+            ),
+        });
     }
+    let (max, bucket) = limit?;
+    let mut config = drl_config(0.0).with_max_rate(Rate::bytes_per_sec(max));
+    config.shared = bucket.map(str::to_string);
+    Some((c.default_object.as_str(), config))
 }
 
 fn pattern_classifiers(p: &Pattern) -> Vec<Classifier> {
@@ -704,6 +731,47 @@ match = { file_class = "stream" }
         }
         let c = paiod(&plain.info());
         assert_eq!((c.max_rate, c.shared), (None, None));
+    }
+
+    /// The ceiling is the loosest limit the channel's storage traffic had:
+    /// none when some of it reached no byte-rate DRL.
+    #[test]
+    fn the_ceiling_is_the_highest_rate_the_channels_traffic_could_reach() {
+        let channel = |objects: &str| {
+            let policy = format!(
+                "[[channel]]\nname = \"c\"\nmatch = {{}}\ndefault_object = \"ln\"\n{objects}"
+            );
+            let stage = paio::Stage::from_policy_str(&policy, "<t>").unwrap();
+            stage.info().channels[0].clone()
+        };
+        let obj = |name: &str, kind: &str, m: &str| {
+            format!(
+                "[[channel.object]]\nname = \"{name}\"\nkind = \"{kind}\"\n{}{m}\n",
+                if kind == "drl" {
+                    "rate = \"20MiB/s\"\n"
+                } else {
+                    ""
+                }
+            )
+        };
+        let ln = obj("ln", "drl", "");
+        let l0 = obj("l0", "drl", "rate = \"40MiB/s\"").replace("rate = \"20MiB/s\"\n", "");
+        let c = channel(&format!(
+            "{ln}{l0}match = {{ request_context = \"compaction_l0\" }}\n"
+        ));
+        let (name, own) = own_limit(&c).unwrap();
+        assert_eq!(
+            (name, own.max_rate, own.shared),
+            ("ln", Some(Rate::bytes_per_sec(40 << 20)), None)
+        );
+        let pass = obj(
+            "pass",
+            "noop",
+            "match = { request_context = \"compaction_l0\" }",
+        );
+        assert!(own_limit(&channel(&format!("{ln}{pass}"))).is_none());
+        let ops = obj("ln", "drl", "").replace("20MiB/s", "100 ops/s");
+        assert!(own_limit(&channel(&ops)).is_none());
     }
 
     #[test]
