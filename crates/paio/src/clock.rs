@@ -307,7 +307,7 @@ fn pair(mono: &MonotonicClock) -> (u64, u64) {
 
 /// The time-stamp counter (0 where there is none: [`CounterClock`] then
 /// never reads it).
-#[inline]
+#[inline(always)]
 fn rdtsc() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
@@ -417,8 +417,26 @@ pub fn monotonic() -> SharedClock {
 /// every stage built without one ([`crate::StageBuilder::clock`]), of
 /// libpaio's and of the interposer's.
 pub fn counter() -> SharedClock {
-    static CLOCK: std::sync::OnceLock<SharedClock> = std::sync::OnceLock::new();
-    CLOCK.get_or_init(|| Arc::new(CounterClock::new())).clone()
+    process_counter().clone()
+}
+
+/// The process's [`CounterClock`] (what [`counter`] shares).
+fn process_counter() -> &'static Arc<CounterClock> {
+    static CLOCK: std::sync::OnceLock<Arc<CounterClock>> = std::sync::OnceLock::new();
+    CLOCK.get_or_init(|| Arc::new(CounterClock::new()))
+}
+
+/// Whether [`counter`]'s ticks are the time-stamp counter: a holder of that
+/// clock may then read [`counter_ticks`] instead of a call through it.
+pub(crate) fn counter_is_tsc() -> bool {
+    process_counter().uses_counter()
+}
+
+/// [`Clock::ticks`] of [`counter`] when [`counter_is_tsc`]: the counter,
+/// read inline.
+#[inline(always)]
+pub(crate) fn counter_ticks() -> u64 {
+    rdtsc()
 }
 
 #[cfg(test)]

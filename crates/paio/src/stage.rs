@@ -581,6 +581,9 @@ pub struct Stage {
     identity: StageIdentity,
     uid: u64,
     clock: SharedClock,
+    /// Whether `clock` is the process's counter clock reading the
+    /// time-stamp counter: latency ticks are then read inline.
+    tsc_ticks: bool,
     /// Its critical requests, whichever object they go through.
     activity: Arc<CriticalActivity>,
     model: Mutex<Model>,
@@ -752,6 +755,7 @@ impl StageBuilder {
     /// An empty stage: no channels, every classifier enabled, requests pass
     /// unenforced (counted as `unmatched`) until rules say otherwise.
     pub fn build(self) -> Stage {
+        let tsc_ticks = self.clock.is_none() && crate::clock::counter_is_tsc();
         let clock = self.clock.unwrap_or_else(counter);
         let model = Model {
             classifiers: ClassifierSet::ALL,
@@ -776,6 +780,7 @@ impl StageBuilder {
                 previous: HashMap::new(),
             }),
             clock,
+            tsc_ticks,
             activity: Arc::default(),
             model: Mutex::new(model),
             table: ArcSwap::from_pointee(table),
@@ -806,6 +811,17 @@ impl Stage {
     /// The stage's clock.
     pub fn clock(&self) -> &SharedClock {
         &self.clock
+    }
+
+    /// [`crate::Clock::ticks`] of the stage's clock, inline where it is the
+    /// time-stamp counter.
+    #[inline(always)]
+    fn ticks(&self) -> u64 {
+        if self.tsc_ticks {
+            crate::clock::counter_ticks()
+        } else {
+            self.clock.ticks()
+        }
     }
 
     /// Runs `f` on the current routing table without touching its reference
@@ -1057,7 +1073,7 @@ impl Stage {
             note: admitted.note,
             on_board: board.is_some(),
             waited_ns: admitted.waited_ns,
-            start_ticks: self.clock.ticks(),
+            start_ticks: self.ticks(),
         })
     }
 
@@ -1161,14 +1177,14 @@ impl Stage {
         moved: u64,
         timed: bool,
     ) -> Result<(), ForeignAdmission> {
-        let end_ticks = timed.then(|| self.clock.ticks());
+        let end_ticks = timed.then(|| self.ticks());
         let latency = end_ticks.map(|end| end.saturating_sub(a.start_ticks));
         if a.stage != self.uid {
             return Err(ForeignAdmission);
         }
         let slot = thread_slot(t);
         if a.ctx.criticality.is_critical() {
-            let end = end_ticks.unwrap_or_else(|| self.clock.ticks());
+            let end = end_ticks.unwrap_or_else(|| self.ticks());
             self.activity.completed(end);
             if a.on_board {
                 if let Some(b) = crate::criticality::board() {
