@@ -1344,7 +1344,8 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
         seen = stdout(&o);
         std::thread::sleep(Duration::from_millis(20));
     }
-    // While dd still runs at 16 MiB/s: one object's rate, by stage name; refused where the policy sets it.
+    // While dd still runs: one object's rate, by stage name; refused where
+    // no request reaches the object and where the policy sets it.
     let set_rate = |object: &str, rate: &str| {
         paio()
             .args(["ctl", "set-rate", "--socket"])
@@ -1353,12 +1354,15 @@ fn a_program_under_paio_run_control_is_governed_by_paiod() {
             .output()
             .unwrap()
     };
-    let ok = set_rate("limit", "100MiB/s");
-    assert!(ok.status.success(), "{}", stderr(&ok));
+    // The stage's own limit, in paiod's DRL's place: setting it would
+    // change nothing, and the reply says where the limit went.
+    let refused = set_rate("limit", "100MiB/s");
+    assert_eq!(refused.status.code(), Some(2));
     assert!(
-        stdout(&ok).contains("read/limit = 100MiB/s in stage(s)"),
+        stderr(&refused).contains("no request reaches read/limit")
+            && stderr(&refused).contains("as its ceiling (max_rate)"),
         "{}",
-        stdout(&ok)
+        stderr(&refused)
     );
     let refused = set_rate("paiod", "1MiB/s");
     assert_eq!(refused.status.code(), Some(2));

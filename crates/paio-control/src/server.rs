@@ -385,6 +385,20 @@ impl State {
                     self.policy.kind()
                 ));
             }
+            if ch.default_object != object && !ch.object_rules.iter().any(|(_, o)| o == object) {
+                return Err(format!(
+                    "{who}: no request reaches {channel}/{object} (the channel's default object \
+                     is {:?} and no mapping sends requests to {object:?}), so its rate would \
+                     change nothing{}",
+                    ch.default_object,
+                    if ch.default_object == crate::policy::common::OBJECT {
+                        "; paiod's DRL took its place, with the limits it had as its ceiling \
+                         (max_rate), which only the stage's own policy sets"
+                    } else {
+                        ""
+                    }
+                ));
+            }
             let mut config = current.clone();
             config.rate = parsed;
             batch.push((
@@ -1152,8 +1166,8 @@ pub fn missing(rules: Vec<Rule>, view: &StageView) -> Vec<Rule> {
 }
 
 /// Keeps paiod's copy of a stage's configuration in step with the rules it
-/// sent (channels, objects, object configurations), so status and the
-/// policy see what the stage has.
+/// sent (channels, objects, object mappings, object configurations), so
+/// status and the policy see what the stage has.
 fn apply_to_view(view: &mut StageView, rules: &[Rule]) {
     use paio::stage::{ChannelInfo, ObjectInfo};
     let channels = &mut view.info.channels;
@@ -1195,6 +1209,23 @@ fn apply_to_view(view: &mut StageView, rules: &[Rule]) {
             Rule::SetDefaultObject { channel, object } => {
                 if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
                     c.default_object = object.clone();
+                }
+            }
+            Rule::MapObject {
+                channel,
+                pattern,
+                object,
+            } => {
+                if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
+                    match c.object_rules.iter_mut().find(|(p, _)| p == pattern) {
+                        Some(rule) => rule.1 = object.clone(),
+                        None => c.object_rules.push((*pattern, object.clone())),
+                    }
+                }
+            }
+            Rule::UnmapObject { channel, pattern } => {
+                if let Some(c) = channels.iter_mut().find(|c| &c.name == channel) {
+                    c.object_rules.retain(|(p, _)| p != pattern);
                 }
             }
             Rule::Configure {

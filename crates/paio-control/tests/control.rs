@@ -712,6 +712,10 @@ rate = "20MiB/s"
             ["rocksdb", "compaction", "paiod", "1MiB/s"],
             "policy static sets compaction/paiod",
         ),
+        (
+            ["rocksdb", "compaction", "l0", "1MiB/s"],
+            "no request reaches compaction/l0 (the channel's default object is \"paiod\"",
+        ),
         (["rocksdb", "flush", "limit", "fast"], "rate \"fast\""),
     ] {
         let e = set_rate(args[0], args[1], args[2], args[3])
