@@ -615,7 +615,7 @@ pub struct ChannelStats {
 /// created, each in the sparse form of
 /// [`HistogramSnapshot::latency_buckets`]: `(ns, requests)` for every
 /// non-empty bucket, ascending. Histograms of several stages add up
-/// ([`Histograms::merge`]); percentiles taken from the sum are bucket upper
+/// ([`MergedHistograms::merge`]); percentiles taken from the sum are bucket upper
 /// bounds, as a single stage's.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
