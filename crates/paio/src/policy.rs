@@ -1664,16 +1664,19 @@ name = "fg"
         }
     }
 
+    /// The configuration of the object `settings` (a [`OBJ_REACHED`]
+    /// object's keys after its name) has once built into a stage.
+    fn built(settings: &str) -> Option<ObjectConfig> {
+        let p = Policy::parse(&format!("{OBJ_REACHED}{settings}"), "<t>").unwrap();
+        p.new_stage().unwrap().info().channels[0].objects[1]
+            .config
+            .clone()
+    }
+
     #[test]
     fn drl_split_is_parsed_and_checked() {
-        let p = Policy::parse(
-            &format!("{OBJ_REACHED}kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"256KiB\"\n"),
-            "<t>",
-        )
-        .unwrap();
-        let info = p.new_stage().unwrap().info();
         assert_eq!(
-            info.channels[0].objects[1].config,
+            built("kind = \"drl\"\nrate = \"1MiB/s\"\nsplit = \"256KiB\"\n"),
             Some(ObjectConfig::Drl(
                 DrlConfig::new(Rate::bytes_per_sec(1 << 20)).with_split(256 << 10)
             ))
@@ -1696,14 +1699,8 @@ name = "fg"
 
     #[test]
     fn drl_max_rate_is_parsed_and_checked() {
-        let p = Policy::parse(
-            &format!("{OBJ_REACHED}kind = \"drl\"\nrate = \"2MiB/s\"\nmax_rate = \"1MiB/s\"\n"),
-            "<t>",
-        )
-        .unwrap();
-        let info = p.new_stage().unwrap().info();
         assert_eq!(
-            info.channels[0].objects[1].config,
+            built("kind = \"drl\"\nrate = \"2MiB/s\"\nmax_rate = \"1MiB/s\"\n"),
             Some(ObjectConfig::Drl(
                 DrlConfig::new(Rate::bytes_per_sec(1 << 20))
                     .with_max_rate(Rate::bytes_per_sec(1 << 20))
