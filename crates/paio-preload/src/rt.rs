@@ -623,11 +623,10 @@ impl Config {
     }
 
     /// The class of an absolute, canonical path: longest prefix wins.
-    fn class_of(&self, path: &str) -> u16 {
+    fn class_of(&self, path: &[u8]) -> u16 {
         for (prefix, class) in &self.class_rules {
-            if path.len() >= prefix.len()
-                && path.starts_with(prefix.as_str())
-                && (path.len() == prefix.len() || path.as_bytes()[prefix.len()] == b'/')
+            if path.starts_with(prefix.as_bytes())
+                && (path.len() == prefix.len() || path[prefix.len()] == b'/')
             {
                 return *class;
             }
@@ -1684,14 +1683,12 @@ pub(crate) unsafe fn count_meta_path(rt: RequestType, path: *const c_char) {
             return 0;
         }
         // SAFETY: path is NUL-terminated (caller's contract).
-        let p = unsafe { CStr::from_ptr(path) };
-        p.to_str().map_or(0, |s| {
-            if s.starts_with('/') {
-                cfg.class_of(s)
-            } else {
-                0
-            }
-        })
+        let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+        if p.starts_with(b"/") {
+            cfg.class_of(p)
+        } else {
+            0
+        }
     });
 }
 
@@ -1844,10 +1841,8 @@ pub(crate) fn opened(fd: c_int) {
     }
     if let Some(_g) = Guard::enter() {
         let Some(cfg) = config() else { return };
-        let class = std::fs::read_link(format!("/proc/self/fd/{fd}"))
-            .ok()
-            .and_then(|p| p.to_str().map(|s| cfg.class_of(s)))
-            .unwrap_or(0);
+        let mut buf = [0u8; 4096];
+        let class = crate::sys::fd_path(fd, &mut buf).map_or(0, |p| cfg.class_of(p));
         fdtable::set(fd, class);
     }
 }
