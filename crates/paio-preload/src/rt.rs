@@ -1809,6 +1809,45 @@ pub(crate) fn new_stream_class() -> u16 {
     config().map_or(0, |c| c.stream_class)
 }
 
+/// The path `/proc/self/fd/<fd>` links to (the kernel's canonical path of
+/// the open file) in `buf`: its bytes, or `None` when the link cannot be
+/// read or does not fit. No allocation, no libc call.
+pub(crate) fn fd_path(fd: c_int, buf: &mut [u8; 4096]) -> Option<&[u8]> {
+    const PREFIX: &[u8] = b"/proc/self/fd/";
+    let mut name = [0u8; PREFIX.len() + 11];
+    name[..PREFIX.len()].copy_from_slice(PREFIX);
+    let mut digits = [0u8; 10];
+    let (mut n, mut len) = (u32::try_from(fd).ok()?, 0);
+    loop {
+        digits[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for (i, d) in digits[..len].iter().rev().enumerate() {
+        name[PREFIX.len() + i] = *d;
+    }
+    // SAFETY: `name` is NUL-terminated (its last byte is never written);
+    // `buf` is valid for writes of its length.
+    let r = unsafe {
+        crate::sys::syscall6(
+            libc::SYS_readlinkat,
+            [
+                libc::AT_FDCWD as usize,
+                name.as_ptr() as usize,
+                buf.as_mut_ptr() as usize,
+                buf.len(),
+                0,
+                0,
+            ],
+        )
+    };
+    let n = usize::try_from(r).ok()?;
+    (n > 0 && n < buf.len()).then(|| &buf[..n])
+}
+
 /// A call returned the new descriptor `fd` for a freshly opened file (or a
 /// negative result): record its class, the stream class for a
 /// FIFO or socket wherever it is (`/dev/stdout`, `/dev/fd/N`, a named
@@ -1842,7 +1881,7 @@ pub(crate) fn opened(fd: c_int) {
     if let Some(_g) = Guard::enter() {
         let Some(cfg) = config() else { return };
         let mut buf = [0u8; 4096];
-        let class = crate::sys::fd_path(fd, &mut buf).map_or(0, |p| cfg.class_of(p));
+        let class = fd_path(fd, &mut buf).map_or(0, |p| cfg.class_of(p));
         fdtable::set(fd, class);
     }
 }

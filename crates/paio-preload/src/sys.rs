@@ -47,45 +47,6 @@ pub(crate) fn fstat(fd: c_int, st: &mut std::mem::MaybeUninit<libc::stat>) -> is
     }
 }
 
-/// The path `/proc/self/fd/<fd>` links to (the kernel's canonical path of
-/// the open file) in `buf`: its bytes, or `None` when the link cannot be
-/// read or does not fit. No allocation, no libc call.
-pub(crate) fn fd_path(fd: c_int, buf: &mut [u8; 4096]) -> Option<&[u8]> {
-    const PREFIX: &[u8] = b"/proc/self/fd/";
-    let mut name = [0u8; PREFIX.len() + 11];
-    name[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (u32::try_from(fd).ok()?, 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for (i, d) in digits[..len].iter().rev().enumerate() {
-        name[PREFIX.len() + i] = *d;
-    }
-    // SAFETY: `name` is NUL-terminated (its last byte is never written);
-    // `buf` is valid for writes of its length.
-    let r = unsafe {
-        syscall6(
-            libc::SYS_readlinkat,
-            [
-                libc::AT_FDCWD as usize,
-                name.as_ptr() as usize,
-                buf.as_mut_ptr() as usize,
-                buf.len(),
-                0,
-                0,
-            ],
-        )
-    };
-    let n = usize::try_from(r).ok()?;
-    (n > 0 && n < buf.len()).then(|| &buf[..n])
-}
-
 /// Whether a raw result is an error (`-4095..=-1`).
 #[inline]
 pub(crate) fn failed(r: isize) -> bool {
@@ -94,7 +55,7 @@ pub(crate) fn failed(r: isize) -> bool {
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
-unsafe fn syscall6(n: c_long, a: [usize; 6]) -> isize {
+pub(crate) unsafe fn syscall6(n: c_long, a: [usize; 6]) -> isize {
     let ret: isize;
     // SAFETY: the x86-64 Linux system-call convention: number in rax,
     // arguments in rdi, rsi, rdx, r10, r8, r9; rcx and r11 are clobbered.
@@ -119,7 +80,7 @@ unsafe fn syscall6(n: c_long, a: [usize; 6]) -> isize {
 
 #[cfg(target_arch = "aarch64")]
 #[inline]
-unsafe fn syscall6(n: c_long, a: [usize; 6]) -> isize {
+pub(crate) unsafe fn syscall6(n: c_long, a: [usize; 6]) -> isize {
     let ret: isize;
     // SAFETY: the AArch64 Linux system-call convention: number in x8,
     // arguments in x0-x5, result in x0. The caller's contract covers what
