@@ -296,11 +296,7 @@ impl SharedDrl {
                 let now_cost = self.ns_of(self.tokens(ctx), false);
                 if now_cost < cost {
                     let less = cost - now_cost;
-                    let _ = self
-                        .word
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                            Some(t.saturating_sub(less))
-                        });
+                    self.credit(less);
                     release = release.saturating_sub(less);
                     cost = now_cost;
                 }
@@ -342,11 +338,15 @@ impl SharedDrl {
         if moved >= ctx.size || self.ops.load(Ordering::Relaxed) {
             return;
         }
-        let unused = self.ns_of(ctx.size - moved, true);
+        self.credit(self.ns_of(ctx.size - moved, true));
+    }
+
+    /// Gives `ns` of charges back to the bucket: `T` ← `T` − `ns`.
+    fn credit(&self, ns: u64) {
         let _ = self
             .word
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some(t.saturating_sub(unused))
+                Some(t.saturating_sub(ns))
             });
     }
 }
