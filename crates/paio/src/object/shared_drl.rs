@@ -178,6 +178,7 @@ impl SharedDrl {
     /// A bucket of the process's [`SharedBuckets`] named by
     /// `config.shared` (which must be set), charged at `config`'s rate.
     pub fn new(config: DrlConfig, clock: SharedClock) -> Result<Self, ConfigError> {
+        super::drl::validate(&config)?;
         validate_shared(&config)?;
         let name = config.shared.as_deref().ok_or(ConfigError::Invalid {
             field: "shared",
@@ -619,6 +620,26 @@ mod tests {
             (1000, Some(Rate::bytes_per_sec(1000)), Some("b"))
         );
         assert_eq!(a.ns_of(1000, false), 1_000_000_000);
+    }
+
+    /// A rule creating a shared bucket gets a DRL's checks too: a ceiling
+    /// in another unit is refused, not ignored.
+    #[test]
+    fn a_shared_bucket_is_checked_as_a_drl() {
+        let c = DrlConfig::new(Rate::bytes_per_sec(1000))
+            .shared_as("b")
+            .with_max_rate(Rate::ops_per_sec(10));
+        let e = SharedDrl::new(c, Arc::new(FakeClock::new())).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::Invalid {
+                    field: "max_rate",
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
