@@ -1021,6 +1021,19 @@ fn a_limit_holds_for_all_the_commands_processes_together() {
     );
 }
 
+/// The bytes the `write` channel's object `object` took, over every
+/// statistics file that `stats` (a `--stats` pattern) names.
+fn written_through(stats: &Path, object: &str) -> u64 {
+    let (files, errors) = paio_cli::summary::read_all(stats.as_os_str(), None);
+    assert!(errors.is_empty(), "{errors:?}");
+    files
+        .iter()
+        .flat_map(|f| f.stats.channels.iter().filter(|c| c.name == "write"))
+        .flat_map(|c| c.objects.iter().filter(|o| o.name == object))
+        .map(|o| o.counts.bytes)
+        .sum()
+}
+
 /// `--limit`'s limits are for storage: what a command writes into a pipe
 /// or a named FIFO, created, opened or inherited on any descriptor, goes
 /// through the `streams` object (counted, not limited); what it writes to
@@ -1050,16 +1063,7 @@ fn a_limit_leaves_pipes_and_devices_out() {
             ),
         ]
     });
-    let (files, errors) = paio_cli::summary::read_all(stats.as_os_str(), None);
-    assert!(errors.is_empty(), "{errors:?}");
-    let written = |object: &str| -> u64 {
-        files
-            .iter()
-            .flat_map(|f| f.stats.channels.iter().filter(|c| c.name == "write"))
-            .flat_map(|c| c.objects.iter().filter(|o| o.name == object))
-            .map(|o| o.counts.bytes)
-            .sum()
-    };
+    let written = |object: &str| written_through(&stats, object);
     // Into pipes the writer inherited on 1 (two cats, into the command
     // substitutions), created itself (the shell's printf), inherited above
     // 2 (the inner shell's printf into its descriptor 3) and into a named
@@ -1067,6 +1071,53 @@ fn a_limit_leaves_pipes_and_devices_out() {
     // cats) and opened (dd), and to the file: 5 × 2 MiB.
     assert_eq!(written("streams"), 10 << 20, "{e}");
     assert_eq!(written("limit"), 10 << 20, "{e}");
+}
+
+/// A descriptor received over a Unix socket (`SCM_RIGHTS`, through
+/// `recvmsg`) gets the class an open would give it: a pipe's is a stream
+/// (counted, not limited), a file's is storage (limited).
+#[test]
+fn descriptors_received_over_a_socket_are_classified() {
+    let d = scratch("scm-rights");
+    let stats = d.join("s.%p.json");
+    let out = d.join("out");
+    let script = format!(
+        r#"
+import os, socket, threading
+a, b = socket.socketpair(socket.AF_UNIX)
+r, w = os.pipe()
+f = os.open({out:?}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+socket.send_fds(a, [b"x"], [w, f])
+os.close(w); os.close(f)
+_, (w2, f2), _, _ = socket.recv_fds(b, 1, 2)
+def drain():
+    while os.read(r, 1 << 16):
+        pass
+t = threading.Thread(target=drain); t.start()
+chunk = bytes(1 << 16)
+for fd in (w2, f2):
+    for _ in range(32):
+        assert os.write(fd, chunk) == len(chunk)
+os.close(w2); os.close(f2); t.join()
+"#,
+        out = out.display().to_string()
+    );
+    let (_, e, _) = limited_run("scm-rights-run", "write=16MiB/s", |_| {
+        vec![
+            "--stats".into(),
+            stats.display().to_string(),
+            "--".into(),
+            "/usr/bin/python3".into(),
+            "-S".into(),
+            "-c".into(),
+            script,
+        ]
+    });
+    let written = |object: &str| written_through(&stats, object);
+    // 2 MiB into the received pipe, 2 MiB into the received file.
+    assert_eq!(written("streams"), 2 << 20, "{e}");
+    assert_eq!(written("limit"), 2 << 20, "{e}");
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 2 << 20);
 }
 
 /// A child process killed when the test ends, passing or not: a paiod left

@@ -1413,6 +1413,88 @@ macro_rules! fd_pair_hook {
     };
 }
 
+/// Gives every descriptor that the `SCM_RIGHTS` messages of `msg` carried
+/// its class, as an open does ([`rt::opened`]: a pipe or a socket is a
+/// stream, a file is classified by its path). Only the control data the
+/// kernel reported (`msg_controllen`) is read.
+///
+/// # Safety
+/// `msg` is null or the header a successful `recvmsg` just filled.
+unsafe fn received(msg: *const libc::msghdr) {
+    // SAFETY: the caller's contract: null or a filled header.
+    let Some(m) = (unsafe { msg.as_ref() }) else {
+        return;
+    };
+    if m.msg_control.is_null() || m.msg_controllen == 0 {
+        return;
+    }
+    let end = m.msg_control as usize + m.msg_controllen;
+    // SAFETY: the header's control buffer holds `msg_controllen` bytes of
+    // cmsgs the kernel wrote; CMSG_FIRSTHDR/NXTHDR stay within it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(msg) };
+    while !c.is_null() {
+        // SAFETY: a non-null cmsg pointer from CMSG_FIRSTHDR/NXTHDR has a
+        // whole header within the buffer.
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_SOCKET && h.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_DATA is the header's data, within the buffer.
+            let data = unsafe { libc::CMSG_DATA(c) } as usize;
+            // SAFETY: CMSG_LEN is arithmetic only.
+            let len = (h.cmsg_len as usize).saturating_sub(unsafe { libc::CMSG_LEN(0) } as usize);
+            let n = len.min(end.saturating_sub(data)) / std::mem::size_of::<c_int>();
+            for i in 0..n {
+                // SAFETY: within the kernel-written data (bounded by both
+                // cmsg_len and the buffer's end); it may be unaligned.
+                let fd = unsafe { std::ptr::read_unaligned((data as *const c_int).add(i)) };
+                rt::opened(fd);
+            }
+        }
+        // SAFETY: as CMSG_FIRSTHDR; returns null past the buffer's end.
+        c = unsafe { libc::CMSG_NXTHDR(msg, c) };
+    }
+}
+
+/// `recvmsg`: the call unchanged; the descriptors it received get their
+/// class ([`received`]).
+#[no_mangle]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    let Some(real) = real_fn!(c"recvmsg", fn(c_int, *mut libc::msghdr, c_int) -> ssize_t) else {
+        return nosys() as ssize_t;
+    };
+    // SAFETY: the caller's arguments, unchanged, to the real recvmsg.
+    let r = unsafe { real(fd, msg, flags) };
+    if r >= 0 {
+        // SAFETY: recvmsg succeeded, so `msg` is the header it filled.
+        unsafe { received(msg) };
+    }
+    r
+}
+
+/// `recvmmsg`: the call unchanged; the descriptors each received message
+/// carried get their class ([`received`]).
+#[no_mangle]
+pub unsafe extern "C" fn recvmmsg(
+    fd: c_int,
+    msgs: *mut libc::mmsghdr,
+    vlen: c_uint,
+    flags: c_int,
+    timeout: *mut libc::timespec,
+) -> c_int {
+    let Some(real) = real_fn!(
+        c"recvmmsg",
+        fn(c_int, *mut libc::mmsghdr, c_uint, c_int, *mut libc::timespec) -> c_int
+    ) else {
+        return nosys();
+    };
+    // SAFETY: the caller's arguments, unchanged, to the real recvmmsg.
+    let r = unsafe { real(fd, msgs, vlen, flags, timeout) };
+    for i in 0..usize::try_from(r).unwrap_or(0) {
+        // SAFETY: recvmmsg filled the first `r` (≤ vlen) headers of `msgs`.
+        unsafe { received(&(*msgs.add(i)).msg_hdr) };
+    }
+    r
+}
+
 fd_pair_hook!(pipe, c"pipe", fds, (fds: *mut c_int));
 fd_pair_hook!(pipe2, c"pipe2", fds, (fds: *mut c_int, flags: c_int));
 fd_pair_hook!(socketpair, c"socketpair", fds, (domain: c_int, ty: c_int, proto: c_int, fds: *mut c_int));

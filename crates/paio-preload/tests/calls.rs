@@ -304,6 +304,27 @@ fn file_classes_follow_dup_and_close() {
     assert_eq!(stats[0].channel("logs"), (1, 10));
 }
 
+/// A descriptor received over a Unix socket (`SCM_RIGHTS`, here through
+/// `recvmmsg`) has the class of the file it opens.
+#[test]
+fn received_descriptors_have_their_file_class() {
+    let dir = scratch("received");
+    let (policy, classes) = with_file_classes(&dir);
+    let exe = compile(&dir, "received", &[]);
+    let out = same(
+        &dir,
+        &[&exe, "data/a.bin"],
+        &[
+            ("PAIO_POLICY", policy.to_str().unwrap()),
+            ("PAIO_FILE_CLASSES", &classes),
+        ],
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let stats = take_stats(&dir);
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].channel("data"), (1, 100));
+}
+
 /// A descriptor whose part of the table cannot be mapped (RLIMIT_AS) keeps
 /// working without a class, and the process says so once.
 #[test]
