@@ -8,7 +8,7 @@
 //! [connections]                    # optional: see ConnectionLimits
 //! # max_stages = 10000             # default: what the descriptor limit allows
 //! # max_stages_per_uid = 10000     # default: max_stages
-//! # hello_timeout = "10s"          # a connection's time to say hello or ctl
+//! # hello_timeout = "10s"          # time to say hello or ctl; a ctl session's between requests
 //! # max_waiting = 256              # connections that have not said it yet
 //! # drain_timeout = "10s"          # a peer that does not read its replies
 //! [policy]
@@ -189,7 +189,8 @@ pub struct ConnectionLimits {
     /// it to keep room for other stages (paiod serves only its own uid and
     /// root, whose stages share it).
     pub max_stages_per_uid: Option<usize>,
-    /// How long a connection may wait before its first message (`None`:
+    /// How long a connection may wait before its first message, and a ctl
+    /// session between its last answer and its next request (`None`:
     /// [`DEFAULT_HELLO_TIMEOUT`]). Shorter frees slots held by idle peers
     /// sooner; it must exceed what a loaded client takes to send 1 frame.
     pub hello_timeout: Option<Duration>,

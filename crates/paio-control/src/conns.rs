@@ -109,6 +109,9 @@ pub enum Closed {
     WaitingCap,
     /// No first message within `hello_timeout`.
     HelloTimeout,
+    /// A ctl session without a request within `hello_timeout` of its last
+    /// answer.
+    CtlIdle,
     /// Replies left unread longer than `drain_timeout`, or over the
     /// outbox's hard limit.
     Unread,
@@ -123,6 +126,7 @@ impl Closed {
             Closed::CtlCap => "ctl_cap",
             Closed::WaitingCap => "waiting_cap",
             Closed::HelloTimeout => "hello_timeout",
+            Closed::CtlIdle => "ctl_idle",
             Closed::Unread => "unread",
         }
     }

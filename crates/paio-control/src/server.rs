@@ -661,9 +661,8 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
         let mut st = lock(&state);
         (st.conns.wait(out.clone()), *st.conns.limits())
     };
-    let hello_deadline = tokio::time::Instant::now() + limits.hello_timeout;
     let mut session = Session::New { conn };
-    let end = serve_connection(&r, &out, &state, cred, &mut session, hello_deadline).await;
+    let end = serve_connection(&r, &out, &state, cred, &mut session).await;
     {
         let mut st = lock(&state);
         match session {
@@ -691,6 +690,10 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
                 match why {
                     Closed::HelloTimeout =>
                         format!("no hello or ctl within {:?}", limits.hello_timeout),
+                    Closed::CtlIdle => format!(
+                        "ctl session without a request for {:?}",
+                        limits.hello_timeout
+                    ),
                     _ => format!(
                         "it did not read its replies (over {} bytes queued for {:?}, or over {})",
                         outbox::SOFT_LIMIT,
@@ -719,26 +722,33 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
 }
 
 /// Reads and handles `r`'s frames until the peer leaves, the connection is
-/// closed from elsewhere, or a cap ends it (the returned reason).
+/// closed from elsewhere, or a cap ends it (the returned reason). A
+/// connection must send its first message within `hello_timeout` of the
+/// accept, and a ctl session its next request within `hello_timeout` of
+/// its last answer (clients send one request per connection: an idle
+/// session only holds one of the few ctl slots); a stage has no deadline.
+/// Bytes of an unfinished frame do not move a deadline.
 async fn serve_connection(
     r: &tokio::net::unix::OwnedReadHalf,
     out: &Outbox,
     state: &Shared,
     cred: PeerCred,
     session: &mut Session,
-    hello_deadline: tokio::time::Instant,
 ) -> Option<Closed> {
-    let drain_timeout = lock(state).conns.limits().drain_timeout;
+    let limits = *lock(state).conns.limits();
+    let mut deadline = tokio::time::Instant::now() + limits.hello_timeout;
     let mut decoder = FrameDecoder::new(protocol::DEFAULT_MAX_FRAME);
     let mut buf: Vec<u8> = Vec::new();
     loop {
-        let waiting = matches!(session, Session::New { .. });
+        let timeout = match session {
+            Session::New { .. } => Some(Closed::HelloTimeout),
+            Session::Ctl => Some(Closed::CtlIdle),
+            Session::Stage { .. } => None,
+        };
         tokio::select! {
             ready = r.readable() => if ready.is_err() { return None },
             _ = out.closing() => return out.overflowed().then_some(Closed::Unread),
-            _ = tokio::time::sleep_until(hello_deadline), if waiting => {
-                return Some(Closed::HelloTimeout)
-            }
+            _ = tokio::time::sleep_until(deadline), if timeout.is_some() => return timeout,
         }
         if buf.is_empty() {
             buf = vec![0; FIRST_READ_BUF];
@@ -800,8 +810,11 @@ async fn serve_connection(
                     out.send_frame(protocol::encode_value(&answer));
                 }
             }
+            if matches!(session, Session::Ctl) {
+                deadline = tokio::time::Instant::now() + limits.hello_timeout;
+            }
             // Backpressure: no more requests from a peer that does not read.
-            if out.queued() > outbox::SOFT_LIMIT && !out.drained(drain_timeout).await {
+            if out.queued() > outbox::SOFT_LIMIT && !out.drained(limits.drain_timeout).await {
                 return (out.overflowed() || !out.is_closed()).then_some(Closed::Unread);
             }
         }

@@ -849,6 +849,47 @@ fn idle_connections_do_not_lock_out_status_or_stages() {
     drop(idle);
 }
 
+/// 32 ctl sessions that asked once and then stayed connected locked out
+/// `paio status` and `paio ctl` for as long as they stayed. A ctl session
+/// without a request for `hello_timeout` is now closed, and accounted.
+#[test]
+fn idle_ctl_sessions_do_not_lock_out_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), "[connections]\nhello_timeout = \"2s\"\n");
+    let request = protocol::encode_value(&ctl::CtlRequest {
+        kind: ctl::CtlType::Ctl,
+        id: 1,
+        command: CtlCommand::Status,
+    });
+    let idle: Vec<UnixStream> = (0..32)
+        .map(|_| {
+            let mut s = UnixStream::connect(&paiod.socket).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(&request).unwrap();
+            let reply = protocol::read_frame(&mut s, 64 << 20).unwrap().unwrap();
+            let reply: ctl::CtlReply = serde_json::from_slice(&reply).unwrap();
+            assert!(reply.ok, "{reply:?}");
+            s
+        })
+        .collect();
+    // Every ctl slot is held: a new request is refused, saying why.
+    match ctl::request(&paiod.socket, CtlCommand::Status, Duration::from_secs(10)) {
+        Err(ctl::CtlError::Refused(e)) => assert!(e.contains("ctl sessions"), "{e}"),
+        other => panic!("expected the ctl cap's refusal, got {other:?}"),
+    }
+    // Within hello_timeout of their answers the idle sessions are closed.
+    wait_for("status to be served again", || {
+        ctl::request(&paiod.socket, CtlCommand::Status, Duration::from_secs(10)).is_ok()
+    });
+    wait_for("all 32 idle sessions closed", || {
+        connections(&paiod).closed.get("ctl_idle") == Some(&32)
+    });
+    for mut s in idle {
+        let mut b = [0u8; 1];
+        assert_eq!(s.read(&mut b).unwrap(), 0, "paiod closed the session");
+    }
+}
+
 /// Stages over `max_stages_per_uid` are refused with a `limit` error that
 /// says which cap, and are accounted.
 #[test]
