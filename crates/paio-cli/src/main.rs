@@ -365,7 +365,12 @@ fn paiod_socket(flag: Option<PathBuf>) -> PathBuf {
     .unwrap_or_else(paio::control::default_socket_path)
 }
 
+/// The time `paio status` gives paiod for each of a place in its queue, the
+/// request and the reply.
 const CTL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The same for `paio ctl`, which in cluster mode waits for etcd (paiod
+/// answers within 5 s saying whether etcd took the change).
+const CTL_SET_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn doctor(a: DoctorArgs) -> Result<i32, Failure> {
     let findings = match a.pid {
@@ -729,15 +734,16 @@ fn ctl(a: CtlArgs) -> Result<i32, Failure> {
             } => format!("{stage} {channel}/{object} = {rate}"),
             CtlCommand::Status => "status".to_string(),
         };
-        let reply = paio_control::ctl::request(&socket, c, CTL_TIMEOUT).map_err(|e| Failure {
-            // A refused value is the user's to fix; anything else means
-            // paiod could not be reached or trusted.
-            code: match e {
-                paio_control::ctl::CtlError::Refused(_) => EXIT_USAGE,
-                _ => EXIT_PAIO_FAILED,
-            },
-            message: format!("error: {what}: {e}"),
-        })?;
+        let reply =
+            paio_control::ctl::request(&socket, c, CTL_SET_TIMEOUT).map_err(|e| Failure {
+                // A refused value is the user's to fix; anything else means
+                // paiod could not be reached or trusted.
+                code: match e {
+                    paio_control::ctl::CtlError::Refused(_) => EXIT_USAGE,
+                    _ => EXIT_PAIO_FAILED,
+                },
+                message: format!("error: {what}: {e}"),
+            })?;
         stdout(&format!("paio: set {}\n", reply.done.unwrap_or(what)))?;
     }
     Ok(0)

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -324,14 +323,37 @@ pub enum CtlError {
         /// What was wrong.
         message: String,
     },
+    /// paiod took the connection but did not take the request or finish
+    /// its reply in time (stopped, hung, or overloaded).
+    #[error(
+        "paiod at {path} did not answer within {timeout:?} (stopped, hung or overloaded? \
+         its log says why; `kill -CONT` a stopped one)"
+    )]
+    Timeout {
+        /// The socket.
+        path: String,
+        /// The time allowed.
+        timeout: Duration,
+    },
     /// paiod refused the command.
     #[error("{0}")]
     Refused(String),
 }
 
-/// Sends one command to paiod at `socket` and waits (at most `timeout`)
-/// for its reply, after checking that the server runs as this user or
-/// root ([`paio::control::check_paiod`]).
+/// Whether `e` is a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report
+/// `EAGAIN`).
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+/// Sends one command to paiod at `socket` and waits for its reply, after
+/// checking that the server runs as this user or root
+/// ([`paio::control::check_paiod`]). `timeout` bounds the wait for a place
+/// in the socket's queue, the request's write and the whole reply's read,
+/// each ([`CtlError::Timeout`]).
 pub fn request(
     socket: &Path,
     command: CtlCommand,
@@ -342,12 +364,15 @@ pub fn request(
         path: path.clone(),
         error,
     };
-    let mut s = UnixStream::connect(socket).map_err(|error| CtlError::Connect {
+    let timed_out = || CtlError::Timeout {
+        path: path.clone(),
+        timeout,
+    };
+    let mut s = crate::unixconn::connect(socket, timeout).map_err(|error| CtlError::Connect {
         path: path.clone(),
         error,
     })?;
     paio::control::check_paiod(&s, socket, None).map_err(CtlError::Denied)?;
-    s.set_read_timeout(Some(timeout)).map_err(io_err)?;
     s.set_write_timeout(Some(timeout)).map_err(io_err)?;
     let req = CtlRequest {
         kind: CtlType::Ctl,
@@ -355,8 +380,12 @@ pub fn request(
         command,
     };
     use std::io::Write;
-    s.write_all(&protocol::encode_value(&req)).map_err(io_err)?;
-    let payload = match protocol::read_frame(&mut s, protocol::DEFAULT_MAX_FRAME * 16) {
+    match s.write_all(&protocol::encode_value(&req)) {
+        Err(e) if is_timeout(&e) => return Err(timed_out()),
+        r => r.map_err(io_err)?,
+    }
+    let mut reader = crate::unixconn::DeadlineStream::new(&s, timeout);
+    let payload = match protocol::read_frame(&mut reader, protocol::DEFAULT_MAX_FRAME * 16) {
         Ok(Some(p)) => p,
         Ok(None) => {
             return Err(CtlError::Protocol {
@@ -364,6 +393,7 @@ pub fn request(
                 message: "connection closed without a reply".into(),
             })
         }
+        Err(FrameError::Io(e)) if is_timeout(&e) => return Err(timed_out()),
         Err(FrameError::Io(e)) => return Err(io_err(e)),
         Err(e) => {
             return Err(CtlError::Protocol {

@@ -20,3 +20,4 @@ pub mod peer;
 pub mod policy;
 pub mod record;
 pub mod server;
+pub mod unixconn;

@@ -67,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             }
             None => server::bind(&socket)?,
         };
+        let bound = server::socket_id(&socket);
         let state = Arc::new(Mutex::new(State::new(
             config.policy.build(),
             config.period,
@@ -143,6 +144,14 @@ fn main() -> anyhow::Result<()> {
                 }
             }
             tracing::info!("shutting down");
+            // The path goes while the listener still takes connections: a
+            // paiod started on it meanwhile found it in use, so the file
+            // removed is this paiod's, never a successor's. A socket
+            // systemd passed stays: it is systemd's, and keeps taking
+            // connections while paiod is down.
+            if !socket_activated {
+                server::remove_socket(&socket, bound);
+            }
         };
         server::serve(listener, state, &config, shutdown).await;
         // Cluster mode: give the lease back, so the others need not wait
@@ -150,13 +159,8 @@ fn main() -> anyhow::Result<()> {
         if let Some(l) = leaver {
             l.leave(std::time::Duration::from_secs(1)).await;
         }
-        // Let the goodbyes go out before the socket disappears.
+        // Let the goodbyes go out before the process ends.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        // A socket systemd passed stays: it is systemd's, and keeps taking
-        // connections while paiod is down.
-        if !socket_activated {
-            let _ = std::fs::remove_file(&socket);
-        }
         anyhow::Ok(())
     })
 }

@@ -46,6 +46,17 @@ pub enum ServerError {
         /// The socket.
         path: String,
     },
+    /// A server holds the socket but does not accept connections.
+    #[error(
+        "{path}: a server listens there but accepts no connection ({error}): stop it (or \
+         `kill -CONT` a stopped paiod), or choose another --socket"
+    )]
+    NotAccepting {
+        /// The socket.
+        path: String,
+        /// What connecting met.
+        error: io::Error,
+    },
     /// The socket's directory or an existing file at the socket's path is
     /// not paiod's own (socket squatting, or a misconfigured path).
     #[error("{path}: {reason}")]
@@ -570,10 +581,18 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
                 meta.uid()
             )));
         }
-        match std::os::unix::net::UnixStream::connect(path) {
+        // One try: a paiod whose queue is full (stopped, hung) still holds
+        // the path, and a blocking connect would wait for it forever.
+        match crate::unixconn::connect(path, Duration::ZERO) {
             Ok(_) => {
                 return Err(ServerError::InUse {
                     path: path.display().to_string(),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                return Err(ServerError::NotAccepting {
+                    path: path.display().to_string(),
+                    error: e,
                 })
             }
             Err(_) => std::fs::remove_file(path).map_err(err)?,
@@ -582,6 +601,23 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
     let listener = UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(listener)
+}
+
+/// The identity (device, inode) of the socket file at `path`: taken after
+/// [`bind`], so that [`remove_socket`] removes that file only.
+pub fn socket_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes the socket file at `path` if it is still the one whose
+/// [`socket_id`] is `id`; true if removed. Called while the listener is
+/// open (a paiod started meanwhile finds the path in use and binds none),
+/// so a file replaced by hand is all the check can meet.
+pub fn remove_socket(path: &Path, id: Option<(u64, u64)>) -> bool {
+    id.is_some() && socket_id(path) == id && std::fs::remove_file(path).is_ok()
 }
 
 /// Runs the daemon on `listener` until `shutdown` completes.
@@ -1564,6 +1600,26 @@ mod tests {
             assert!(e.contains("already listening"), "{e}");
             drop(l);
         });
+    }
+
+    /// A server that holds the socket but accepts nothing (a stopped
+    /// paiod, its queue full) is not taken for a stale socket, and the
+    /// check does not wait for it.
+    #[test]
+    fn bind_says_when_the_socket_is_held_by_a_server_that_accepts_nothing() {
+        use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
+        let d = tempfile::tempdir().unwrap();
+        let sock = d.path().join("paiod.sock");
+        let l = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+        rustix::net::bind(&l, &SocketAddrUnix::new(&sock).unwrap()).unwrap();
+        rustix::net::listen(&l, 0).unwrap();
+        let _queued: Vec<_> =
+            std::iter::from_fn(|| crate::unixconn::connect(&sock, Duration::ZERO).ok())
+                .take(100)
+                .collect();
+        let e = bind(&sock).unwrap_err().to_string();
+        assert!(e.contains("accepts no connection"), "{e}");
+        assert!(sock.exists());
     }
 
     #[test]

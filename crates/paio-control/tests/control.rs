@@ -890,6 +890,80 @@ fn idle_ctl_sessions_do_not_lock_out_status() {
     }
 }
 
+/// A paiod started on the path of one that is stopping finds the path in
+/// use, or gets it once the stopping one has let it go: the stopping one
+/// never removes its successor's socket (it did, 3 times in 3, when it
+/// removed its path after closing its listener).
+#[test]
+fn a_paiod_restarted_at_once_keeps_its_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = Paiod::start(dir.path(), "");
+    let cfg = dir.path().join("paiod.toml");
+    let spawn = || {
+        Command::new(env!("CARGO_BIN_EXE_paiod"))
+            .arg("--config")
+            .arg(&cfg)
+            .arg("--socket")
+            .arg(&first.socket)
+            .args(["--log", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    assert!(Command::new("kill")
+        .args(["-TERM", &first.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let second = loop {
+        assert!(Instant::now() < deadline, "no successor ever got the path");
+        let mut c = spawn();
+        // One that found the path in use exits at once; one that bound it
+        // stays.
+        std::thread::sleep(Duration::from_millis(300));
+        match c.try_wait().unwrap() {
+            Some(_) => continue,
+            None => break c,
+        }
+    };
+    first.child.wait().unwrap();
+    let second = Paiod {
+        child: second,
+        socket: first.socket.clone(),
+    };
+    assert_eq!(second.status().pid, second.child.id());
+}
+
+/// `paio status` against a server that takes the request and then sends
+/// its reply a byte at a time hung for as long as the bytes kept coming
+/// (the timeout was per read); against a stopped one whose queue is full it
+/// hung in `connect`. Both now end within the timeout, saying so.
+#[test]
+fn status_against_a_hung_server_ends_within_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trickle.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // A frame header announcing 100 bytes, then one byte every 50 ms.
+        let _ = s.write_all(&100u32.to_be_bytes());
+        for _ in 0..100 {
+            if s.write_all(b" ").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let t = Instant::now();
+    let e = ctl::request(&path, CtlCommand::Status, Duration::from_millis(500)).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert!(matches!(e, ctl::CtlError::Timeout { .. }), "{e:?}");
+    assert!(e.to_string().contains("did not answer within 500ms"), "{e}");
+    server.join().unwrap();
+}
+
 /// Stages over `max_stages_per_uid` are refused with a `limit` error that
 /// says which cap, and are accounted.
 #[test]
