@@ -1439,17 +1439,25 @@ pub fn tick(state: &Shared) {
         .map(|(id, _)| *id)
         .collect();
     for id in dead {
-        if let Some(e) = st.remove_stage(id) {
-            tracing::warn!(
-                "stage {id} ({} pid {}) stopped answering; dropped",
-                Escaped(&e.view.info.identity.name),
-                e.cred.pid
-            );
-            e.out.send(&Message::Goodbye {
-                reason: Some(format!("no answer to collect within {timeout:?}")),
-            });
-            e.out.close();
+        let Some(e) = st.remove_stage(id) else {
+            continue;
+        };
+        let name = Escaped(&e.view.info.identity.name);
+        if e.out.is_closed() {
+            // Its connection ended (the stage left, or stopped reading and
+            // was cut off, which its connection's task reports): nothing
+            // to say to it, and nothing unusual to log.
+            tracing::info!("stage {id} ({name} pid {}) left", e.cred.pid);
+            continue;
         }
+        tracing::warn!(
+            "stage {id} ({name} pid {}) stopped answering; dropped",
+            e.cred.pid
+        );
+        e.out.send(&Message::Goodbye {
+            reason: Some(format!("no answer to collect within {timeout:?}")),
+        });
+        e.out.close();
     }
     // /proc/<pid>/io: every period when the policy calibrates with it,
     // else once a second (for status); one read per process.
@@ -1550,6 +1558,82 @@ pub fn socket_path(cli: Option<PathBuf>, config: &PaiodConfig) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A log writer into a shared buffer.
+    #[derive(Clone, Default)]
+    struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+    impl io::Write for LogBuf {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A stage whose connection ended is said to have left, not to have
+    /// stopped answering (10,565 stages that disconnected together were
+    /// logged as collect timeouts and sent a goodbye saying so).
+    #[test]
+    fn a_stage_whose_connection_ended_left_and_a_silent_one_timed_out() {
+        let config = crate::config::PaiodConfig::parse("", "<test>").unwrap();
+        let limits = Limits::resolve(&config.connections, 1 << 16).unwrap();
+        let state: Shared = Arc::new(Mutex::new(State::new(
+            config.policy.build(),
+            config.period,
+            Duration::ZERO,
+            limits,
+        )));
+        let stage = |name: &str| {
+            let s = paio::Stage::from_policy_str(
+                &format!("[stage]\nname = \"{name}\"\ndefault_channel = \"read\"\n[[channel]]\nname = \"read\"\n"),
+                "<t>",
+            )
+            .unwrap();
+            let hello = Hello {
+                version: protocol::VERSION,
+                ppid: 1,
+                user: "t".into(),
+                exe: None,
+                info: s.info(),
+            };
+            let (out, rx) = Outbox::new();
+            let conn = lock(&state).conns.wait(out.clone());
+            let cred = PeerCred {
+                pid: 0,
+                uid: 0,
+                gid: 0,
+            };
+            register(&state, hello, cred, out, conn).unwrap();
+            rx
+        };
+        let gone = stage("gone");
+        let silent = stage("silent");
+        drop(gone);
+        let log = LogBuf::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer({
+                let log = log.clone();
+                move || log.clone()
+            })
+            .with_ansi(false)
+            .finish();
+        // The first tick asks for statistics; the second finds the silent
+        // stage past its (zero) collect timeout.
+        tracing::subscriber::with_default(subscriber, || {
+            tick(&state);
+            std::thread::sleep(Duration::from_millis(2));
+            tick(&state);
+        });
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("(gone pid 0) left"), "{text}");
+        assert!(!text.contains("(gone pid 0) stopped answering"), "{text}");
+        assert!(text.contains("(silent pid 0) stopped answering"), "{text}");
+        assert!(lock(&state).stages.is_empty());
+        drop(silent);
+    }
 
     #[test]
     fn proc_io_parses_the_kernel_format() {
