@@ -812,6 +812,17 @@ fn policy_config(cx: &Ctx<'_>, p: RawPolicy) -> Result<PolicyConfig, ConfigError
         }
         (None, false) => None,
     };
+    if let Some(g) = p.group.get(crate::policy::common::MAX_GROUPS) {
+        return Err(cx.err(
+            Some(g.span()),
+            &format!("policy.group[{}]", crate::policy::common::MAX_GROUPS),
+            format!(
+                "{} groups, more than the {} paiod keeps settings for",
+                p.group.len(),
+                crate::policy::common::MAX_GROUPS
+            ),
+        ));
+    }
     let mut groups = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, g) in p.group.iter().enumerate() {
@@ -1281,6 +1292,15 @@ rules = [{ rule = "create_channel", name = "x" }]
             (6, "policy.group[0].demand"),
             "{e}"
         );
+
+        let many: String = (0..=crate::policy::common::MAX_GROUPS)
+            .map(|i| format!("[[policy.group]]\nname = \"g{i}\"\nweight = 1\n"))
+            .collect();
+        let e = err(&format!(
+            "[policy]\nkind = \"proportional\"\nmax_bandwidth = \"1GiB/s\"\n{many}"
+        ));
+        assert_eq!(e.field, "policy.group[4096]", "{e}");
+        assert!(e.message.contains("4097 groups, more than the 4096"), "{e}");
 
         let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\n");
         assert_eq!(e.field, "policy.group[0].demand", "{e}");

@@ -518,6 +518,17 @@ pub(crate) mod testutil {
     use paio::stage::{ChannelInfo, ObjectInfo, StageIdentity};
     use paio::stats::{ChannelStats, WaitSummary};
 
+    /// Sets new groups `g0`, `g1`, ... through `set` up to [`MAX_GROUPS`]
+    /// with the `already` groups the policy has, and asserts that one more
+    /// is refused, saying why.
+    pub fn fill_groups(already: usize, mut set: impl FnMut(&str) -> Result<(), PolicyError>) {
+        for i in 0..MAX_GROUPS - already {
+            set(&format!("g{i}")).unwrap();
+        }
+        let e = set("one-more").unwrap_err();
+        assert!(e.message.contains("4096 groups"), "{}", e.message);
+    }
+
     /// A stage with labels and, if `channel`, a `read` channel with a
     /// `paiod` DRL as default.
     pub fn info(name: &str, labels: &[(&str, &str)], channel: bool) -> StageInfo {
@@ -922,6 +933,27 @@ pub(crate) fn achieved(settings: &ControlSettings, members: &[&StageView]) -> f6
 }
 
 /// Checks that `group` names a group (not empty, not `*`).
+/// The most groups a policy keeps settings for (a `demand`, a `weight`, a
+/// `rate`), from its configuration and `paio ctl set` together. A group's
+/// settings stay until paiod restarts or reloads its configuration, so
+/// without a cap a client could grow paiod by setting ever new groups
+/// (150,000 of them made `paio status` too large to send). 4,096 is far
+/// above the jobs one machine runs.
+pub const MAX_GROUPS: usize = 4096;
+
+/// Refuses to add a group's settings when `known` groups already have
+/// some (`is_new`: `group` is not among them).
+pub(crate) fn room_for_group(group: &str, known: usize, is_new: bool) -> Result<(), PolicyError> {
+    if is_new && known >= MAX_GROUPS {
+        return Err(PolicyError::new(format!(
+            "group {group:?} would be one more than the {MAX_GROUPS} groups paiod keeps settings \
+             for: set an existing group, or list the groups in the configuration and reload \
+             (SIGHUP) to drop the others"
+        )));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_group(group: &str) -> Result<(), PolicyError> {
     if group.is_empty() || group == "*" {
         Err(PolicyError::new(format!(

@@ -188,6 +188,8 @@ impl ControlPolicy for MaxMinPolicy {
                 common::check_group(group)?;
                 let d = common::parse_byte_rate(value)
                     .map_err(|e| PolicyError::new(format!("demand: {e}")))?;
+                let is_new = !self.demands.contains_key(group);
+                common::room_for_group(group, self.demands.len(), is_new)?;
                 self.demands.insert(group.to_string(), d);
                 Ok(())
             }
@@ -330,6 +332,13 @@ mod tests {
         assert!(p.set("a", "max_bandwidth", "1GB/s").is_err());
         assert!(p.set("*", "demand", "1GB/s").is_err());
         assert!(p.targets().iter().any(|t| t.group == "I5"));
+    }
+
+    #[test]
+    fn set_keeps_at_most_max_groups() {
+        let mut p = policy();
+        fill_groups(2, |g| p.set(g, "demand", "1MiB/s"));
+        p.set("g0", "demand", "2MiB/s").unwrap();
     }
 
     #[test]

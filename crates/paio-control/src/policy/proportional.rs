@@ -259,6 +259,8 @@ impl ControlPolicy for ProportionalPolicy {
                         "weight: must be a positive number, got {value:?}"
                     )));
                 }
+                let is_new = !self.weights.contains_key(group);
+                common::room_for_group(group, self.weights.len(), is_new)?;
                 self.weights.insert(group.to_string(), w);
                 Ok(())
             }
@@ -370,6 +372,13 @@ mod tests {
             &[view(1, "a", Some(75e6), 5), view(2, "b", Some(0.95 * b), 0)],
         );
         assert_eq!(rate_of(&out, 2), Some(75_000_000));
+    }
+
+    #[test]
+    fn set_keeps_at_most_max_groups() {
+        let mut p = policy();
+        fill_groups(2, |g| p.set(g, "weight", "2"));
+        p.set("g0", "weight", "3").unwrap();
     }
 
     #[test]

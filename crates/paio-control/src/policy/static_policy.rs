@@ -217,9 +217,16 @@ impl ControlPolicy for StaticPolicy {
                 )))
             }
         };
-        let i = match self.entries.iter().position(|e| e.name == group) {
+        let found = self.entries.iter().position(|e| e.name == group);
+        if key == "otherwise" && found.is_none_or(|i| self.entries[i].rate.is_none()) {
+            return Err(PolicyError::new(format!(
+                "group {group:?} has no rate: set its rate first"
+            )));
+        }
+        let i = match found {
             Some(i) => i,
             None => {
+                common::room_for_group(group, self.entries.len(), true)?;
                 self.entries.push(StaticEntry {
                     name: group.to_string(),
                     ..StaticEntry::default()
@@ -231,11 +238,6 @@ impl ControlPolicy for StaticPolicy {
         if key == "rate" {
             e.rate = Some(rate);
         } else {
-            if e.rate.is_none() {
-                return Err(PolicyError::new(format!(
-                    "group {group:?} has no rate: set its rate first"
-                )));
-            }
             e.otherwise = Some(rate);
         }
         Ok(())
@@ -433,6 +435,8 @@ mod tests {
         assert_eq!(rate_of(&out, 2), Some((100 << 20) - RATE_FLOOR as u64));
         p.set("I5", "otherwise", "1MiB/s").unwrap();
         assert!(p.set("I6", "otherwise", "1MiB/s").is_err());
+        // The refusal left no group behind.
+        assert_eq!(p.entries.len(), 1);
         assert!(p
             .set("I5", "demand", "1MiB/s")
             .unwrap_err()
@@ -442,5 +446,12 @@ mod tests {
         assert!(p.set("I5", "rate", "lots").is_err());
         assert!(p.set("*", "max_bandwidth", "1GiB/s").is_err());
         assert_eq!(p.targets()[0].demand_bytes_per_sec, (100 << 20) as f64);
+    }
+
+    #[test]
+    fn set_keeps_at_most_max_groups() {
+        let mut p = StaticPolicy::new(ControlSettings::default(), vec![]);
+        fill_groups(0, |g| p.set(g, "rate", "1MiB/s"));
+        p.set("g0", "rate", "2MiB/s").unwrap();
     }
 }
