@@ -60,7 +60,7 @@ pub fn format_status(r: &StatusReport) -> String {
         r.uptime_s,
         r.policy,
         r.period_ms,
-        r.stages.len()
+        r.stages.len() as u64 + r.stages_omitted
     );
     if let Some(l) = &r.control_loop {
         let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
@@ -218,6 +218,15 @@ pub fn format_status(r: &StatusReport) -> String {
             }
         }
     }
+    if r.stages_omitted > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} more stage(s) not shown: the report of every stage would exceed the {} MiB \
+             paiod sends",
+            r.stages_omitted,
+            paio_control::ctl::MAX_STATUS_BYTES >> 20
+        );
+    }
     out
 }
 
@@ -336,6 +345,7 @@ mod tests {
                 stages: 1,
                 hungry: false,
             }],
+            stages_omitted: 0,
             stages: vec![StageStatus {
                 id: 1,
                 name: "fio".into(),
@@ -449,6 +459,7 @@ mod tests {
                 rate_bytes_per_sec: Some(8.0 * 1048576.0),
                 objects: 2,
             }),
+            stages_omitted: 0,
             stages: vec![StageStatus {
                 id: 1,
                 name: "backup".into(),

@@ -125,6 +125,49 @@ impl CtlReply {
     }
 }
 
+/// The largest status reply paiod sends and [`request`] reads (its
+/// payload): 24 MiB, under the 32 MiB a connection may queue
+/// ([`crate::outbox::HARD_LIMIT`]). About 20,000 stages of three channels
+/// fit; beyond, the report lists fewer ([`StatusReport::stages_omitted`]).
+pub const MAX_STATUS_BYTES: usize = 24 << 20;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The frame of `reply` (a whole frame, header included), its status
+/// report cut to the stages that keep the payload within `max` bytes.
+pub fn encode_reply(mut reply: CtlReply, max: usize) -> Vec<u8> {
+    let frame = protocol::encode_value(&reply);
+    let Some(status) = reply.status.as_mut() else {
+        return frame;
+    };
+    let payload = frame.len() - protocol::HEADER_LEN;
+    if payload <= max {
+        return frame;
+    }
+    // Each stage's share of the JSON: its own bytes and a comma. The rest
+    // grows by the count of omitted stages, at most 20 digits.
+    let sizes: Vec<usize> = status
+        .stages
+        .iter()
+        .map(|st| serde_json::to_vec(st).map_or(0, |v| v.len()) + 1)
+        .collect();
+    let base =
+        payload.saturating_sub(sizes.iter().sum::<usize>()) + "\"stages_omitted\":,".len() + 20;
+    let mut used = base;
+    let keep = sizes
+        .iter()
+        .take_while(|&&n| {
+            used += n;
+            used <= max
+        })
+        .count();
+    status.stages_omitted = (status.stages.len() - keep) as u64;
+    status.stages.truncate(keep);
+    protocol::encode_value(&reply)
+}
+
 /// paiod's view, as `paio status` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -141,8 +184,13 @@ pub struct StatusReport {
     /// The latency target's state (policy `criticality`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency: Option<LatencyStatus>,
-    /// Registered stages, by id.
+    /// Registered stages, by id: the first of them, when all would make
+    /// the reply larger than [`MAX_STATUS_BYTES`] ([`Self::stages_omitted`]).
     pub stages: Vec<StageStatus>,
+    /// Registered stages left out of [`Self::stages`] to keep the reply
+    /// within [`MAX_STATUS_BYTES`] (the last by id).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stages_omitted: u64,
     /// Connections and their caps (absent from a paiod before they were
     /// reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -385,7 +433,7 @@ pub fn request(
         r => r.map_err(io_err)?,
     }
     let mut reader = crate::unixconn::DeadlineStream::new(&s, timeout);
-    let payload = match protocol::read_frame(&mut reader, protocol::DEFAULT_MAX_FRAME * 16) {
+    let payload = match protocol::read_frame(&mut reader, MAX_STATUS_BYTES) {
         Ok(Some(p)) => p,
         Ok(None) => {
             return Err(CtlError::Protocol {
@@ -447,5 +495,60 @@ mod tests {
         )
         .unwrap();
         assert!(matches!(r.command, CtlCommand::SetRate { ref object, .. } if object == "ln"));
+    }
+
+    /// A status reply over the limit lists the first stages that fit and
+    /// counts the rest; one within it is sent whole.
+    #[test]
+    fn a_status_reply_over_the_limit_lists_the_stages_that_fit() {
+        let stage = |id: u64| StageStatus {
+            id,
+            name: format!("stage-{id}"),
+            pid: id as u32,
+            uid: 0,
+            host: "h".into(),
+            labels: BTreeMap::from([("job".to_string(), format!("j{id}"))]),
+            registered_s: 1.0,
+            proc_read_bytes_per_sec: None,
+            proc_write_bytes_per_sec: None,
+            channels: Vec::new(),
+        };
+        let reply = |n: u64| CtlReply {
+            status: Some(Box::new(StatusReport {
+                pid: 1,
+                uptime_s: 1.0,
+                period_ms: 100,
+                policy: "static".into(),
+                groups: Vec::new(),
+                latency: None,
+                stages: (1..=n).map(stage).collect(),
+                stages_omitted: 0,
+                connections: None,
+                control_loop: None,
+                config: None,
+                cluster: None,
+            })),
+            ..CtlReply::ok(1)
+        };
+        let decode = |frame: &[u8]| -> (usize, StatusReport) {
+            let payload = &frame[protocol::HEADER_LEN..];
+            let r: CtlReply = serde_json::from_slice(payload).unwrap();
+            (payload.len(), *r.status.unwrap())
+        };
+        let whole = protocol::encode_value(&reply(1000));
+        assert_eq!(encode_reply(reply(1000), whole.len()), whole);
+        for max in [whole.len() / 2, whole.len() - 5, 300] {
+            let (len, status) = decode(&encode_reply(reply(1000), max));
+            assert!(len <= max, "{len} > {max}");
+            let kept = status.stages.len() as u64;
+            assert!(kept < 1000);
+            assert_eq!(kept + status.stages_omitted, 1000);
+            assert!(status.stages.iter().map(|s| s.id).eq(1..=kept));
+        }
+        // A stage fewer than fits would not be wasted: the cut is tight to
+        // within one stage's bytes and the count's digits.
+        let max = whole.len() / 2;
+        let (len, _) = decode(&encode_reply(reply(1000), max));
+        assert!(max - len < 200, "{len} of {max}");
     }
 }

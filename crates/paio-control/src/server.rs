@@ -452,6 +452,7 @@ impl State {
             groups: self.policy.targets(),
             latency: self.policy.latency(),
             stages: self.stages.values().map(|e| stage_status(e, now)).collect(),
+            stages_omitted: 0,
             connections: Some(self.conns.status()),
             control_loop: Some(self.loop_stats.status()),
             config: Some(self.config.clone()),
@@ -822,7 +823,10 @@ async fn serve_connection(
                     // keeps its period; awaited, so answers keep their order.
                     let out = out.clone();
                     let sent = tokio::task::spawn_blocking(move || {
-                        out.send_frame(protocol::encode_value(&answer))
+                        out.send_frame(crate::ctl::encode_reply(
+                            *answer,
+                            crate::ctl::MAX_STATUS_BYTES,
+                        ))
                     });
                     if sent.await.is_err() {
                         return None;
