@@ -11,6 +11,8 @@
 //! | labels of a stage | [`MAX_LABELS`] labels, keys [`MAX_LABEL_KEY`] bytes, values [`MAX_LABEL_VALUE`] bytes, no control characters |
 //! | host, user, executable path, ctl keys, values and rates | [`MAX_TEXT`] bytes |
 //! | channels of a stage, objects of a channel | [`MAX_CHANNELS`], [`MAX_OBJECTS`] |
+//! | mappings to channels, to a channel's objects | [`MAX_MAPPINGS`] each |
+//! | classifiers | one of each kind |
 //!
 //! A whole message is at most [`paio::protocol::DEFAULT_MAX_FRAME`] bytes.
 
@@ -29,6 +31,9 @@ pub const MAX_LABEL_KEY: usize = paio::env::MAX_LABEL_KEY;
 pub const MAX_LABEL_VALUE: usize = paio::env::MAX_LABEL_VALUE;
 /// Bytes of other text: host, user, executable, ctl keys and values.
 pub const MAX_TEXT: usize = 4096;
+/// Mappings of a stage to its channels, and of a channel to its objects
+/// (what a stage's rules may create).
+pub const MAX_MAPPINGS: usize = paio::rule::MAX_MAPPINGS;
 /// Channels of one stage (what a stage's rules may create).
 pub const MAX_CHANNELS: usize = paio::rule::MAX_CHANNELS;
 /// Objects of one channel (what a stage's rules may create).
@@ -96,9 +101,30 @@ pub fn check_hello(h: &Hello) -> Result<(), String> {
             ));
         }
     }
+    count(
+        "classifiers",
+        h.info.classifiers.len(),
+        paio::Classifier::ALL.len(),
+    )?;
+    count("channel mappings", h.info.channel_rules.len(), MAX_MAPPINGS)?;
+    for (_, to) in &h.info.channel_rules {
+        name("mapped channel", to)?;
+    }
+    if let Some(d) = &h.info.default_channel {
+        name("default channel", d)?;
+    }
     count("channels", h.info.channels.len(), MAX_CHANNELS)?;
     for ch in &h.info.channels {
         channel(&ch.name, ch.objects.iter().map(|o| o.name.as_str()))?;
+        count(
+            &format!("object mappings of channel {}", ch.name),
+            ch.object_rules.len(),
+            MAX_MAPPINGS,
+        )?;
+        for (_, to) in &ch.object_rules {
+            name("mapped object", to)?;
+        }
+        name("default object", &ch.default_object)?;
     }
     Ok(())
 }
@@ -265,6 +291,43 @@ mod tests {
                     let ch = h.info.channels[0].clone();
                     h.info.channels = vec![ch; MAX_CHANNELS + 1];
                 }),
+            ),
+            (
+                "classifiers",
+                Box::new(|h| h.info.classifiers = vec![paio::Classifier::Workflow; 6]),
+            ),
+            (
+                "channel mappings",
+                Box::new(|h| {
+                    let m = h.info.channel_rules[0].clone();
+                    h.info.channel_rules = vec![m; MAX_MAPPINGS + 1];
+                }),
+            ),
+            (
+                "mapped channel",
+                Box::new(|h| h.info.channel_rules[0].1 = "c".repeat(MAX_NAME + 1)),
+            ),
+            (
+                "default channel",
+                Box::new(|h| h.info.default_channel = Some(String::new())),
+            ),
+            (
+                "object mappings of channel read",
+                Box::new(|h| {
+                    let ch = &mut h.info.channels[0];
+                    ch.object_rules =
+                        vec![(paio::Pattern::ANY, "default".into()); MAX_MAPPINGS + 1];
+                }),
+            ),
+            (
+                "mapped object",
+                Box::new(|h| {
+                    h.info.channels[0].object_rules = vec![(paio::Pattern::ANY, "o\n".into())];
+                }),
+            ),
+            (
+                "default object",
+                Box::new(|h| h.info.channels[0].default_object = "o".repeat(MAX_NAME + 1)),
             ),
         ];
         for (field, spoil) in cases {
