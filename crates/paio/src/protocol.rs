@@ -227,10 +227,51 @@ pub fn decode(payload: &[u8]) -> Result<Message, DecodeError> {
             })
         }
     };
-    serde_path_to_error::deserialize(value).map_err(|e| DecodeError {
-        path: e.path().to_string(),
-        message: format!("in a `{kind}` message: {}", e.inner()),
+    // The tag's buffering hides where a field is wrong: the parts that are
+    // types of their own (a hello, a report, a rule list) are decoded again
+    // alone, to name the field.
+    let located = match kind.as_str() {
+        "hello" => {
+            let mut rest = value.clone();
+            if let Some(o) = rest.as_object_mut() {
+                o.remove("type");
+            }
+            locate::<Hello>(rest, "")
+        }
+        "stats" => value
+            .get("stats")
+            .and_then(|v| locate::<StageStats>(v.clone(), "stats")),
+        "rules" => value
+            .get("rules")
+            .and_then(|v| locate::<Vec<Rule>>(v.clone(), "rules")),
+        _ => None,
+    };
+    let e = match serde_path_to_error::deserialize::<_, Message>(value) {
+        Ok(m) => return Ok(m),
+        Err(e) => e,
+    };
+    let (path, message) = located.unwrap_or_else(|| (e.path().to_string(), e.inner().to_string()));
+    Err(DecodeError {
+        path,
+        message: format!("in a `{kind}` message: {message}"),
     })
+}
+
+/// Where `value` fails to decode as a `T`, the path under `prefix` and the
+/// error, or `None` when it decodes.
+fn locate<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+    prefix: &str,
+) -> Option<(String, String)> {
+    let e = serde_path_to_error::deserialize::<_, T>(value).err()?;
+    let path = e.path().to_string();
+    let path = match (prefix, path.as_str()) {
+        ("", p) => p.to_string(),
+        (pre, ".") => pre.to_string(),
+        (pre, p) if p.starts_with('[') => format!("{pre}{p}"),
+        (pre, p) => format!("{pre}.{p}"),
+    };
+    Some((path, e.inner().to_string()))
 }
 
 /// Serializes `msg` as one frame (header and payload).
@@ -514,6 +555,39 @@ mod tests {
         assert!(e.message.contains("\"type\""), "{e}");
         let e = decode(br#"{"type":"launch"}"#).unwrap_err();
         assert!(e.message.contains("launch"), "{e}");
+        // Inside a hello, a report and a rule list, the path of the field.
+        let stage =
+            crate::Stage::from_policy_str("[[channel]]\nname = \"read\"\nmatch = {}\n", "<t>")
+                .unwrap();
+        let hello = Message::Hello(Box::new(Hello {
+            version: VERSION,
+            ppid: 1,
+            user: "u".into(),
+            exe: None,
+            info: stage.info(),
+        }));
+        let stats = Message::Stats {
+            id: 1,
+            stats: Box::new(stage.collect()),
+        };
+        let spoiled = |m: &Message, spoil: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = serde_json::to_value(m).unwrap();
+            spoil(&mut v);
+            decode(&serde_json::to_vec(&v).unwrap()).unwrap_err()
+        };
+        let e = spoiled(&hello, &|v| v["ppid"] = "x".into());
+        assert_eq!(e.path, "ppid", "{e}");
+        assert!(e.message.contains("`hello`"), "{e}");
+        let e = spoiled(&hello, &|v| v["info"]["channels"][0]["name"] = 3.into());
+        assert_eq!(e.path, "info.channels[0].name", "{e}");
+        let e = spoiled(&stats, &|v| {
+            v["stats"]["channels"][0]["ops"] = "many".into()
+        });
+        // (A channel's counts are flattened into it: serde names the channel.)
+        assert_eq!(e.path, "stats.channels[0]", "{e}");
+        assert!(e.message.contains("\"many\""), "{e}");
+        let e = decode(br#"{"type":"rules","id":1,"rules":[{"rule":"configure","channel":"read","object":"o","config":{"kind":"drl","rate":7}}]}"#).unwrap_err();
+        assert!(e.path.starts_with("rules[0]"), "{e}");
         let e = decode(br#"{"type":"ack","id":1,"extra":2}"#).unwrap_err();
         assert!(e.message.contains("extra"), "{e}");
         assert!(decode(b"\xff\xfe").is_err());
