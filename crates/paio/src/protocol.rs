@@ -317,12 +317,32 @@ impl FrameDecoder {
     }
 
     /// Appends received bytes (an oversized payload's bytes are dropped as
-    /// they arrive, never buffered).
+    /// they arrive, never buffered). The buffer takes a frame longer than
+    /// what it holds at its full length at once, as its header says, rather
+    /// than doubling past it: an unfinished frame of `n` bytes holds `n`.
     pub fn push(&mut self, mut bytes: &[u8]) {
         if self.skip > 0 {
             let n = self.skip.min(bytes.len());
             self.skip -= n;
             bytes = &bytes[n..];
+        }
+        let after = self.buf.len() + bytes.len();
+        if after > self.buf.capacity() {
+            let mut header = [0u8; HEADER_LEN];
+            let frame = (after >= HEADER_LEN)
+                .then(|| {
+                    let have = self.buf.len().min(HEADER_LEN);
+                    header[..have].copy_from_slice(&self.buf[..have]);
+                    header[have..].copy_from_slice(&bytes[..HEADER_LEN - have]);
+                    u32::from_be_bytes(header) as usize
+                })
+                .filter(|&len| len <= self.max)
+                .map_or(0, |len| HEADER_LEN + len);
+            if frame > after {
+                self.buf.reserve_exact(frame - self.buf.len());
+            } else {
+                self.buf.reserve(bytes.len());
+            }
         }
         self.buf.extend_from_slice(bytes);
     }
@@ -523,7 +543,12 @@ mod tests {
             ErrorCode::Internal,
             "x".repeat(512 << 10),
         ));
-        d.push(&big);
+        // Pushed in reads of 64 KiB, it holds its own length, not the
+        // next power of two.
+        for chunk in big.chunks(64 << 10) {
+            d.push(chunk);
+            assert_eq!(d.buf.capacity(), big.len());
+        }
         assert!(d.next_frame().unwrap().is_some());
         assert_eq!(d.buf.capacity(), 0);
         // Small frames keep their (small) buffer: no reallocation per frame.
