@@ -1478,13 +1478,16 @@ impl Stage {
             .channels
             .iter()
             .map(|ch| {
-                let objects = ch
+                let objects: Vec<ObjectStats> = ch
                     .objects
                     .iter()
                     .map(|o| ObjectStats {
                         name: o.name.clone(),
                         kind: o.object.kind().to_string(),
-                        counts: counts(o.uid, o.recorder.sample()),
+                        counts: crate::stats::Counts {
+                            waiting: o.object.waiting_now(),
+                            ..counts(o.uid, o.recorder.sample())
+                        },
                     })
                     .collect();
                 let sample = ch.sample();
@@ -1494,7 +1497,10 @@ impl Stage {
                 });
                 ChannelStats {
                     name: ch.name.clone(),
-                    counts: counts(ch.uid, sample),
+                    counts: crate::stats::Counts {
+                        waiting: objects.iter().map(|o| o.counts.waiting).sum(),
+                        ..counts(ch.uid, sample)
+                    },
                     objects,
                     histograms,
                 }
@@ -1606,6 +1612,51 @@ mod tests {
             .find(|c| c.name == name)
             .unwrap()
             .counts
+    }
+
+    /// A request held back in an object shows in its object's and its
+    /// channel's `waiting` while it waits (it is in no other figure until
+    /// admitted), and no longer once admitted.
+    #[test]
+    fn a_request_held_back_shows_as_waiting_until_admitted() {
+        let (stage, clock) = two_phase_stage();
+        let write = ctx(RequestType::WRITE, RequestContext::NONE, 1000)
+            .with_criticality(crate::Criticality::Normal);
+        let waiting = |stage: &Stage| {
+            let c = stage.collect();
+            let ch = c.channels.iter().find(|c| c.name == "limited").unwrap();
+            (
+                ch.counts.waiting,
+                ch.objects.iter().map(|o| o.counts.waiting).sum::<u64>(),
+            )
+        };
+        // The burst's 1000 bytes go at once; the next 1000 wait a second.
+        let first = stage.admit(&write).unwrap();
+        stage.complete(first, 1000).unwrap();
+        assert_eq!(waiting(&stage), (0, 0));
+        std::thread::scope(|sc| {
+            let held = sc.spawn(|| {
+                let a = stage.admit(&write).unwrap();
+                stage.complete(a, 1000).unwrap();
+            });
+            while waiting(&stage) != (1, 1) {
+                assert!(!held.is_finished(), "admitted without waiting");
+                std::thread::yield_now();
+            }
+            clock.advance(Duration::from_secs(1));
+            // Reconfigured at the same rate: the waiter reads the clock again.
+            let limit = stage.info().channels[1].objects[1].config.clone().unwrap();
+            stage
+                .apply(&Rule::Configure {
+                    channel: "limited".into(),
+                    object: "limit".into(),
+                    config: limit,
+                })
+                .unwrap();
+            held.join().unwrap();
+        });
+        assert_eq!(waiting(&stage), (0, 0));
+        assert_eq!(channel_counts(&stage, "limited").wait_total.waited_ops, 1);
     }
 
     /// `collect_histograms` carries each channel's distributions, which

@@ -538,6 +538,16 @@ pub struct Counts {
     /// or low by the requests within 12.5 % above the bound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wait_buckets: Vec<(u64, u64)>,
+    /// Requests held back when the figures were collected (an object's,
+    /// or a channel's objects' together; 0 elsewhere): a gauge, not a
+    /// count. A request held longer than an interval is in no other figure
+    /// until it is admitted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub waiting: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Call latency over a set of completed requests: the time from the end of
@@ -786,6 +796,7 @@ impl Sample {
             wait_buckets: self.waits.cumulative(self.ops, &WAIT_BUCKET_BOUNDS_NS),
             latency: self.latency.since(&earlier.latency).latency(ns_per_tick),
             latency_total: self.latency.latency(ns_per_tick),
+            waiting: 0,
         }
     }
 }

@@ -383,8 +383,10 @@ pub fn to_rate(rate: f64) -> u64 {
 pub struct StageDemand {
     /// Bytes/s achieved, `None` for a stage without statistics yet.
     pub achieved: Option<f64>,
-    /// Whether requests waited in the channel (the DRL held the stage back,
-    /// so it wants more than it achieved).
+    /// Whether requests waited in the channel, or wait there now (the DRL
+    /// held the stage back, so it wants more than it achieved; a request
+    /// held for longer than the period, a large one at a low rate, is only
+    /// in the `waiting` gauge).
     pub throttled: bool,
 }
 
@@ -399,7 +401,7 @@ impl StageDemand {
             },
             Some(c) => StageDemand {
                 achieved: Some(finite(c.bytes_per_sec)),
-                throttled: c.wait.waited_ops > 0,
+                throttled: c.wait.waited_ops > 0 || c.waiting > 0,
             },
         }
     }
@@ -783,6 +785,28 @@ match = { file_class = "stream" }
         assert!(own_limit(&channel(&format!("{ln}{pass}"))).is_none());
         let ops = obj("ln", "drl", "").replace("20MiB/s", "100 ops/s");
         assert!(own_limit(&channel(&ops)).is_none());
+    }
+
+    /// A stage whose one request has waited longer than a period (4 MiB at
+    /// the 64 KiB/s floor) completed nothing and waited in no figure: it
+    /// was taken for idle and kept at the floor (0.3 MiB/s beside two
+    /// stages at 29.4). Its request waiting now makes it throttled.
+    #[test]
+    fn a_request_held_longer_than_a_period_makes_its_stage_throttled() {
+        let held = Counts {
+            waiting: 1,
+            ..Counts::default()
+        };
+        let held = StageDemand::of(Some(&held));
+        assert!(held.throttled);
+        let busy = StageDemand {
+            achieved: Some(30e6),
+            throttled: true,
+        };
+        let shares = split_by_demand(60e6, &[busy, busy, held]);
+        assert_eq!(shares, [20e6, 20e6, 20e6]);
+        let idle = StageDemand::of(Some(&Counts::default()));
+        assert!(!idle.throttled);
     }
 
     #[test]

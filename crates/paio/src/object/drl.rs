@@ -421,6 +421,10 @@ impl EnforcementObject for Drl {
         "drl"
     }
 
+    fn waiting_now(&self) -> u64 {
+        u64::from(self.lock().waiting)
+    }
+
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
         let new = drl_settings(config)?;
         if let Some(name) = &new.shared {

@@ -253,6 +253,14 @@ pub trait EnforcementObject: Send + Sync + fmt::Debug {
         let _ = thread;
         0
     }
+
+    /// Requests held back in this object at this moment (a gauge). A
+    /// request waits in no statistic until it is admitted, so a request
+    /// held for longer than a collection interval (a large one at a low
+    /// rate) shows only here. Read at collection; default 0.
+    fn waiting_now(&self) -> u64 {
+        0
+    }
 }
 
 /// What an object's admit phase returns.

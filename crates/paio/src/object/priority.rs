@@ -994,6 +994,11 @@ impl EnforcementObject for Priority {
         "priority"
     }
 
+    fn waiting_now(&self) -> u64 {
+        let queued = self.lock().waiting.len() as u64;
+        queued + self.rate.load().as_ref().map_or(0, |d| d.waiting_now())
+    }
+
     fn configure(&self, config: &ObjectConfig) -> Result<(), ConfigError> {
         let ObjectConfig::Priority(new) = config else {
             return Err(ConfigError::WrongKind {

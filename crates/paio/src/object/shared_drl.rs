@@ -357,6 +357,10 @@ impl EnforcementObject for SharedDrl {
         "drl"
     }
 
+    fn waiting_now(&self) -> u64 {
+        u64::from(self.waiting())
+    }
+
     /// Adopts a DRL's settings: the same bucket (`shared` the same, or unset
     /// to keep it, as a control plane's rate rule leaves it), a positive
     /// rate.
