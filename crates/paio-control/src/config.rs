@@ -203,6 +203,12 @@ pub struct ConnectionLimits {
     pub drain_timeout: Option<Duration>,
 }
 
+/// The shortest control period paiod takes.
+pub const MIN_PERIOD: Duration = Duration::from_millis(10);
+/// The shortest cluster period paiod takes (a shorter one rounded the
+/// agent's checks to 0 and stopped it).
+pub const MIN_CLUSTER_PERIOD: Duration = Duration::from_millis(100);
+
 /// Default [`ConnectionLimits::hello_timeout`].
 pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default [`ConnectionLimits::max_waiting`].
@@ -638,7 +644,12 @@ impl Ctx<'_> {
             None => cluster::DEFAULT_LEASE,
         };
         let period = match &raw.period {
-            Some(p) => self.duration(p, "cluster.period")?,
+            Some(p) => self.duration_at_least(
+                p,
+                "cluster.period",
+                MIN_CLUSTER_PERIOD,
+                "every node writes to etcd once per period",
+            )?,
             None => cluster::DEFAULT_PERIOD,
         };
         Ok(ClusterConfig {
@@ -657,6 +668,26 @@ impl Ctx<'_> {
         } else {
             Ok(v)
         }
+    }
+
+    /// [`Ctx::duration`] of at least `min`; `why` says what a shorter one
+    /// would cost.
+    fn duration_at_least(
+        &self,
+        d: &Spanned<HumanDuration>,
+        field: &str,
+        min: Duration,
+        why: &str,
+    ) -> Result<Duration, ConfigError> {
+        let v = self.duration(d, field)?;
+        if v < min {
+            return Err(self.err(
+                Some(d.span()),
+                field,
+                format!("must be at least {min:?} ({why}), is {v:?}"),
+            ));
+        }
+        Ok(v)
     }
 }
 
@@ -682,7 +713,12 @@ impl PaiodConfig {
             cx.err(inner.span(), &field, inner.message().trim())
         })?;
         let period = match &raw.period {
-            Some(p) => cx.duration(p, "period")?,
+            Some(p) => cx.duration_at_least(
+                p,
+                "period",
+                MIN_PERIOD,
+                "every period paiod asks every stage for its statistics",
+            )?,
             None => DEFAULT_PERIOD,
         };
         let collect_timeout = match &raw.collect_timeout {
@@ -1355,6 +1391,8 @@ rules = [{ rule = "create_channel", name = "x" }]
         assert_eq!((e.line, e.field.as_str()), (1, "period"), "{e}");
         let e = err("\nperiod = \"fast\"\n");
         assert_eq!((e.line, e.field.as_str()), (2, "period"), "{e}");
+        let e = err("period = \"1us\"\n");
+        assert!(e.message.contains("at least 10ms"), "{e}");
 
         let e = err("[policy]\nkind = \"max_min\"\nmax_bandwidth = \"1GiB/s\"\n[[policy.group]]\nname = \"a\"\ndemand = \"1MiB/s\"\nweight = 2\n");
         assert_eq!(
@@ -1933,6 +1971,11 @@ rules = [{ rule = "create_channel", name = "x" }]
                 &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nperiod = \"0s\"\n"),
                 "cluster.period",
                 "greater than 0",
+            ),
+            (
+                &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nperiod = \"5ns\"\n"),
+                "cluster.period",
+                "at least 100ms",
             ),
             (
                 &format!("{base}[cluster]\nendpoints = [\"http://e:1\"]\nleader = true\n"),
