@@ -600,6 +600,7 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
     wait_for("n2 to rejoin", Duration::from_secs(30), || {
         n2.cluster().connected
     });
+
     wait_for(
         "the shares over three nodes",
         Duration::from_secs(30),
@@ -685,6 +686,26 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
     for l in loads {
         l.finish();
     }
+}
+
+/// A node that cannot reach etcd says so once, not at every retry (it
+/// said so every 2 s while it had never connected).
+#[test]
+fn an_unreachable_etcd_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let n = Node::start(dir.path(), "n1", &[format!("http://127.0.0.1:{port}")]);
+    let log = || std::fs::read_to_string(&n.log).unwrap();
+    wait_for("three retries", Duration::from_secs(60), || {
+        log().matches("etcd still unreachable (").count() >= 3
+    });
+    assert_eq!(
+        log().matches("etcd unreachable (").count(),
+        1,
+        "{}",
+        log_tail(&n.log, 40)
+    );
+    assert!(!n.cluster().connected);
 }
 
 #[test]

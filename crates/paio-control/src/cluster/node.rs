@@ -243,6 +243,21 @@ const MAX_REFUSED: usize = 1024;
 /// `paio ctl set`s queued for the agent at most.
 const MAX_QUEUED_SETS: usize = 16;
 
+/// What to do about an etcd error that says etcd wants credentials
+/// (authentication enabled), which paiod does not send; empty otherwise.
+fn auth_hint(error: &str) -> &'static str {
+    if error.contains("user name is empty")
+        || error.contains("invalid auth token")
+        || error.contains("authentication failed")
+        || error.contains("permission denied")
+    {
+        " [etcd has authentication enabled; paiod connects without credentials: \
+         use an etcd without authentication for the cluster]"
+    } else {
+        ""
+    }
+}
+
 impl Agent {
     /// The agent of node `cfg.node` for paiod's `state`, which from now on
     /// sends it the `paio ctl set`s that change the cluster's
@@ -330,16 +345,21 @@ impl Agent {
             {
                 let mut st = lock(&self.state);
                 let v = st.cluster_view_mut();
-                if v.connected || v.sessions <= 1 {
+                let why = format!("{err}{}", auth_hint(&err.to_string()));
+                // Said once when etcd goes away (or is not there at the
+                // start), not at every retry.
+                if v.connected || v.unreachable_since.is_none() {
                     tracing::warn!(
-                        "cluster {}: etcd unreachable ({err}); keeping the last allocation",
+                        "cluster {}: etcd unreachable ({why}); keeping the last allocation",
                         self.cfg.name
                     );
+                } else {
+                    tracing::debug!("cluster {}: etcd still unreachable ({why})", self.cfg.name);
                 }
                 v.connected = false;
                 v.leading = false;
                 v.unreachable_since.get_or_insert_with(Instant::now);
-                v.last_error = Some(err.to_string());
+                v.last_error = Some(why);
             }
             if started.elapsed() > self.cfg.lease {
                 backoff = Duration::from_millis(100);
@@ -1108,4 +1128,18 @@ impl Drop for Lead {
 /// it is given.
 pub(super) fn prefixed() -> Option<GetOptions> {
     Some(GetOptions::new().with_prefix())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// etcd's answers when its authentication is on get a hint; others not.
+    #[test]
+    fn an_etcd_wanting_credentials_is_named() {
+        let e = "grpc request error: status: InvalidArgument, message: \"etcdserver: user name is empty\"";
+        assert!(auth_hint(e).contains("authentication enabled"));
+        assert!(auth_hint("etcdserver: invalid auth token").contains("without credentials"));
+        assert_eq!(auth_hint("transport error: connection refused"), "");
+    }
 }
