@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -657,18 +658,34 @@ bool PolicySource(const PluginOptions& o, std::string* text, std::string* origin
     *origin = "paio-rocksdb.toml";
     return true;
   }
+  const std::string where =
+      " (PAIO_ROCKSDB_POLICY, or PluginOptions::policy_file; unset it for "
+      "the embedded layout)";
+  // A directory opens as a stream and reads as nothing: an empty policy,
+  // which would leave every request unenforced without a word.
+  std::error_code ec;
+  if (std::filesystem::is_directory(o.policy_file, ec)) {
+    *error = "paio-rocksdb: the policy file " + o.policy_file +
+             " is a directory; name the policy file itself" + where;
+    return false;
+  }
   errno = 0;
   std::ifstream in(o.policy_file, std::ios::binary);
   if (!in) {
     int e = errno;
     *error = "paio-rocksdb: cannot read the policy file " + o.policy_file +
-             ": " + (e != 0 ? std::strerror(e) : "unreadable") +
-             " (PAIO_ROCKSDB_POLICY, or PluginOptions::policy_file; unset "
-             "it for the embedded layout)";
+             ": " + (e != 0 ? std::strerror(e) : "unreadable") + where;
     return false;
   }
   std::ostringstream buf;
+  errno = 0;
   buf << in.rdbuf();
+  if (in.bad()) {
+    int e = errno;
+    *error = "paio-rocksdb: reading the policy file " + o.policy_file +
+             " failed: " + (e != 0 ? std::strerror(e) : "read error") + where;
+    return false;
+  }
   *text = buf.str();
   *origin = o.policy_file;
   return true;

@@ -84,7 +84,14 @@ paio_rocksdb::Plugin* GlobalPlugin(std::string* error) {
         std::fprintf(stderr, "paio-rocksdb preload: %s\n", create_error.c_str());
         return;
       }
-      o.rates[item.substr(0, eq)] = item.substr(eq + 1);
+      std::string key = item.substr(0, eq);
+      if (o.rates.count(key) != 0) {
+        create_error = "PAIO_ROCKSDB_RATES=\"" + all_rates + "\": \"" + key +
+                       "\" is given twice; give each key once";
+        std::fprintf(stderr, "paio-rocksdb preload: %s\n", create_error.c_str());
+        return;
+      }
+      o.rates[key] = item.substr(eq + 1);
     }
     std::string inherit = Getenv("PAIO_ROCKSDB_STALL_INHERIT");
     if (inherit == "0" || inherit == "1") {

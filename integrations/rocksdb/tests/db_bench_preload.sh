@@ -110,6 +110,10 @@ expect_error() {  # expect_error WHAT PATTERN ENV... -- DB_BENCH_ARGS...
 }
 expect_error "rates with a colon" 'is not KEY=RATE' \
     PAIO_ROCKSDB_RATES=compaction_ln:1MiB/s -- --fs_uri=paio
+expect_error "a rate key given twice" '"flush" is given twice' \
+    PAIO_ROCKSDB_RATES=flush=1MiB/s,flush=2MiB/s -- --fs_uri=paio
+expect_error "policy naming a directory" 'is a directory; name the policy file itself' \
+    PAIO_ROCKSDB_POLICY=/tmp -- --fs_uri=paio
 expect_error "rate keys limiting the same bytes" '"background" and "flush" both limit' \
     PAIO_ROCKSDB_RATES=background=10MiB/s,flush=5MiB/s -- --fs_uri=paio
 expect_error "bad stall inheritance switch" 'PAIO_ROCKSDB_STALL_INHERIT="yes": expected 1' \

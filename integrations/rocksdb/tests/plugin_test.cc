@@ -327,6 +327,10 @@ TEST(Layout, InstalledPolicyFileLoadsAndErrorsAreReported) {
   po.policy_file = "/nonexistent/policy.toml";
   EXPECT_FALSE(paio_rocksdb::Plugin::Create(po, &err));
   EXPECT_NE(err.find("nonexistent"), std::string::npos) << err;
+  // A directory reads as nothing: refused, not taken for an empty policy.
+  po.policy_file = "/tmp";
+  EXPECT_FALSE(paio_rocksdb::Plugin::Create(po, &err));
+  EXPECT_NE(err.find("is a directory"), std::string::npos) << err;
   paio_rocksdb::PluginOptions bad;
   bad.rates = {{"flushes", "1MiB/s"}};
   EXPECT_FALSE(paio_rocksdb::Plugin::Create(bad, &err));
