@@ -50,6 +50,20 @@ pub enum ClusterError {
     /// etcd no longer has the session's lease: it expired or was revoked.
     #[error("etcd lost lease {0:x} (it expired or was revoked)")]
     LeaseGone(i64),
+    /// Another session holds this node's name: another paiod with the
+    /// same `node`, or this node's previous process (killed) within its
+    /// lease.
+    #[error(
+        "node name {node:?} is held by another session (lease {lease:x}): another paiod with \
+         the same `node` in [cluster] (give each its own), or this node's previous process, \
+         whose lease expires within its time to live; retrying"
+    )]
+    NameTaken {
+        /// The node's name.
+        node: String,
+        /// The lease the name's report is bound to.
+        lease: i64,
+    },
     /// No member renewed the lease for a while: etcd is out of reach.
     #[error("no etcd member renewed lease {id:x}: {last}")]
     LeaseLapsed {
@@ -203,6 +217,10 @@ pub struct Agent {
     endpoint: usize,
     /// Job names already said to be refused (at most [`MAX_REFUSED`]).
     refused: std::collections::HashSet<String>,
+    /// The lease of this agent's last session, whose report may outlive it
+    /// (a session ended by a lost connection): a new session takes the
+    /// name over from it.
+    last_lease: Option<i64>,
     /// Whether the last look at the local jobs found more than
     /// [`super::MAX_JOBS_PER_NODE`] (and said so).
     over_said: bool,
@@ -303,6 +321,7 @@ impl Agent {
             reported: BTreeMap::new(),
             endpoint,
             refused: Default::default(),
+            last_lease: None,
             over_said: false,
             leaves,
             leave_tx,
@@ -346,15 +365,19 @@ impl Agent {
                 let mut st = lock(&self.state);
                 let v = st.cluster_view_mut();
                 let why = format!("{err}{}", auth_hint(&err.to_string()));
+                let what = match err {
+                    ClusterError::NameTaken { .. } => "cannot join",
+                    _ => "etcd unreachable",
+                };
                 // Said once when etcd goes away (or is not there at the
                 // start), not at every retry.
                 if v.connected || v.unreachable_since.is_none() {
                     tracing::warn!(
-                        "cluster {}: etcd unreachable ({why}); keeping the last allocation",
+                        "cluster {}: {what} ({why}); keeping the last allocation",
                         self.cfg.name
                     );
                 } else {
-                    tracing::debug!("cluster {}: etcd still unreachable ({why})", self.cfg.name);
+                    tracing::debug!("cluster {}: still: {what} ({why})", self.cfg.name);
                 }
                 v.connected = false;
                 v.leading = false;
@@ -404,6 +427,7 @@ impl Agent {
             asked + ttl,
             ttl,
         );
+        self.claim_name(&mut client, lease_id).await?;
         self.seed_config(&mut client).await?;
         {
             let mut st = lock(&self.state);
@@ -705,6 +729,62 @@ impl Agent {
         );
         lead.0 = Some(tokio::spawn(leader.run(client.clone())));
         Ok(())
+    }
+
+    /// Takes the node's name for the session of `lease_id`: puts its last
+    /// report bound to the lease, if no report holds the name or this
+    /// agent's previous session's does; another live session's is
+    /// [`ClusterError::NameTaken`] (two nodes of one name would both take
+    /// its allocation, over the cluster's limit).
+    async fn claim_name(&mut self, client: &mut Client, lease_id: i64) -> Result<(), ClusterError> {
+        let key = self.keys.node(&self.cfg.node);
+        self.seq += 1;
+        let report = json(&NodeReport {
+            node: self.cfg.node.clone(),
+            seq: self.seq,
+            jobs: self.reported.clone(),
+        });
+        let put = TxnOp::put(
+            key.as_str(),
+            report,
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        let mut holders = vec![Compare::create_revision(key.as_str(), CompareOp::Equal, 0)];
+        holders.extend(
+            self.last_lease
+                .map(|old| Compare::lease(key.as_str(), CompareOp::Equal, old)),
+        );
+        let mut held = None;
+        for holder in holders {
+            let r = client
+                .txn(
+                    Txn::new()
+                        .when([holder])
+                        .and_then([put.clone()])
+                        .or_else([TxnOp::get(key.as_str(), None)]),
+                )
+                .await
+                .map_err(|e| ClusterError::about_lease(e, lease_id))?;
+            if r.succeeded() {
+                self.last_lease = Some(lease_id);
+                return Ok(());
+            }
+            // The compare failed: the get of the same transaction says who
+            // holds the name (none: it went since the previous try).
+            held = r.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Get(g) => g.kvs().first().map(KeyValue::lease),
+                _ => None,
+            });
+        }
+        match held {
+            Some(lease) => Err(ClusterError::NameTaken {
+                node: self.cfg.node.clone(),
+                lease,
+            }),
+            None => Err(ClusterError::Protocol(format!(
+                "node key {key} went while it was claimed; trying again"
+            ))),
+        }
     }
 
     /// Puts the node's report of `jobs`, bound to its lease (a plain put:
