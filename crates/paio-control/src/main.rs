@@ -90,6 +90,7 @@ fn main() -> anyhow::Result<()> {
                     metrics_from_cli: args.metrics.is_some(),
                     descriptors,
                     cluster: config.cluster.clone(),
+                    policy: config.policy.clone(),
                 };
                 tokio::spawn(reload.on_sighup(state.clone()));
             }
@@ -261,13 +262,16 @@ struct Reload {
     descriptors: u64,
     /// `[cluster]`, which only a restart changes.
     cluster: Option<paio_control::cluster::ClusterConfig>,
+    /// The `[policy]` last loaded (in cluster mode its kind, max_bandwidth
+    /// and groups are the cluster's: a reload changing them says so).
+    policy: paio_control::config::PolicyConfig,
 }
 
 impl Reload {
     /// Reloads the configuration on every SIGHUP. An unreadable or invalid
     /// file is refused as a whole (logged, counted in status and metrics);
     /// the running configuration stays.
-    async fn on_sighup(self, state: server::Shared) {
+    async fn on_sighup(mut self, state: server::Shared) {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = match signal(SignalKind::hangup()) {
             Ok(s) => s,
@@ -281,7 +285,7 @@ impl Reload {
         }
     }
 
-    fn once(&self, state: &server::Shared) {
+    fn once(&mut self, state: &server::Shared) {
         let loaded = PaiodConfig::from_file(&self.path)
             .map_err(|e| e.to_string())
             .and_then(|c| {
@@ -313,6 +317,14 @@ impl Reload {
         for c in changes {
             tracing::info!("  {c}");
         }
+        if self.cluster.is_some() {
+            if let Some(w) =
+                paio_control::cluster::unapplied_policy_changes(&self.policy, &config.policy)
+            {
+                tracing::warn!("{}: {w}", self.path.display());
+            }
+        }
+        self.policy = config.policy.clone();
         let socket = server::socket_path(None, &config);
         if !self.socket_from_cli && socket != self.socket {
             tracing::warn!(

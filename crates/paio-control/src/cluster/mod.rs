@@ -66,6 +66,35 @@ pub struct ClusterConfig {
     pub period: Duration,
 }
 
+/// What of a `[policy]` reloaded from `new` in cluster mode does not apply,
+/// against the `old` one: the kind, `max_bandwidth` and the groups are the
+/// cluster's (in etcd, seeded by the first node to connect, changed with
+/// `paio ctl set`), so a file's changes to them are said, not silently
+/// dropped. `None` when they are the same.
+pub fn unapplied_policy_changes(
+    old: &crate::config::PolicyConfig,
+    new: &crate::config::PolicyConfig,
+) -> Option<String> {
+    let mut changed = Vec::new();
+    if old.kind != new.kind {
+        changed.push("kind");
+    }
+    if old.max_bandwidth != new.max_bandwidth {
+        changed.push("max_bandwidth");
+    }
+    if old.groups != new.groups {
+        changed.push("the groups");
+    }
+    (!changed.is_empty()).then(|| {
+        format!(
+            "{} changed in the file, but in cluster mode they are the cluster's (kept in etcd, \
+             seeded by the first node to connect): the change does not apply; make it with \
+             `paio ctl set` on any node, for the whole cluster",
+            changed.join(", ")
+        )
+    })
+}
+
 /// Checks a cluster, node or job name: 1 to [`MAX_NAME`] bytes of ASCII
 /// letters, digits, `.`, `_` and `-` (so it is one etcd key segment).
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -342,5 +371,31 @@ mod tests {
         assert!(check_endpoint("http://e").unwrap_err().contains("no port"));
         assert!(check_endpoint("http://e:0").is_err());
         assert!(check_endpoint("http://:2379").is_err());
+    }
+
+    /// A reload's changes to what the cluster owns are said, field by field.
+    #[test]
+    fn a_reload_changing_the_clusters_figures_is_said() {
+        let cfg = |text: &str| {
+            crate::config::PaiodConfig::parse(text, "<t>")
+                .unwrap()
+                .policy
+        };
+        let base = "[policy]\nkind = \"max_min\"\nmax_bandwidth = \"60MiB/s\"\n\
+                    [[policy.group]]\nname = \"train\"\ndemand = \"20MiB/s\"\n";
+        let old = cfg(base);
+        assert_eq!(unapplied_policy_changes(&old, &cfg(base)), None);
+        let lower = cfg(&base.replace("60MiB/s", "30MiB/s"));
+        let said = unapplied_policy_changes(&old, &lower).unwrap();
+        assert!(said.starts_with("max_bandwidth changed"), "{said}");
+        assert!(said.contains("paio ctl set"), "{said}");
+        let both = cfg(&base
+            .replace("60MiB/s", "30MiB/s")
+            .replace("20MiB/s", "25MiB/s"));
+        let said = unapplied_policy_changes(&old, &both).unwrap();
+        assert!(
+            said.starts_with("max_bandwidth, the groups changed"),
+            "{said}"
+        );
     }
 }
