@@ -688,6 +688,50 @@ fn jobs_share_one_back_end_across_nodes_and_survive_failures() {
     }
 }
 
+/// A previous leader's allocation of a node that is gone (its leader
+/// stopped before deleting it) is deleted by the next leader, so a node of
+/// that name starting later does not read it.
+#[test]
+fn a_new_leader_deletes_a_gone_nodes_allocation() {
+    use paio_control::cluster::keys::Keys;
+    use paio_control::cluster::NodeAllocation;
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = Etcd::start(&dir.path().join("etcd"));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let ghost = Keys::new("t").alloc("ghost");
+    let mut client = rt
+        .block_on(etcd_client::Client::connect(etcd.endpoints(), None))
+        .unwrap();
+    let stale = NodeAllocation {
+        epoch: 1,
+        leader: "old".into(),
+        based_on: 1,
+        jobs: BTreeMap::from([("a".to_string(), 1e6)]),
+    };
+    rt.block_on(client.put(ghost.as_str(), serde_json::to_vec(&stale).unwrap(), None))
+        .unwrap();
+    let node = Node::start(dir.path(), "n0", &etcd.endpoints());
+    let load = Load::start("a", &node);
+    wait_for("n0 to lead and allocate", Duration::from_secs(30), || {
+        let c = node.cluster();
+        c.leading && c.allocation.contains_key("a")
+    });
+    wait_for(
+        "the ghost's allocation to go",
+        Duration::from_secs(30),
+        || {
+            rt.block_on(client.get(ghost.as_str(), None))
+                .unwrap()
+                .kvs()
+                .is_empty()
+        },
+    );
+    load.finish();
+}
+
 /// A second paiod with a node name in use does not join (both took the
 /// name's allocation, 79 MiB/s against a 60 MiB/s limit, with no word): it
 /// says why and joins once the name is free.

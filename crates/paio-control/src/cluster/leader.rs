@@ -18,7 +18,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, EventType, KeyValue, Txn, TxnOp, WatchOptions};
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, Txn, TxnOp, WatchOptions,
+};
 use serde::{Deserialize, Serialize};
 
 use super::alloc::{allocate, GlobalKind, JobDemand, NodeUse};
@@ -97,6 +99,10 @@ pub struct Leader {
     jobs: BTreeMap<String, JobRecord>,
     policy: Option<PolicyRecord>,
     written: PerNode,
+    /// Allocations found in etcd when this leadership began (a previous
+    /// leader's): those of nodes without a report are deleted with the
+    /// first write, as this leader's own are when their node goes.
+    found: std::collections::BTreeSet<String>,
     summary_at: Option<Instant>,
 }
 
@@ -113,6 +119,7 @@ impl Leader {
             jobs: BTreeMap::new(),
             policy: None,
             written: BTreeMap::new(),
+            found: Default::default(),
             summary_at: None,
         }
     }
@@ -127,6 +134,23 @@ impl Leader {
                 self.absorb(EventType::Put, kv);
             }
         }
+        let allocs = self.keys.allocs();
+        let got = client
+            .get(
+                allocs.as_str(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            )
+            .await?;
+        self.found = got
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                kv.key_str()
+                    .ok()?
+                    .strip_prefix(allocs.as_str())
+                    .map(str::to_string)
+            })
+            .collect();
         let from = WatchOptions::new().with_start_revision(rev + 1);
         let mut nodes = client
             .watch(self.keys.nodes(), Some(from.clone().with_prefix()))
@@ -326,8 +350,11 @@ impl Leader {
         let gone: Vec<String> = self
             .written
             .keys()
+            .chain(&self.found)
             .filter(|n| !self.reports.contains_key(*n))
             .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .collect();
         for node in &gone {
             ops.push(TxnOp::delete(self.keys.alloc(node), None));
@@ -366,6 +393,7 @@ impl Leader {
             self.written.remove(&node);
         }
         self.written.extend(changed);
+        self.found.clear();
         Ok(true)
     }
 
