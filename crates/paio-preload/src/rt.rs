@@ -1772,12 +1772,14 @@ fn is_stream(fd: c_int) -> bool {
         .is_some_and(|(mode, _)| matches!(mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK))
 }
 
-/// At the start, with streams classified: every descriptor the process
-/// inherited that is a pipe or a socket (a shell's pipes on 0–2, a
-/// jobserver's or a supervisor's above them), as `/proc/self/fd` lists
-/// them; without `/proc`, the standard three, and `PAIO_LOG` says so.
+/// At the start, with streams or file classes: every descriptor the
+/// process inherited gets its class as an opened one does: a
+/// shell's pipes on 0–2 and a jobserver's above are streams, a file
+/// redirected in (`cmd < data/f`) has its path's class. They are the ones
+/// `/proc/self/fd` lists; without `/proc`, the standard three, and
+/// `PAIO_LOG` says so.
 fn classify_inherited(cfg: &Config) {
-    if cfg.stream_class == 0 {
+    if cfg.stream_class == 0 && cfg.class_rules.is_empty() {
         return;
     }
     let fds: Vec<c_int> = match std::fs::read_dir("/proc/self/fd") {
@@ -1787,18 +1789,29 @@ fn classify_inherited(cfg: &Config) {
         Err(e) => {
             log(&format!(
                 "cannot list /proc/self/fd ({e}): only descriptors 0-2 are checked \
-                 for inherited pipes and sockets"
+                 for inherited pipes, sockets and classified files"
             ));
             (0..3).collect()
         }
     };
     // The listing's own descriptor is closed by now: fstat fails or finds
-    // whatever reused the number, classified by what it is.
+    // whatever reused the number, classified by what it is. (The
+    // constructor holds the guard: `opened`'s own would not be had.)
     for fd in fds {
-        if is_stream(fd) {
+        if cfg.stream_class != 0 && is_stream(fd) {
             fdtable::set(fd, cfg.stream_class);
+        } else if !cfg.class_rules.is_empty() {
+            classify_path(cfg, fd);
         }
     }
+}
+
+/// Gives `fd` the class of its canonical path (0 when it has none or the
+/// path cannot be read).
+fn classify_path(cfg: &Config, fd: c_int) {
+    let mut buf = [0u8; 4096];
+    let class = fd_path(fd, &mut buf).map_or(0, |p| cfg.class_of(p));
+    fdtable::set(fd, class);
 }
 
 /// The class of a descriptor a call just created that is not storage
@@ -1880,9 +1893,7 @@ pub(crate) fn opened(fd: c_int) {
     }
     if let Some(_g) = Guard::enter() {
         let Some(cfg) = config() else { return };
-        let mut buf = [0u8; 4096];
-        let class = fd_path(fd, &mut buf).map_or(0, |p| cfg.class_of(p));
-        fdtable::set(fd, class);
+        classify_path(cfg, fd);
     }
 }
 

@@ -304,6 +304,38 @@ fn file_classes_follow_dup_and_close() {
     assert_eq!(stats[0].channel("logs"), (1, 10));
 }
 
+/// A file the process inherited open (a shell's redirect, `cat < f`) has
+/// its path's class, as one it opens: a limit on the class held for `cat f`
+/// and not for `cat < f`.
+#[test]
+fn inherited_descriptors_have_their_file_class() {
+    let dir = scratch("inherited-class");
+    let (policy, classes) = with_file_classes(&dir);
+    let out = run(
+        &dir,
+        &[
+            "/bin/sh",
+            "-c",
+            "cat < data/a.bin > /dev/null && cat data/a.bin > /dev/null",
+        ],
+        true,
+        &[
+            ("PAIO_POLICY", policy.to_str().unwrap()),
+            ("PAIO_FILE_CLASSES", &classes),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let cats: Vec<_> = stats
+        .iter()
+        .filter(|s| Path::new(&s.exe).file_name().is_some_and(|n| n == "cat"))
+        .collect();
+    assert_eq!(cats.len(), 2, "{:?}", summary(&stats));
+    for c in cats {
+        assert_eq!(c.channel("data").1, 5000, "{:?}", summary(&stats));
+    }
+}
+
 /// A descriptor received over a Unix socket (`SCM_RIGHTS`, here through
 /// `recvmmsg`) has the class of the file it opens.
 #[test]
