@@ -896,6 +896,24 @@ macro_rules! fopen_hook {
 fopen_hook!(fopen, c"fopen");
 fopen_hook!(fopen64, c"fopen64");
 
+/// `popen`: the call unchanged; its pipe (made by glibc's internal
+/// `pipe2`, which no preload sees) is a stream, as `pipe`'s are.
+#[no_mangle]
+pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut FILE {
+    let Some(real) = real_fn!(c"popen", fn(*const c_char, *const c_char) -> *mut FILE) else {
+        nosys();
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's arguments to the real popen.
+    let r = unsafe { real(command, mode) };
+    if !r.is_null() {
+        // As fopen: an entry a stream at this address left behind.
+        streams::forget(r);
+        fdtable::set(stream_fd(r), rt::new_stream_class());
+    }
+    r
+}
+
 macro_rules! freopen_hook {
     ($name:ident, $sym:literal) => {
         #[no_mangle]

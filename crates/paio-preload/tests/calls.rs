@@ -304,6 +304,29 @@ fn file_classes_follow_dup_and_close() {
     assert_eq!(stats[0].channel("logs"), (1, 10));
 }
 
+/// A `popen`ed pipe is a stream (glibc makes it with an internal `pipe2`
+/// no preload sees): under `--limit` it was limited as storage.
+#[test]
+fn popen_pipes_are_streams() {
+    let dir = scratch("popen");
+    let exe = compile(&dir, "popen", &[]);
+    let policy = dir.join("streams.toml");
+    std::fs::write(
+        &policy,
+        "[stage]\ndefault_channel = \"other\"\n[[channel]]\nname = \"streams\"\n\
+         match = { file_class = \"stream\" }\n[[channel]]\nname = \"other\"\n",
+    )
+    .unwrap();
+    let out = same(&dir, &[&exe], &[("PAIO_POLICY", policy.to_str().unwrap())]);
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let mine: Vec<_> = stats.iter().filter(|s| s.exe == exe).collect();
+    assert_eq!(mine.len(), 1, "{:?}", summary(&stats));
+    // 1,000,000 bytes read from head, 100,000 written to cat.
+    assert_eq!(mine[0].channel("streams").1, 1_100_000);
+    assert_eq!(mine[0].channel("other").1, 0);
+}
+
 /// A file the process inherited open (a shell's redirect, `cat < f`) has
 /// its path's class, as one it opens: a limit on the class held for `cat f`
 /// and not for `cat < f`.
