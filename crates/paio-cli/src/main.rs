@@ -871,11 +871,17 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
     if let Some(s) = &stats_pattern {
         cmd.env("PAIO_STATS", s);
     }
-    cmd.env("PAIO_SHARED", tmp.path().join("shared-limits"));
     // An outer `paio run` (or the user's environment) asked for a policy or
     // statistics files that this run replaces for its command: said, never
     // dropped silently.
     let inherited = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty());
+    // The buckets the limits share: this run's own with a policy of its
+    // own; under the outer run's policy, the outer run's, so that the
+    // command shares its limits with the outer run's other processes.
+    match inherited("PAIO_SHARED") {
+        Some(outer) if a.policy.is_none() && generated.is_none() => cmd.env("PAIO_SHARED", outer),
+        _ => cmd.env("PAIO_SHARED", tmp.path().join("shared-limits")),
+    };
     let replaced = |var: &str, outer: &OsString, then: &str| {
         stderr(&format!(
             "paio: warning: {var} is already set ({}: an outer paio run, or your \

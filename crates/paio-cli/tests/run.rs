@@ -469,6 +469,43 @@ fn limits_become_a_temporary_policy() {
     assert!(!Path::new(path).exists(), "{path} was not removed");
 }
 
+/// An inner `paio run` under the outer run's policy shares the outer run's
+/// buckets (`PAIO_SHARED`), so its command counts against the outer
+/// limits with the others (it had its own, which doubled the rate); with a
+/// policy of its own it has its own.
+#[test]
+fn a_nested_run_under_the_outer_policy_shares_its_limits() {
+    let shared = |inner: &str| {
+        let o = run(&[
+            "run",
+            "--limit",
+            "read=5MiB/s",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo \"$PAIO_SHARED\"; {PAIO} run {inner} -- sh -c 'echo \"$PAIO_SHARED\"'"),
+        ]);
+        assert!(o.status.success(), "{o:?}");
+        let out = stdout(&o);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(!lines[0].is_empty(), "{out}");
+        lines[0] == lines[1]
+    };
+    assert!(
+        shared(""),
+        "without options the inner run keeps the outer buckets"
+    );
+    assert!(
+        shared("--summary"),
+        "statistics of its own do not change the limits"
+    );
+    assert!(
+        !shared("--limit read=1MiB/s"),
+        "a policy of its own has its own buckets"
+    );
+}
+
 /// A `paio run` inside another replaces the outer run's policy and
 /// statistics files for its command: it says so, once each, and only when
 /// it does (an inner run with neither a policy nor statistics of its own
