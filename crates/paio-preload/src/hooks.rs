@@ -58,7 +58,7 @@ macro_rules! data_hook {
             let Some(real) = real_fn!($sym, fn($($t),*) -> $ret) else {
                 return nosys() as $ret;
             };
-            rt::data_call(RequestType::$rt, $fd, || $size, rt::Split::Never, |_, _| {
+            rt::data_call(RequestType::$rt, $fd, None, || $size, rt::Split::Never, |_, _| {
                 // SAFETY: the caller's arguments, unchanged, to the real
                 // function of the same prototype.
                 unsafe { real($($a),*) as i64 }
@@ -93,7 +93,7 @@ macro_rules! positional_hook {
             } else {
                 rt::Split::IfRegular
             };
-            rt::data_call(RequestType::$rt, fd, || count as u64, split, |at, len| {
+            rt::data_call(RequestType::$rt, fd, Some(off as i64), || count as u64, split, |at, len| {
                 if len == u64::MAX {
                     // SAFETY: the caller's arguments, unchanged.
                     return unsafe { real(fd, buf, count, off $(, $extra)*) as i64 };
@@ -193,7 +193,7 @@ macro_rules! positional_vec_hook {
             };
             let split = if true $(&& $flags == 0)* { rt::Split::IfRegular } else { rt::Split::Never };
             let size = || iov_len_of(iov, cnt);
-            rt::data_call(RequestType::$rt, fd, size, split, |at, len| {
+            rt::data_call(RequestType::$rt, fd, Some(off as i64), size, split, |at, len| {
                 if len == u64::MAX {
                     // SAFETY: the caller's arguments, unchanged.
                     return unsafe { real(fd, iov, cnt, off $(, $flags)*) as i64 };

@@ -792,16 +792,22 @@ const MAX_RW_COUNT: u64 = 0x7fff_f000;
 /// rate limiter charges `size`), completed after it with the bytes it really
 /// moved (refunds, latency). A large non-critical positional call whose
 /// object asks for pieces is issued as pieces, each admitted on its own
-/// ([`split_call`]). The caller's errno after this function is the real
-/// call's; nothing of this library is held across the real call.
-#[inline]
+/// ([`split_call`]). A read larger than [`READ_BOUND_ABOVE`] through a
+/// route that charges bytes is admitted for what the file can give
+/// ([`read_bound`]), not for its buffer: a 100 MiB buffer over a 4 MiB
+/// file waited for 100 MiB of tokens before its refund. The caller's errno
+/// after this function is the real call's; nothing of this library is held
+/// across the real call.
 ///
+/// `pos` is a positional call's file offset (`None`: the file's own).
 /// `piece(offset into the call, length)` issues the real call for that range
 /// (bytes moved, or -1 with errno set); `(0, u64::MAX)` is the whole call
 /// with the caller's arguments unchanged.
+#[inline]
 pub(crate) fn data_call(
     rt: RequestType,
     fd: c_int,
+    pos: Option<i64>,
     size: impl FnOnce() -> u64,
     split: Split,
     mut piece: impl FnMut(u64, u64) -> i64,
@@ -839,7 +845,21 @@ pub(crate) fn data_call(
             }
         }
     }
-    let admission = stage.admit_on_thread(g.thread, &ctx);
+    let admitted = if rt == RequestType::READ
+        && size > READ_BOUND_ABOVE
+        && stage.charges_bytes_on_thread(g.thread, &ctx)
+    {
+        read_bound(fd, pos, size)
+    } else {
+        size
+    };
+    let admission = stage.admit_on_thread(
+        g.thread,
+        &Context {
+            size: admitted,
+            ..ctx
+        },
+    );
     let thread = g.thread;
     // Restores the caller's errno before the real call: a wait in the stage
     // leaves no trace.
@@ -847,13 +867,44 @@ pub(crate) fn data_call(
     let r = piece(0, u64::MAX);
     // The guard saves the real call's errno and restores it on drop.
     if let Some(g) = Guard::reenter(thread) {
+        let moved = r.max(0) as u64;
         if let Ok(a) = admission {
-            let _ = stage.complete_on_thread(g.thread, a, r.max(0) as u64);
+            let _ = stage.complete_on_thread(g.thread, a, moved.min(admitted));
+        }
+        if moved > admitted {
+            // The file grew meanwhile: the rest as a request of its own.
+            submit(&g, rt, moved - admitted, fdtable::get(fd));
         }
         wrote(&g, rt, &ctx, fd, r);
         maybe_push(&g, cfg);
     }
     r
+}
+
+/// Reads of at most this many bytes are admitted for the size asked (one
+/// `fstat`, and for `read` an `lseek`, would cost more than the tokens
+/// over-admitted and refunded after the call).
+const READ_BOUND_ABOVE: u64 = 64 * 1024;
+
+/// The most bytes a read of `size` from `fd` (at `pos`, else its file
+/// offset) can move: to the end of a regular file, and at most
+/// `MAX_RW_COUNT`; `size` for other descriptors (a pipe or a socket gives
+/// what arrives). Raw system calls: nothing interposed, errno restored by
+/// the caller's guard.
+fn read_bound(fd: c_int, pos: Option<i64>, size: u64) -> u64 {
+    let size = size.min(MAX_RW_COUNT);
+    let Some((libc::S_IFREG, file_size)) = file_kind(fd) else {
+        return size;
+    };
+    let pos = match pos.filter(|&p| p >= 0) {
+        Some(p) => p,
+        // SAFETY: lseek takes plain integers.
+        None => unsafe { libc::syscall(libc::SYS_lseek, fd, 0, libc::SEEK_CUR) },
+    };
+    match u64::try_from(pos) {
+        Ok(p) => size.min(file_size.saturating_sub(p)),
+        Err(_) => size,
+    }
 }
 
 /// A data call of `ctx` on `fd` returned `r`: a non-critical write's bytes

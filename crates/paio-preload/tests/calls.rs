@@ -304,6 +304,44 @@ fn file_classes_follow_dup_and_close() {
     assert_eq!(stats[0].channel("logs"), (1, 10));
 }
 
+/// A read with a buffer far larger than what the file holds is admitted
+/// for what it can move: an 8 MiB buffer over a 200 KiB file (and the read
+/// at its end) waited for 8 MiB of tokens each, refunded only after.
+#[test]
+fn a_read_is_charged_what_the_file_can_give_not_its_buffer() {
+    let dir = scratch("read-bound");
+    random_file(&dir.join("f"), 200 << 10);
+    let policy = dir.join("limit.toml");
+    std::fs::write(
+        &policy,
+        "[[channel]]\nname = \"read\"\nmatch = { request_type = \"read\" }\n\
+         default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\nkind = \"drl\"\n\
+         rate = \"1MiB/s\"\nburst = 1048576\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("r.py"),
+        "import os\nfd = os.open('f', os.O_RDONLY)\n\
+         assert len(os.read(fd, 8 << 20)) == 200 << 10\nassert os.read(fd, 8 << 20) == b''\n\
+         assert len(os.pread(fd, 8 << 20, 100 << 10)) == 100 << 10\n",
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        &["/usr/bin/python3", "-S", "r.py"],
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let py: Vec<_> = stats.iter().filter(|s| s.exe.contains("python")).collect();
+    assert_eq!(py.len(), 1, "{:?}", summary(&stats));
+    let read = py[0].channel_json("read").unwrap();
+    // Within the 1 MiB burst: nobody waited, and every byte was counted.
+    assert_eq!(read["wait_total"]["waited_ops"], 0, "{read}");
+    assert!(read["bytes"].as_u64().unwrap() >= 300 << 10, "{read}");
+}
+
 /// A `popen`ed pipe is a stream (glibc makes it with an internal `pipe2`
 /// no preload sees): under `--limit` it was limited as storage.
 #[test]
