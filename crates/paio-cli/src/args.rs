@@ -193,6 +193,19 @@ pub enum ArgError {
         /// The object.
         object: String,
     },
+    /// The policy matches a file class `PAIO_FILE_CLASSES` does not define:
+    /// no file gets it, so what the rule limits is never reached.
+    #[error("{origin}: {at} matches file_class {class:?}, which PAIO_FILE_CLASSES does not define ({defined}): no file gets that class, so what it limits is never limited; set PAIO_FILE_CLASSES=\"{class}=/absolute/prefix\" (see docs/preload.md), or correct the class's name")]
+    UndefinedFileClass {
+        /// The policy file.
+        origin: String,
+        /// Where the class is matched (`channel "x"`, `object mapping of channel "x"`).
+        at: String,
+        /// The class.
+        class: String,
+        /// What is defined.
+        defined: String,
+    },
     /// The generated policy was rejected: a bug in `paio run`.
     #[error("--limit: the generated policy was rejected (a bug in paio): {0}")]
     Generated(PolicyError),
@@ -464,6 +477,51 @@ pub fn check_policy_file(path: &Path) -> Result<Stage, ArgError> {
     check_with_local_buckets();
     let policy = Policy::from_file(path).map_err(ArgError::Policy)?;
     policy.new_stage().map_err(ArgError::Policy)
+}
+
+/// Refuses a policy (`stage`, from `origin`) whose patterns match a file
+/// class that `defined` (`PAIO_FILE_CLASSES`) does not define, the
+/// interposer's own `stream` class excepted.
+pub fn check_file_classes(
+    stage: &Stage,
+    origin: &Path,
+    defined: &[(paio::FileClass, String)],
+) -> Result<(), ArgError> {
+    let info = stage.info();
+    let mappings = info
+        .channel_rules
+        .iter()
+        .map(|(p, to)| (p, format!("the mapping to channel {to:?}")))
+        .chain(info.channels.iter().flat_map(|ch| {
+            ch.object_rules.iter().map(|(p, to)| {
+                (
+                    p,
+                    format!("the mapping to object {to:?} of channel {:?}", ch.name),
+                )
+            })
+        }));
+    for (pattern, at) in mappings {
+        let Some(class) = pattern.file_class else {
+            continue;
+        };
+        let name = class.name();
+        if name == paio::env::STREAM_CLASS || defined.iter().any(|(c, _)| *c == class) {
+            continue;
+        }
+        let mut names: Vec<String> = defined.iter().map(|(c, _)| c.name()).collect();
+        names.dedup();
+        return Err(ArgError::UndefinedFileClass {
+            origin: origin.display().to_string(),
+            at,
+            class: name,
+            defined: if names.is_empty() {
+                "it is not set".to_string()
+            } else {
+                format!("it defines {}", names.join(", "))
+            },
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -789,13 +789,17 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
             .map(PathBuf::from),
         None => None,
     };
-    if let Some(p) = &policy_path {
-        let stage = args::check_policy_file(p).map_err(|e| match e {
-            ArgError::Policy(e) if a.policy.is_none() => ArgError::InheritedPolicy(e),
-            other => other,
-        })?;
-        args::check_not_paused_forever(&stage, p, control)?;
-    }
+    let policy_stage = match &policy_path {
+        Some(p) => {
+            let stage = args::check_policy_file(p).map_err(|e| match e {
+                ArgError::Policy(e) if a.policy.is_none() => ArgError::InheritedPolicy(e),
+                other => other,
+            })?;
+            args::check_not_paused_forever(&stage, p, control)?;
+            Some((stage, p.clone()))
+        }
+        None => None,
+    };
     let labels = args::labels_env(&label_list)?;
     if let Some(s) = &a.stats {
         args::check_stats_pattern(s.as_os_str())?;
@@ -949,7 +953,10 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
                 .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string()))),
         )
         .collect();
-    paio::env::parse(&child_env).map_err(ArgError::Env)?;
+    let env = paio::env::parse(&child_env).map_err(ArgError::Env)?;
+    if let Some((stage, path)) = &policy_stage {
+        args::check_file_classes(stage, path, &env.file_classes)?;
+    }
 
     // 3. Run.
     // Files written during the run (with a margin for coarse timestamps).

@@ -1608,6 +1608,49 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// A policy matching a file class that `PAIO_FILE_CLASSES` does not define
+/// limited nothing, with no word (40 MiB through a 10 MiB/s limit in
+/// 0.014 s): refused before the command starts, naming the class, what is
+/// defined and how to define it.
+#[test]
+fn a_policy_on_an_undefined_file_class_is_refused() {
+    let d = scratch("undefined-class");
+    let policy = d.join("data.toml");
+    std::fs::write(
+        &policy,
+        "[[channel]]\nname = \"data\"\nmatch = { file_class = \"data\" }\n\
+         default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\nkind = \"drl\"\n\
+         rate = \"10MiB/s\"\n",
+    )
+    .unwrap();
+    let policy = policy.to_str().unwrap();
+    let with = |classes: Option<&str>| {
+        let mut c = paio();
+        if let Some(v) = classes {
+            c.env("PAIO_FILE_CLASSES", v);
+        }
+        c.args(["run", "--policy", policy, "--", "true"])
+            .output()
+            .unwrap()
+    };
+    for (classes, defined) in [
+        (None, "(it is not set)"),
+        (Some("logs=/var/log"), "(it defines logs)"),
+    ] {
+        let o = with(classes);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("the mapping to channel \"data\" matches file_class \"data\", which PAIO_FILE_CLASSES does not define")
+                && e.contains(defined)
+                && e.contains("PAIO_FILE_CLASSES=\"data=/absolute/prefix\""),
+            "{e}"
+        );
+    }
+    let o = with(Some("data=/srv/data"));
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// `--control` alone, `--control=default` and a relative path.
 #[test]
 fn control_without_a_value_or_default_means_paiods_default_socket() {
