@@ -302,6 +302,13 @@ fn scale(number: &str, mult: u64) -> Result<u64, String> {
         total = total
             .checked_add((f * mult as u128 + denom / 2) / denom)
             .ok_or_else(too_big)?;
+        if total == 0 && f > 0 {
+            // Not the 0 that pauses a limit: a value too small to count.
+            return Err(format!(
+                "{number:?} rounds to 0: values are whole bytes or operations (per second), \
+                 so give at least 1"
+            ));
+        }
     }
     u64::try_from(total).map_err(|_| too_big())
 }
@@ -310,6 +317,23 @@ fn scale(number: &str, mult: u64) -> Result<u64, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_fraction_that_rounds_to_zero_is_refused() {
+        let e = parse_rate("0.4 B/s").unwrap_err().to_string();
+        assert!(e.contains("rounds to 0"), "{e}");
+        assert!(parse_size("0.2B")
+            .unwrap_err()
+            .to_string()
+            .contains("rounds to 0"));
+        assert_eq!(parse_rate("0.5 B/s").unwrap(), Rate::bytes_per_sec(1));
+        assert_eq!(parse_rate("0 B/s").unwrap(), Rate::bytes_per_sec(0));
+        assert_eq!(parse_rate("0.0 B/s").unwrap(), Rate::bytes_per_sec(0));
+        assert!(parse_rate("0.0004 KiB/s")
+            .unwrap_err()
+            .to_string()
+            .contains("rounds to 0"));
+    }
 
     #[test]
     fn sizes() {
