@@ -11,6 +11,7 @@
 //! # hello_timeout = "10s"          # time to say hello or ctl; a ctl session's between requests
 //! # max_waiting = 256              # connections that have not said it yet
 //! # drain_timeout = "10s"          # a peer that does not read its replies
+//! # max_buffered = "256MiB"        # unfinished frames over all connections
 //! [policy]
 //! kind = "max_min"                 # static (default) | max_min | proportional | silk | criticality
 //! group_by = "job"                 # label that names a stage's group
@@ -201,7 +202,17 @@ pub struct ConnectionLimits {
     /// [`DEFAULT_DRAIN_TIMEOUT`]). Meanwhile paiod reads nothing more from
     /// it.
     pub drain_timeout: Option<Duration>,
+    /// Bytes of unfinished frames paiod holds over all connections (`None`:
+    /// [`DEFAULT_MAX_BUFFERED`]). A connection whose unfinished frame takes
+    /// the total over it is closed (a stage reconnects with backoff and
+    /// keeps its rules meanwhile). Lower bounds what peers sending frames
+    /// slowly can make paiod hold; a frame of a real peer is unfinished
+    /// only for the moment it takes to arrive. At least a largest frame.
+    pub max_buffered: Option<u64>,
 }
+
+/// Default [`ConnectionLimits::max_buffered`]: 256 MiB.
+pub const DEFAULT_MAX_BUFFERED: u64 = 256 << 20;
 
 /// The shortest control period paiod takes.
 pub const MIN_PERIOD: Duration = Duration::from_millis(10);
@@ -400,6 +411,7 @@ struct RawConnections {
     hello_timeout: Option<Spanned<HumanDuration>>,
     max_waiting: Option<Spanned<usize>>,
     drain_timeout: Option<Spanned<HumanDuration>>,
+    max_buffered: Option<Spanned<paio::units::Size>>,
 }
 
 #[derive(Deserialize)]
@@ -574,6 +586,20 @@ impl Ctx<'_> {
             hello_timeout: duration(&raw.hello_timeout, "hello_timeout")?,
             max_waiting: count(&raw.max_waiting, "max_waiting")?,
             drain_timeout: duration(&raw.drain_timeout, "drain_timeout")?,
+            max_buffered: match &raw.max_buffered {
+                Some(b) if (b.get_ref().0 as usize) < paio::protocol::DEFAULT_MAX_FRAME => {
+                    return Err(self.err(
+                        Some(b.span()),
+                        "connections.max_buffered",
+                        format!(
+                            "must hold at least one frame of the largest size ({} bytes)",
+                            paio::protocol::DEFAULT_MAX_FRAME
+                        ),
+                    ))
+                }
+                Some(b) => Some(b.get_ref().0),
+                None => None,
+            },
         })
     }
 
@@ -1235,6 +1261,7 @@ mod tests {
                 hello_timeout: Some(Duration::from_secs(2)),
                 max_waiting: Some(8),
                 drain_timeout: Some(Duration::from_millis(500)),
+                max_buffered: None,
             }
         );
         let e = err("[connections]\nmax_waiting = 0\n");
@@ -1242,6 +1269,11 @@ mod tests {
         assert!(e.message.contains("at least 1"), "{e}");
         let e = err("[connections]\n\ndrain_timeout = \"0s\"\n");
         assert_eq!((e.line, e.field.as_str()), (3, "connections.drain_timeout"));
+        let e = err("[connections]\nmax_buffered = \"64KiB\"\n");
+        assert_eq!((e.line, e.field.as_str()), (2, "connections.max_buffered"));
+        assert!(e.message.contains("at least one frame"), "{e}");
+        let c = parse("[connections]\nmax_buffered = \"64MiB\"\n").unwrap();
+        assert_eq!(c.connections.max_buffered, Some(64 << 20));
         let e = err("[connections]\nmax_conns = 3\n");
         assert_eq!(e.line, 2, "{e}");
         assert!(e.message.contains("max_conns"), "{e}");

@@ -14,8 +14,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::config::{
-    ConnectionLimits, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELLO_TIMEOUT, DEFAULT_MAX_WAITING,
-    MAX_CTL_SESSIONS,
+    ConnectionLimits, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELLO_TIMEOUT, DEFAULT_MAX_BUFFERED,
+    DEFAULT_MAX_WAITING, MAX_CTL_SESSIONS,
 };
 use crate::ctl::ConnectionStatus;
 use crate::outbox::Outbox;
@@ -37,6 +37,8 @@ pub struct Limits {
     pub max_waiting: usize,
     /// Time a peer may leave more than the outbox's soft limit unread.
     pub drain_timeout: Duration,
+    /// Bytes of unfinished frames over all connections.
+    pub max_buffered: usize,
     /// The descriptor limit the caps were sized for.
     pub descriptor_limit: u64,
 }
@@ -90,6 +92,8 @@ impl Limits {
             hello_timeout: c.hello_timeout.unwrap_or(DEFAULT_HELLO_TIMEOUT),
             max_waiting,
             drain_timeout: c.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+            max_buffered: usize::try_from(c.max_buffered.unwrap_or(DEFAULT_MAX_BUFFERED))
+                .unwrap_or(usize::MAX),
             descriptor_limit,
         })
     }
@@ -112,6 +116,8 @@ pub enum Closed {
     /// A ctl session without a request within `hello_timeout` of its last
     /// answer.
     CtlIdle,
+    /// An unfinished frame that took paiod's over `max_buffered`.
+    Buffered,
     /// Replies left unread longer than `drain_timeout`, or over the
     /// outbox's hard limit.
     Unread,
@@ -127,6 +133,7 @@ impl Closed {
             Closed::WaitingCap => "waiting_cap",
             Closed::HelloTimeout => "hello_timeout",
             Closed::CtlIdle => "ctl_idle",
+            Closed::Buffered => "max_buffered",
             Closed::Unread => "unread",
         }
     }

@@ -270,7 +270,7 @@ pub struct ConnectionStatus {
     /// Open `ctl` sessions.
     pub ctl: u64,
     /// Connections paiod closed since it started, by reason (`stage_cap`,
-    /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `unread`).
+    /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `unread`).
     pub closed: BTreeMap<String, u64>,
 }
 

@@ -17,7 +17,7 @@
 //! | `paiod_descriptor_limit` | gauge | |
 //! | `paiod_connections` | gauge | state (`stage`, `waiting`, `ctl`) |
 //! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`) |
-//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `unread`) |
+//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `unread`) |
 //! | `paiod_loop_period_seconds` | gauge, achieved control period over the last 100 ticks | stat (`p50`, `p99`, `max`, `target`) |
 //! | `paiod_loop_work_seconds` | gauge, a tick's work | stat (`p99`) |
 //! | `paiod_loop_overruns_total` | counter, periods more than 10 % late | |

@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -717,9 +718,10 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
         }
         if let Some(why) = end {
             st.conns.count(why);
-            // Counted either way; only a peer that stops reading is worth
-            // a warning (idle peers would flood the log).
-            let level_warn = why == Closed::Unread;
+            // Counted either way; only a peer that stops reading or holds
+            // the buffer budget is worth a warning (idle peers would flood
+            // the log).
+            let level_warn = matches!(why, Closed::Unread | Closed::Buffered);
             let message = format!(
                 "connection of pid {} uid {} closed: {}",
                 cred.pid,
@@ -730,6 +732,11 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
                     Closed::CtlIdle => format!(
                         "ctl session without a request for {:?}",
                         limits.hello_timeout
+                    ),
+                    Closed::Buffered => format!(
+                        "its unfinished frame took the unfinished frames paiod holds over \
+                         [connections] max_buffered = {} bytes",
+                        limits.max_buffered
                     ),
                     _ => format!(
                         "it did not read its replies (over {} bytes queued for {:?}, or over {})",
@@ -776,7 +783,13 @@ async fn serve_connection(
     let mut deadline = tokio::time::Instant::now() + limits.hello_timeout;
     let mut decoder = FrameDecoder::new(protocol::DEFAULT_MAX_FRAME);
     let mut buf: Vec<u8> = Vec::new();
+    let mut held = Buffered::default();
     loop {
+        // The unfinished frame this connection holds, in paiod's total: a
+        // connection taking the total over the budget is closed.
+        if held.set(decoder.buffered()) && held.over(limits.max_buffered) {
+            return Some(Closed::Buffered);
+        }
         let timeout = match session {
             Session::New { .. } => Some(Closed::HelloTimeout),
             Session::Ctl => Some(Closed::CtlIdle),
@@ -858,6 +871,37 @@ async fn serve_connection(
                 return (out.overflowed() || !out.is_closed()).then_some(Closed::Unread);
             }
         }
+    }
+}
+
+/// Bytes of unfinished frames held over all connections.
+static BUFFERED: AtomicUsize = AtomicUsize::new(0);
+
+/// One connection's share of [`BUFFERED`], given back when it ends.
+#[derive(Default)]
+struct Buffered(usize);
+
+impl Buffered {
+    /// Makes the connection's share `now`; true if it holds any.
+    fn set(&mut self, now: usize) -> bool {
+        if now > self.0 {
+            BUFFERED.fetch_add(now - self.0, Ordering::Relaxed);
+        } else {
+            BUFFERED.fetch_sub(self.0 - now, Ordering::Relaxed);
+        }
+        self.0 = now;
+        now > 0
+    }
+
+    /// Whether all connections together hold more than `max`.
+    fn over(&self, max: usize) -> bool {
+        BUFFERED.load(Ordering::Relaxed) > max
+    }
+}
+
+impl Drop for Buffered {
+    fn drop(&mut self) {
+        BUFFERED.fetch_sub(self.0, Ordering::Relaxed);
     }
 }
 

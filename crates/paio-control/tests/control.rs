@@ -964,6 +964,37 @@ fn status_against_a_hung_server_ends_within_its_timeout() {
     server.join().unwrap();
 }
 
+/// Peers keeping frames unfinished made paiod hold what they sent (150
+/// stages at a 1 MiB frame each: 306 MB). Unfinished frames over all
+/// connections are capped (`max_buffered`): the connection taking the total
+/// over it is closed and counted, the others are served.
+#[test]
+fn unfinished_frames_are_capped_over_all_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), "[connections]\nmax_buffered = \"2MiB\"\n");
+    let unfinished = |n: usize| {
+        let mut s = UnixStream::connect(&paiod.socket).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut frame = (1u32 << 20).to_be_bytes().to_vec();
+        frame.extend(vec![b' '; n]);
+        let _ = s.write_all(&frame); // the last one is closed meanwhile
+        s
+    };
+    // Three of 800 KiB: the one whose bytes take the total over 2 MiB is
+    // closed, the other two stay.
+    let held: Vec<UnixStream> = (0..3).map(|_| unfinished(800 << 10)).collect();
+    wait_for("one to be closed", || {
+        connections(&paiod).closed.get("max_buffered") == Some(&1)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(connections(&paiod).closed.get("max_buffered"), Some(&1));
+    drop(held);
+    // Served as before.
+    let st = stage("t");
+    let _c = client(&st, &paiod.socket);
+    wait_for("the stage to register", || paiod.status().stages.len() == 1);
+}
+
 /// Stages over `max_stages_per_uid` are refused with a `limit` error that
 /// says which cap, and are accounted.
 #[test]

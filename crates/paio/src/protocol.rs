@@ -381,6 +381,12 @@ impl FrameDecoder {
         self.buf.len() + self.skip
     }
 
+    /// Bytes received and held in the buffer, not yet returned as frames
+    /// (an oversized frame's skipped bytes are not held).
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
     /// Whether the decoder is still discarding the payload of an oversized
     /// frame it already reported (at end of stream: that frame was cut
     /// short).
