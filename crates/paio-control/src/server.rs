@@ -1739,12 +1739,9 @@ mod tests {
     /// check does not wait for it.
     #[test]
     fn bind_says_when_the_socket_is_held_by_a_server_that_accepts_nothing() {
-        use rustix::net::{AddressFamily, SocketAddrUnix, SocketType};
         let d = tempfile::tempdir().unwrap();
         let sock = d.path().join("paiod.sock");
-        let l = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
-        rustix::net::bind(&l, &SocketAddrUnix::new(&sock).unwrap()).unwrap();
-        rustix::net::listen(&l, 0).unwrap();
+        let _l = crate::unixconn::listener_that_never_accepts(&sock, 0);
         let _queued: Vec<_> =
             std::iter::from_fn(|| crate::unixconn::connect(&sock, Duration::ZERO).ok())
                 .take(100)

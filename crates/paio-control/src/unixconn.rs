@@ -87,6 +87,16 @@ impl Read for DeadlineStream<'_> {
     }
 }
 
+/// A stream socket listening at `path` with a queue of `backlog`, which
+/// never accepts: a stopped server, for tests.
+#[cfg(test)]
+pub(crate) fn listener_that_never_accepts(path: &Path, backlog: i32) -> rustix::fd::OwnedFd {
+    let l = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
+    rustix::net::bind(&l, &SocketAddrUnix::new(path).unwrap()).unwrap();
+    rustix::net::listen(&l, backlog).unwrap();
+    l
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,11 +106,8 @@ mod tests {
     fn a_full_listen_queue_times_out_instead_of_hanging() {
         let d = tempfile::tempdir().unwrap();
         let path = d.path().join("s");
-        // A listener with a backlog of 1 that never accepts: its queue
-        // fills after two connections.
-        let listener = rustix::net::socket(AddressFamily::UNIX, SocketType::STREAM, None).unwrap();
-        rustix::net::bind(&listener, &SocketAddrUnix::new(&path).unwrap()).unwrap();
-        rustix::net::listen(&listener, 1).unwrap();
+        // Its queue fills after two connections.
+        let listener = listener_that_never_accepts(&path, 1);
         let mut held = Vec::new();
         let err = loop {
             match connect(&path, Duration::ZERO) {
