@@ -320,10 +320,20 @@ pub fn check_pid(pid: u32) -> Vec<Finding> {
             return out;
         }
     };
-    let control = environ
-        .split(|&b| b == 0)
-        .find_map(|v| v.strip_prefix(b"PAIO_CONTROL="))
-        .map(|v| PathBuf::from(String::from_utf8_lossy(v).into_owned()));
+    let var = |name: &[u8]| {
+        environ
+            .split(|&b| b == 0)
+            .find_map(|v| v.strip_prefix(name))
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+    };
+    // `default` as the process's stage reads it: paiod's default socket for
+    // the process's XDG_RUNTIME_DIR.
+    let control = var(b"PAIO_CONTROL=").filter(|v| !v.is_empty()).map(|v| {
+        match paio::env::control_socket(&v) {
+            Some(s) => s.path_with(var(b"XDG_RUNTIME_DIR=").map(PathBuf::from)),
+            None => PathBuf::from(v),
+        }
+    });
     match control {
         None => out.push(Finding::note(
             format!("process {pid}: no PAIO_CONTROL, so its stage runs its own policy without paiod"),

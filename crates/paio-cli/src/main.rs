@@ -358,9 +358,14 @@ fn main() -> ExitCode {
 /// The socket of `--socket`, else PAIO_CONTROL, else paiod's default.
 fn paiod_socket(flag: Option<PathBuf>) -> PathBuf {
     flag.or_else(|| {
-        std::env::var_os("PAIO_CONTROL")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
+        let v = std::env::var_os("PAIO_CONTROL").filter(|v| !v.is_empty())?;
+        // `default` as the stages read it; anything else as given (a
+        // relative path is refused by the stages, and reported unreachable
+        // here with its name).
+        Some(match v.to_str().and_then(paio::env::control_socket) {
+            Some(s) => s.path_with(std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from)),
+            None => PathBuf::from(v),
+        })
     })
     .unwrap_or_else(paio::control::default_socket_path)
 }

@@ -1189,6 +1189,17 @@ fn status_and_ctl_say_when_paiod_is_not_there() {
         e.contains("cannot reach paiod at") && e.contains("none.sock"),
         "{e}"
     );
+    // PAIO_CONTROL=default is paiod's default socket, as the stages read
+    // it (it was taken for a file named `default`).
+    let o = paio()
+        .env("PAIO_CONTROL", "default")
+        .env("XDG_RUNTIME_DIR", &d)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    let want = format!("cannot reach paiod at {}/paio/paiod.sock", d.display());
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
     let o = paio()
         .args(["ctl", "--socket"])
         .arg(&sock)

@@ -520,12 +520,9 @@ impl Config {
             )),
             None => None,
         };
-        let control = e.control.map(|c| match c {
-            paio::env::ControlSocket::Default => paio::control::default_socket_path_from(
-                env_get(env, "XDG_RUNTIME_DIR").map(std::path::PathBuf::from),
-            ),
-            paio::env::ControlSocket::Path(p) => p,
-        });
+        let control = e
+            .control
+            .map(|c| c.path_with(env_get(env, "XDG_RUNTIME_DIR").map(std::path::PathBuf::from)));
         let board = match e.board {
             paio::env::BoardSetting::Off => None,
             paio::env::BoardSetting::Default => Some(board::default_path(None)),

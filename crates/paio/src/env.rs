@@ -37,6 +37,28 @@ pub enum ControlSocket {
     Path(PathBuf),
 }
 
+impl ControlSocket {
+    /// The socket's path, [`ControlSocket::Default`] resolved as paiod's
+    /// default for a process whose `XDG_RUNTIME_DIR` is `xdg_runtime_dir`
+    /// ([`crate::control::default_socket_path_from`]).
+    pub fn path_with(&self, xdg_runtime_dir: Option<PathBuf>) -> PathBuf {
+        match self {
+            ControlSocket::Default => crate::control::default_socket_path_from(xdg_runtime_dir),
+            ControlSocket::Path(p) => p.clone(),
+        }
+    }
+}
+
+/// The socket a `PAIO_CONTROL` value names: `default` or `1`, or an
+/// absolute path; `None` for anything else.
+pub fn control_socket(value: &str) -> Option<ControlSocket> {
+    match value {
+        "default" | "1" => Some(ControlSocket::Default),
+        p if p.starts_with('/') => Some(ControlSocket::Path(PathBuf::from(p))),
+        _ => None,
+    }
+}
+
 /// The shared board of critical I/O (`PAIO_BOARD`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BoardSetting {
@@ -127,16 +149,14 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
     };
     let control = match get("PAIO_CONTROL") {
         None => None,
-        Some("default" | "1") => Some(ControlSocket::Default),
-        Some(p) if p.starts_with('/') => Some(ControlSocket::Path(PathBuf::from(p))),
-        Some(p) => {
-            return Err(bad(
+        Some(p) => Some(control_socket(p).ok_or_else(|| {
+            bad(
                 "PAIO_CONTROL",
                 p,
                 "expected an absolute socket path, or \"default\" for paiod's default socket"
                     .into(),
-            ))
-        }
+            )
+        })?),
     };
     let stage_name = match get("PAIO_STAGE_NAME") {
         Some(n) => {
