@@ -575,9 +575,24 @@ fn check(figure: &Figure) -> Result<(u32, u32), PlotError> {
             figure.panel_width, figure.panel_height
         )));
     }
-    for p in &figure.panels {
+    for (n, p) in figure.panels.iter().enumerate() {
         for (i, s) in p.series.iter().enumerate() {
             color_of(s, i)?;
+        }
+        // Values near f64::MAX make the axes' span (with its headroom)
+        // infinite, and drawing ticks over it never ends.
+        let (x, y) = ranges(p);
+        if !(x.end - x.start).is_finite() || !(y.end - y.start).is_finite() {
+            return Err(PlotError::Figure(format!(
+                "panel {} \"{}\": its values (or limits) span more than an axis can draw \
+                 (x {:e} to {:e}, y {:e} to {:e}); scale them, or use a log axis",
+                n + 1,
+                p.title,
+                x.start,
+                x.end,
+                y.start,
+                y.end
+            )));
         }
     }
     let (cols, rows) = grid(figure);
@@ -869,6 +884,21 @@ mod tests {
                 ],
             })
             .collect()
+    }
+
+    /// Values near f64::MAX made an axis infinite and drawing never ended:
+    /// refused, naming the panel.
+    #[test]
+    fn values_an_axis_cannot_span_are_refused() {
+        for text in [
+            r#"{"panels":[{"title":"big","series":[{"points":[[0,1],[1,1.7e308]]}]}]}"#,
+            r#"{"panels":[{"title":"wide","y_min":-1e308,"y_max":1e308,"series":[{"points":[[0,1],[1,2]]}]}]}"#,
+        ] {
+            let f = parse_figure(text, Path::new("f.json")).unwrap();
+            let e = render_rgb(&f).unwrap_err().to_string();
+            assert!(e.contains("span more than an axis can draw"), "{e}");
+            assert!(e.contains("panel 1"), "{e}");
+        }
     }
 
     #[test]
