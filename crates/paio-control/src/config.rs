@@ -211,6 +211,21 @@ pub struct ConnectionLimits {
     pub max_buffered: Option<u64>,
 }
 
+/// Checks that `path` can name a Unix socket (its bytes fit `sun_path`):
+/// a longer one passed `--check-config` and then stopped paiod at bind.
+pub fn check_socket_path(path: &Path) -> Result<(), String> {
+    rustix::net::SocketAddrUnix::new(path)
+        .map(|_| ())
+        .map_err(|_| {
+            format!(
+                "{}: {} bytes, more than a Unix socket's path may have (107); choose a \
+             shorter path",
+                path.display(),
+                path.as_os_str().len()
+            )
+        })
+}
+
 /// Default [`ConnectionLimits::max_buffered`]: 256 MiB.
 pub const DEFAULT_MAX_BUFFERED: u64 = 256 << 20;
 
@@ -384,7 +399,7 @@ impl PolicyConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    socket: Option<PathBuf>,
+    socket: Option<Spanned<PathBuf>>,
     period: Option<Spanned<HumanDuration>>,
     collect_timeout: Option<Spanned<HumanDuration>>,
     metrics: Option<SocketAddr>,
@@ -763,8 +778,16 @@ impl PaiodConfig {
             Some(c) => Some(cx.cluster(c, policy.kind)?),
             None => None,
         };
+        let socket = match &raw.socket {
+            Some(p) => {
+                let path = p.get_ref();
+                check_socket_path(path).map_err(|m| cx.err(Some(p.span()), "socket", m))?;
+                Some(path.clone())
+            }
+            None => None,
+        };
         Ok(PaiodConfig {
-            socket: raw.socket,
+            socket,
             period,
             collect_timeout,
             metrics: raw.metrics,

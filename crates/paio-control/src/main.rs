@@ -15,7 +15,7 @@ use paio_control::server::{self, State};
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(path) = &args.check_config {
-        return check_config(path);
+        return check_config(path, args.socket.clone());
     }
     // Taken first, while paiod has one thread: it unsets LISTEN_FDS.
     let activated = activated_socket()?;
@@ -213,7 +213,7 @@ fn lock_kind(state: &server::Shared) -> String {
 }
 
 /// `--check-config FILE`: loads it as paiod would, says what it sets up.
-fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
+fn check_config(path: &std::path::Path, socket: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let config = match PaiodConfig::from_file(path) {
         Ok(c) => c,
         Err(e) => {
@@ -231,6 +231,11 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
             std::process::exit(1);
         }
     };
+    let socket = server::socket_path(socket, &config);
+    if let Err(e) = paio_control::config::check_socket_path(&socket) {
+        eprintln!("paiod: socket {e}");
+        std::process::exit(1);
+    }
     let policy = config.policy.build();
     println!("{}: valid", path.display());
     println!("  policy: {}", policy.kind());
@@ -238,7 +243,7 @@ fn check_config(path: &std::path::Path) -> anyhow::Result<()> {
         "  period: {:?}, collect timeout {:?}",
         config.period, config.collect_timeout
     );
-    println!("  socket: {}", server::socket_path(None, &config).display());
+    println!("  socket: {}", socket.display());
     match config.metrics {
         Some(a) => println!("  metrics: http://{a}/metrics"),
         None => println!("  metrics: not served"),

@@ -1243,6 +1243,34 @@ fn check_config_says_what_a_file_sets_up_or_where_it_is_wrong() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("bad.toml:"), "{err}");
     assert!(out.stdout.is_empty());
+
+    // A socket path too long for a Unix socket: from the file (at its
+    // line) or from --socket, which is the one shown when valid.
+    let long = format!("/tmp/{}.sock", "s".repeat(130));
+    let far = dir.path().join("far.toml");
+    std::fs::write(&far, format!("socket = {long:?}\n")).unwrap();
+    let check = |file: &Path, socket: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_paiod"));
+        c.arg("--check-config").arg(file);
+        if let Some(s) = socket {
+            c.args(["--socket", s]);
+        }
+        c.output().unwrap()
+    };
+    let out = check(&far, None);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("far.toml:1:") && err.contains("more than a Unix socket"),
+        "{err}"
+    );
+    let out = check(&good, Some(&long));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("more than a Unix socket"), "{err}");
+    let out = check(&good, Some("/tmp/elsewhere.sock"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("socket: /tmp/elsewhere.sock"), "{text}");
 }
 
 /// systemd's socket activation (paiod.socket), with systemd's own tool:
