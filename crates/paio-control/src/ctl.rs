@@ -433,7 +433,7 @@ pub fn request(
         r => r.map_err(io_err)?,
     }
     let mut reader = crate::unixconn::DeadlineStream::new(&s, timeout);
-    let payload = match protocol::read_frame(&mut reader, MAX_STATUS_BYTES) {
+    let payload = match protocol::read_one_frame(&mut reader, MAX_STATUS_BYTES) {
         Ok(Some(p)) => p,
         Ok(None) => {
             return Err(CtlError::Protocol {
@@ -443,6 +443,15 @@ pub fn request(
         }
         Err(FrameError::Io(e)) if is_timeout(&e) => return Err(timed_out()),
         Err(FrameError::Io(e)) => return Err(io_err(e)),
+        Err(FrameError::TooLarge { len, max }) => {
+            return Err(CtlError::Protocol {
+                path,
+                message: format!(
+                    "a frame of {len} bytes, more than a reply may have ({max}): is the server \
+                     at this socket paiod?"
+                ),
+            })
+        }
         Err(e) => {
             return Err(CtlError::Protocol {
                 path,

@@ -962,6 +962,25 @@ fn status_against_a_hung_server_ends_within_its_timeout() {
     assert!(matches!(e, ctl::CtlError::Timeout { .. }), "{e:?}");
     assert!(e.to_string().contains("did not answer within 500ms"), "{e}");
     server.join().unwrap();
+
+    // A server that is not paiod (an HTTP server, say) answers at once with
+    // bytes that announce a huge frame: said at once, not read for 5 s.
+    let path = dir.path().join("http.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let t = Instant::now();
+    let e = ctl::request(&path, CtlCommand::Status, Duration::from_secs(5)).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(
+        e.to_string()
+            .contains("is the server at this socket paiod?"),
+        "{e}"
+    );
+    server.join().unwrap();
 }
 
 /// Peers keeping frames unfinished made paiod hold what they sent (150

@@ -400,6 +400,22 @@ impl FrameDecoder {
 /// read and dropped and reported as [`FrameError::TooLarge`]; the stream
 /// stays in sync.
 pub fn read_frame<R: Read>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>, FrameError> {
+    read_frame_or_drop(r, max, true)
+}
+
+/// [`read_frame`] for a reader that ends the connection after one frame (a
+/// client waiting for a reply): a frame above `max` is reported as
+/// [`FrameError::TooLarge`] at once, without reading it (a server that is
+/// not a paio peer may announce gigabytes).
+pub fn read_one_frame<R: Read>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>, FrameError> {
+    read_frame_or_drop(r, max, false)
+}
+
+fn read_frame_or_drop<R: Read>(
+    r: &mut R,
+    max: usize,
+    drop_oversized: bool,
+) -> Result<Option<Vec<u8>>, FrameError> {
     let mut header = [0u8; HEADER_LEN];
     let got = read_full(r, &mut header)?;
     if got == 0 {
@@ -412,6 +428,9 @@ pub fn read_frame<R: Read>(r: &mut R, max: usize) -> Result<Option<Vec<u8>>, Fra
         });
     }
     let len = u32::from_be_bytes(header) as usize;
+    if len > max && !drop_oversized {
+        return Err(FrameError::TooLarge { len, max });
+    }
     if len > max {
         let copied = io::copy(&mut r.take(len as u64), &mut io::sink())? as usize;
         if copied < len {
