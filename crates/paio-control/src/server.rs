@@ -1221,6 +1221,12 @@ fn register(
             rules: setup,
         });
     }
+    // The first report is only the baseline of the stage's rates (paiod
+    // computes them between two of its own collections): asked for now, so
+    // the first period counts from registration, not from the next tick
+    // (a stage's bytes until then were in no figure).
+    let rid = entry.send(|rid| Message::Collect { id: rid });
+    entry.outstanding = Some((rid, Instant::now()));
     st.stages.insert(id, entry);
     Ok(id)
 }
