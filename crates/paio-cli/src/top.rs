@@ -132,10 +132,18 @@ pub fn frame_of_report(r: &StatusReport, socket: &std::path::Path) -> Frame {
     }
 }
 
-/// The rows of the statistics files of a `paio run --stats PATTERN`.
-pub fn frame_of_files(files: &[&crate::summary::StatsFile], pattern: &OsStr) -> Frame {
+/// The rows of the statistics files of a `paio run --stats PATTERN`, of
+/// the processes `alive` says still run (a file outlives its process; its
+/// figures are of the process's last interval, not of now).
+pub fn frame_of_files(
+    files: &[&crate::summary::StatsFile],
+    pattern: &OsStr,
+    alive: impl Fn(u32) -> bool,
+) -> Frame {
+    let (running, ended): (Vec<&crate::summary::StatsFile>, Vec<_>) =
+        files.iter().partition(|f| alive(f.pid));
     let mut rows = Vec::new();
-    for f in files {
+    for f in &running {
         for c in &f.stats.channels {
             let objects: Vec<(String, String, Option<ObjectConfig>)> = c
                 .objects
@@ -156,9 +164,13 @@ pub fn frame_of_files(files: &[&crate::summary::StatsFile], pattern: &OsStr) -> 
     }
     Frame {
         title: format!(
-            "{} process(es) writing {}",
-            files.len(),
-            std::path::Path::new(pattern).display()
+            "{} process(es) writing {}{}",
+            running.len(),
+            std::path::Path::new(pattern).display(),
+            match ended.len() {
+                0 => String::new(),
+                n => format!(" ({n} ended, not shown)"),
+            }
         ),
         rows,
     }
@@ -187,8 +199,23 @@ pub fn read(source: &mut Source) -> Result<Frame, ReadError> {
                     ),
                 }));
             }
-            Ok(frame_of_files(&files, &pattern))
+            Ok(frame_of_files(&files, &pattern, process_runs))
         }
+    }
+}
+
+/// Whether process `pid` runs (one that exists but is another user's
+/// counts: it cannot be signalled, it runs).
+fn process_runs(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    match rustix::process::test_kill_process(pid) {
+        Ok(()) => true,
+        Err(e) => e != rustix::io::Errno::SRCH,
     }
 }
 
@@ -471,6 +498,37 @@ mod tests {
         let text = limits(&objects);
         assert!(text.starts_with("y depth 4/3 shared 2 "), "{text}");
         assert_eq!(limits(&objects[1..]), "-", "noop objects are left out");
+    }
+
+    /// A statistics file outlives its process: its rows went on showing
+    /// the process's last figures as if it ran. Ended processes are left
+    /// out, and counted in the title.
+    #[test]
+    fn files_of_ended_processes_are_not_shown_as_running() {
+        let stage = paio::Stage::from_policy_str(
+            "[[channel]]\nname = \"read\"\nmatch = { request_type = \"read\" }\n",
+            "<t>",
+        )
+        .unwrap();
+        let file = |pid| crate::summary::StatsFile {
+            pid,
+            ppid: 1,
+            exe: "/bin/dd".into(),
+            stats: stage.collect(),
+        };
+        let (a, b) = (file(10), file(11));
+        let f = frame_of_files(&[&a, &b], OsStr::new("/s/%p.json"), |pid| pid == 11);
+        assert_eq!(
+            f.title,
+            "1 process(es) writing /s/%p.json (1 ended, not shown)"
+        );
+        assert!(
+            f.rows.iter().all(|r| r.key.starts_with("11/")),
+            "{:?}",
+            f.rows
+        );
+        assert!(process_runs(std::process::id()));
+        assert!(!process_runs(0));
     }
 
     fn row(stage: &str, channel: &str, bw: f64, p99: u64) -> Row {
