@@ -12,14 +12,14 @@ use crate::args::ArgError;
 /// paiod's grouping label; `job=I3` and `I3` both name group `I3`; `*` is
 /// the policy as a whole) and one `set` command per assignment.
 pub fn set_commands(group: &str, assignments: &[String]) -> Result<Vec<CtlCommand>, ArgError> {
-    let group = match group.split_once('=') {
-        Some((k, v)) if !k.is_empty() && !v.is_empty() => v,
+    let (label, group) = match group.split_once('=') {
+        Some((k, v)) if !k.is_empty() && !v.is_empty() => (Some(k), v),
         Some(_) => {
             return Err(ArgError::Ctl(format!(
                 "{group:?}: expected a group such as job=I3, I3 or *"
             )))
         }
-        None if !group.is_empty() => group,
+        None if !group.is_empty() => (None, group),
         None => {
             return Err(ArgError::Ctl(
                 "empty group: expected job=I3, I3 or *".into(),
@@ -35,6 +35,7 @@ pub fn set_commands(group: &str, assignments: &[String]) -> Result<Vec<CtlComman
         .iter()
         .map(|a| match a.split_once('=') {
             Some((k, v)) if !k.is_empty() && !v.is_empty() => Ok(CtlCommand::Set {
+                label: label.map(str::to_string),
                 group: group.to_string(),
                 key: k.to_string(),
                 value: v.to_string(),
@@ -311,6 +312,7 @@ mod tests {
         assert_eq!(
             c,
             vec![CtlCommand::Set {
+                label: Some("job".into()),
                 group: "I3".into(),
                 key: "demand".into(),
                 value: "300MiB/s".into()

@@ -730,7 +730,9 @@ fn ctl(a: CtlArgs) -> Result<i32, Failure> {
     let socket = paiod_socket(a.socket);
     for c in commands {
         let what = match &c {
-            CtlCommand::Set { group, key, value } => format!("{group}: {key}={value}"),
+            CtlCommand::Set {
+                group, key, value, ..
+            } => format!("{group}: {key}={value}"),
             CtlCommand::SetRate {
                 stage,
                 channel,

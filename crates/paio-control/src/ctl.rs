@@ -56,6 +56,10 @@ pub enum CtlCommand {
     /// label (`*` for the policy as a whole), `key` and `value` as the
     /// policy documents (`demand`, `weight`, `max_bandwidth`, ...).
     Set {
+        /// The label the group is a value of, when the client named it
+        /// (`job=I3`): refused unless it is the policy's `group_by`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label: Option<String>,
         /// The group.
         group: String,
         /// The parameter.
@@ -481,6 +485,7 @@ mod tests {
             kind: CtlType::Ctl,
             id: 3,
             command: CtlCommand::Set {
+                label: None,
                 group: "I3".into(),
                 key: "demand".into(),
                 value: "300MiB/s".into(),

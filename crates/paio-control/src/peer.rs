@@ -156,7 +156,15 @@ pub fn check_stats(s: &StageStats) -> Result<(), String> {
 pub fn check_ctl(c: &CtlCommand) -> Result<(), String> {
     match c {
         CtlCommand::Status => Ok(()),
-        CtlCommand::Set { group, key, value } => {
+        CtlCommand::Set {
+            label,
+            group,
+            key,
+            value,
+        } => {
+            if let Some(l) = label {
+                text("label", l, MAX_LABEL_KEY)?;
+            }
             name("group", group)?;
             text("key", key, MAX_TEXT)?;
             text("value", value, MAX_TEXT)
@@ -341,6 +349,7 @@ mod tests {
     #[test]
     fn ctl_strings_are_capped() {
         let set = |group: &str, value: &str| CtlCommand::Set {
+            label: None,
             group: group.into(),
             key: "demand".into(),
             value: value.into(),

@@ -1098,7 +1098,28 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlOutcome {
             status: Some(Box::new(st.status())),
             ..CtlReply::ok(req.id)
         },
-        CtlCommand::Set { group, key, value } => match st.policy.set(&group, &key, &value) {
+        CtlCommand::Set {
+            label: Some(label),
+            group,
+            ..
+        } if group != "*"
+            && st
+                .policy
+                .group_label()
+                .is_some_and(|by| by != label.as_str()) =>
+        {
+            let by = st.policy.group_label().unwrap_or_default();
+            CtlReply::refused(
+                req.id,
+                format!(
+                    "this paiod's policy groups stages by label {by:?}, not {label:?}: set \
+                     {by}={group}"
+                ),
+            )
+        }
+        CtlCommand::Set {
+            group, key, value, ..
+        } => match st.policy.set(&group, &key, &value) {
             Ok(()) => {
                 tracing::info!(
                     "ctl: set {} {}={}",

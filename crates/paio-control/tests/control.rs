@@ -1014,6 +1014,35 @@ fn unfinished_frames_are_capped_over_all_connections() {
     wait_for("the stage to register", || paiod.status().stages.len() == 1);
 }
 
+/// `paio ctl set team=I1 ...` on a paiod grouping by `job` set group `I1`
+/// and said nothing: the label is checked against the policy's group_by.
+#[test]
+fn ctl_set_with_another_label_than_group_by_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(dir.path(), &static_config("10MiB/s"));
+    let set = |label: Option<&str>| {
+        ctl::request(
+            &paiod.socket,
+            CtlCommand::Set {
+                label: label.map(str::to_string),
+                group: "t".into(),
+                key: "rate".into(),
+                value: "20MiB/s".into(),
+            },
+            Duration::from_secs(10),
+        )
+    };
+    match set(Some("team")) {
+        Err(ctl::CtlError::Refused(e)) => assert!(
+            e.contains("groups stages by label \"job\", not \"team\": set job=t"),
+            "{e}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    set(Some("job")).unwrap();
+    set(None).unwrap();
+}
+
 /// Stages over `max_stages_per_uid` are refused with a `limit` error that
 /// says which cap, and are accounted.
 #[test]

@@ -122,6 +122,12 @@ pub trait ControlPolicy: Send {
     /// stage may get several. Stages not in the result keep their state.
     fn period(&mut self, now: Duration, stages: &[StageView]) -> Vec<(StageId, Vec<Rule>)>;
 
+    /// The label whose value names a stage's group (`group_by`), for the
+    /// policies with groups.
+    fn group_label(&self) -> Option<&str> {
+        None
+    }
+
     /// `paio ctl set GROUP KEY=VALUE`: changes one parameter at run time
     /// (for example a group's `demand`, or `max_bandwidth` with group `*`).
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError>;

@@ -243,6 +243,10 @@ impl ControlPolicy for ProportionalPolicy {
         )
     }
 
+    fn group_label(&self) -> Option<&str> {
+        Some(&self.settings.group_by)
+    }
+
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         match key {
             "max_bandwidth" => {

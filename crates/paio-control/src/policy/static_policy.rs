@@ -206,6 +206,10 @@ impl ControlPolicy for StaticPolicy {
         raw.into_iter().chain(out).collect()
     }
 
+    fn group_label(&self) -> Option<&str> {
+        Some(&self.settings.group_by)
+    }
+
     fn set(&mut self, group: &str, key: &str, value: &str) -> Result<(), PolicyError> {
         common::check_group(group)?;
         let rate = match key {

@@ -84,6 +84,7 @@ pub fn ctl_set(
     paio_control::ctl::request(
         socket,
         paio_control::ctl::CtlCommand::Set {
+            label: None,
             group: group.into(),
             key: key.into(),
             value: value.into(),
