@@ -113,11 +113,31 @@ pub fn check_command(c: &CommandCheck<'_>) -> Vec<Finding> {
         )),
     }
     match exe::resolve_command(c.command, c.path_env) {
-        Ok(path) => executable(&path, c.path_env, &mut out, 0),
-        Err(e) => out.push(Finding::problem(
-            e.to_string(),
-            "give the command's path, or add its directory to PATH",
-        )),
+        Ok(path) => {
+            executable(&path, c.path_env, &mut out, 0);
+            let name = path.file_name().and_then(OsStr::to_str).unwrap_or_default();
+            if LAUNCHERS.contains(&name) {
+                out.push(Finding::note(
+                    format!(
+                        "{name} starts another program: this checked {name}, not the program \
+                         it runs (a static one would not be enforced)"
+                    ),
+                    "check that program too: paio doctor -- PROGRAM",
+                ));
+            }
+        }
+        Err(e) => {
+            let fix = match e {
+                exe::ResolveError::NotFound(_) => {
+                    "give the command's path, or add its directory to PATH"
+                }
+                exe::ResolveError::NotExecutable { .. } => {
+                    "give a program: make the file executable (chmod +x), or name the program \
+                     that runs it"
+                }
+            };
+            out.push(Finding::problem(e.to_string(), fix))
+        }
     }
     if let Some(p) = c.policy {
         match args::check_policy_file(p) {
@@ -135,6 +155,22 @@ pub fn check_command(c: &CommandCheck<'_>) -> Vec<Finding> {
         out.push(control(sock));
     }
     out
+}
+
+/// Programs that start the program their arguments name.
+const LAUNCHERS: [&str; 11] = [
+    "env", "nice", "timeout", "nohup", "stdbuf", "taskset", "ionice", "chrt", "setsid", "time",
+    "xargs",
+];
+
+/// Whether the start of the file at `path` reads as text (no NUL byte in
+/// its first 512 bytes), as a script without `#!` does.
+fn is_text(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 512];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .is_ok_and(|n| n > 0 && !head[..n].contains(&0))
 }
 
 /// Checks executable `path`; `depth` > 0 for a script's interpreter.
@@ -199,6 +235,14 @@ fn executable(path: &Path, path_env: Option<&OsStr>, out: &mut Vec<Finding>, dep
                 format!("{p}: an interpreter that is itself a script ({line})"),
                 "run the real interpreter directly",
             ));
+            return;
+        }
+        exe::Linkage::Unknown if depth == 0 && is_text(path) => {
+            // As execvp and shells do with a text file without `#!`.
+            out.push(Finding::ok(format!(
+                "{p}: a script without #!, run by /bin/sh"
+            )));
+            executable(Path::new("/bin/sh"), path_env, out, depth + 1);
             return;
         }
         exe::Linkage::Unknown => {

@@ -1910,6 +1910,28 @@ fn doctor_says_why_a_program_is_or_would_not_be_enforced() {
         "{out}"
     );
 
+    // A text file without `#!` runs by /bin/sh (as paio run runs it); a
+    // launcher is said to hide the program it starts; a file that is not
+    // executable gets a fix that fits.
+    let plain = d.join("plain");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (code, out) = doctor(&[&os("--"), plain.as_os_str()]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("a script without #!, run by /bin/sh"), "{out}");
+    let (code, out) = doctor(&[&os("--"), &os("timeout"), &os("5"), &os("true")]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("note: timeout starts another program")
+            && out.contains("fix: check that program too: paio doctor -- PROGRAM"),
+        "{out}"
+    );
+    let data = d.join("data");
+    std::fs::write(&data, "x").unwrap();
+    let (code, out) = doctor(&[&os("--"), data.as_os_str()]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("make the file executable (chmod +x)"), "{out}");
+
     let (code, out) = doctor(&[&os("--"), &os("fio")]);
     assert_eq!(code, Some(0), "{out}");
     assert!(
