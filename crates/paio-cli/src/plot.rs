@@ -542,6 +542,10 @@ pub fn render(figure: &Figure, out: &Path) -> Result<(), PlotError> {
         why,
     };
     let size = check(figure)?;
+    // The file is written at the end of drawing, where a failure reads as
+    // the image library's debug output: made first, so that a directory or
+    // an unwritable path is said plainly.
+    std::fs::File::create(out).map_err(|e| draw(format!("cannot write the PNG: {e}")))?;
     let root = BitMapBackend::new(out, size).into_drawing_area();
     draw_figure(figure, &root).map_err(|e| draw(e.to_string()))?;
     root.present().map_err(|e| draw(e.to_string()))
@@ -884,6 +888,22 @@ mod tests {
                 ],
             })
             .collect()
+    }
+
+    /// An output path that cannot be written is said plainly.
+    #[test]
+    fn an_output_that_cannot_be_written_is_said_plainly() {
+        let f = parse_figure(
+            r#"{"panels":[{"series":[{"points":[[0,1],[1,2]]}]}]}"#,
+            Path::new("f.json"),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let e = render(&f, dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot write the PNG") && e.contains("directory"),
+            "{e}"
+        );
     }
 
     /// Values near f64::MAX made an axis infinite and drawing never ended:
