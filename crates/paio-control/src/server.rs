@@ -785,8 +785,9 @@ async fn serve_connection(
     let mut buf: Vec<u8> = Vec::new();
     let mut held = Buffered::default();
     loop {
-        // The unfinished frame this connection holds, in paiod's total: a
-        // connection taking the total over the budget is closed.
+        // The unfinished frame this connection holds, in paiod's total: the
+        // connection whose new bytes take the total over the budget is
+        // closed (not the others, whose shares did not grow).
         if held.set(decoder.buffered()) && held.over(limits.max_buffered) {
             return Some(Closed::Buffered);
         }
@@ -882,15 +883,17 @@ static BUFFERED: AtomicUsize = AtomicUsize::new(0);
 struct Buffered(usize);
 
 impl Buffered {
-    /// Makes the connection's share `now`; true if it holds any.
+    /// Makes the connection's share `now`; true if it grew (the bytes
+    /// that may have taken the total over are this connection's).
     fn set(&mut self, now: usize) -> bool {
-        if now > self.0 {
+        let grew = now > self.0;
+        if grew {
             BUFFERED.fetch_add(now - self.0, Ordering::Relaxed);
         } else {
             BUFFERED.fetch_sub(self.0 - now, Ordering::Relaxed);
         }
         self.0 = now;
-        now > 0
+        grew
     }
 
     /// Whether all connections together hold more than `max`.
