@@ -105,6 +105,15 @@ struct StageEntry {
 }
 
 impl StageEntry {
+    /// Logs that stage `id`, this entry, left (its connection ended).
+    fn say_left(&self, id: StageId) {
+        tracing::info!(
+            "stage {id} ({} pid {}) left",
+            Escaped(&self.view.info.identity.name),
+            self.cred.pid
+        );
+    }
+
     fn send(&mut self, make: impl FnOnce(u64) -> Message) -> u64 {
         self.next_request += 1;
         let id = self.next_request;
@@ -708,11 +717,7 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
             Session::Ctl => st.conns.ctl_left(),
             Session::Stage { id } => {
                 if let Some(e) = st.remove_stage(id) {
-                    tracing::info!(
-                        "stage {id} ({} pid {}) left",
-                        Escaped(&e.view.info.identity.name),
-                        e.cred.pid
-                    );
+                    e.say_left(id);
                 }
             }
         }
@@ -1105,18 +1110,13 @@ fn ctl(state: &Shared, req: CtlRequest) -> CtlOutcome {
             label: Some(label),
             group,
             ..
-        } if group != "*"
-            && st
-                .policy
-                .group_label()
-                .is_some_and(|by| by != label.as_str()) =>
-        {
-            let by = st.policy.group_label().unwrap_or_default();
+        } if group != "*" && st.policy.group_label().is_some_and(|by| by != label) => {
             CtlReply::refused(
                 req.id,
                 format!(
                     "this paiod's policy groups stages by label {by:?}, not {label:?}: set \
-                     {by}={group}"
+                     {by}={group}",
+                    by = st.policy.group_label().unwrap_or_default()
                 ),
             )
         }
@@ -1520,16 +1520,16 @@ pub fn tick(state: &Shared) {
         let Some(e) = st.remove_stage(id) else {
             continue;
         };
-        let name = Escaped(&e.view.info.identity.name);
         if e.out.is_closed() {
             // Its connection ended (the stage left, or stopped reading and
             // was cut off, which its connection's task reports): nothing
             // to say to it, and nothing unusual to log.
-            tracing::info!("stage {id} ({name} pid {}) left", e.cred.pid);
+            e.say_left(id);
             continue;
         }
         tracing::warn!(
-            "stage {id} ({name} pid {}) stopped answering; dropped",
+            "stage {id} ({} pid {}) stopped answering; dropped",
+            Escaped(&e.view.info.identity.name),
             e.cred.pid
         );
         e.out.send(&Message::Goodbye {

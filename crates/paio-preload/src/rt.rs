@@ -1846,12 +1846,31 @@ fn classify_inherited(cfg: &Config) {
     // whatever reused the number, classified by what it is. (The
     // constructor holds the guard: `opened`'s own would not be had.)
     for fd in fds {
-        if cfg.stream_class != 0 && is_stream(fd) {
-            fdtable::set(fd, cfg.stream_class);
-        } else if !cfg.class_rules.is_empty() {
+        if classify_by_kind(cfg, fd) {
             classify_path(cfg, fd);
         }
     }
+}
+
+/// Gives `fd` the class its kind decides: the stream class for a FIFO or
+/// socket (one `fstat`, only when streams are classified), 0 when no class
+/// rule could give it another. True when its path must decide
+/// ([`classify_path`]).
+fn classify_by_kind(cfg: &Config, fd: c_int) -> bool {
+    if cfg.stream_class != 0 && is_stream(fd) {
+        fdtable::set(fd, cfg.stream_class);
+        return false;
+    }
+    if cfg.class_rules.is_empty() {
+        if cfg.stream_class != 0 {
+            // Not a stream, whatever the number was before a close this
+            // library did not see. (Without any class the table stays all
+            // zero: numbers reused after a close are 0 already.)
+            fdtable::set(fd, 0);
+        }
+        return false;
+    }
+    true
 }
 
 /// Gives `fd` the class of its canonical path (0 when it has none or the
@@ -1919,29 +1938,11 @@ pub(crate) fn opened(fd: c_int) {
     if fd < 0 {
         return;
     }
-    match config() {
-        Some(cfg) if cfg.stream_class != 0 => {
-            if is_stream(fd) {
-                fdtable::set(fd, cfg.stream_class);
-                return;
-            }
-            if cfg.class_rules.is_empty() {
-                // Not a stream, whatever the number was before a close
-                // this library did not see.
-                fdtable::set(fd, 0);
-                return;
-            }
+    let Some(cfg) = config() else { return };
+    if classify_by_kind(cfg, fd) {
+        if let Some(_g) = Guard::enter() {
+            classify_path(cfg, fd);
         }
-        Some(cfg) if !cfg.class_rules.is_empty() => {}
-        _ => {
-            // Without rules the table stays all zero; fds reused after a
-            // close are already 0.
-            return;
-        }
-    }
-    if let Some(_g) = Guard::enter() {
-        let Some(cfg) = config() else { return };
-        classify_path(cfg, fd);
     }
 }
 
