@@ -131,8 +131,8 @@ impl CtlReply {
 
 /// The largest status reply paiod sends and [`request`] reads (its
 /// payload): 24 MiB, under the 32 MiB a connection may queue
-/// ([`crate::outbox::HARD_LIMIT`]). About 20,000 stages of three channels
-/// fit; beyond, the report lists fewer ([`StatusReport::stages_omitted`]).
+/// ([`crate::outbox::HARD_LIMIT`]). Beyond it the report lists fewer
+/// stages ([`StatusReport::stages_omitted`]).
 pub const MAX_STATUS_BYTES: usize = 24 << 20;
 
 fn is_zero(n: &u64) -> bool {
