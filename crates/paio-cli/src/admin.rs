@@ -86,7 +86,7 @@ pub fn format_status(r: &StatusReport) -> String {
         let _ = writeln!(
             out,
             "connections: stages cap {} ({} per uid), {} waiting (cap {}), {} ctl (cap {}), \
-             descriptor limit {}; closed by paiod: {}",
+             descriptor limit {}, stages' state {} (cap {}); closed by paiod: {}",
             c.max_stages,
             c.max_stages_per_uid,
             c.waiting,
@@ -94,6 +94,8 @@ pub fn format_status(r: &StatusReport) -> String {
             c.ctl,
             c.max_ctl,
             c.descriptor_limit,
+            crate::summary::human_bytes(c.stage_bytes),
+            crate::summary::human_bytes(c.max_stage_bytes),
             if closed.is_empty() {
                 "none".to_string()
             } else {
@@ -385,6 +387,8 @@ mod tests {
                 max_ctl: 32,
                 waiting: 3,
                 ctl: 1,
+                stage_bytes: 3 << 10,
+                max_stage_bytes: 512 << 20,
                 closed: [("hello_timeout".to_string(), 2)].into(),
             }),
             control_loop: Some(paio_control::ctl::LoopStatus {

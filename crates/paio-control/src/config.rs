@@ -12,6 +12,7 @@
 //! # max_waiting = 256              # connections that have not said it yet
 //! # drain_timeout = "10s"          # a peer that does not read its replies
 //! # max_buffered = "256MiB"        # unfinished frames over all connections
+//! # max_stage_bytes = "512MiB"     # stages' registrations and reports paiod keeps
 //! [policy]
 //! kind = "max_min"                 # static (default) | max_min | proportional | silk | criticality
 //! group_by = "job"                 # label that names a stage's group
@@ -209,6 +210,15 @@ pub struct ConnectionLimits {
     /// slowly can make paiod hold; a frame of a real peer is unfinished
     /// only for the moment it takes to arrive. At least a largest frame.
     pub max_buffered: Option<u64>,
+    /// Bytes of stages' registrations and latest statistics paiod keeps,
+    /// over all stages, as [`crate::peer::held_by_info`] and
+    /// [`crate::peer::held_by_stats`] estimate them (`None`:
+    /// [`DEFAULT_MAX_STAGE_BYTES`]). A stage whose `hello` or statistics
+    /// would take the total over it is refused and closed (it reconnects
+    /// with backoff, keeping its rules). Lower bounds paiod's memory
+    /// against many large stages; a stage of [`paio::rule::MAX_STAGE_OBJECTS`]
+    /// objects is a few MB, a usual one a few KB. At least a largest frame.
+    pub max_stage_bytes: Option<u64>,
 }
 
 /// Checks that `path` can name a Unix socket (its bytes fit `sun_path`):
@@ -228,6 +238,9 @@ pub fn check_socket_path(path: &Path) -> Result<(), String> {
 
 /// Default [`ConnectionLimits::max_buffered`]: 256 MiB.
 pub const DEFAULT_MAX_BUFFERED: u64 = 256 << 20;
+
+/// Default [`ConnectionLimits::max_stage_bytes`]: 512 MiB.
+pub const DEFAULT_MAX_STAGE_BYTES: u64 = 512 << 20;
 
 /// The shortest control period paiod takes.
 pub const MIN_PERIOD: Duration = Duration::from_millis(10);
@@ -427,6 +440,7 @@ struct RawConnections {
     max_waiting: Option<Spanned<usize>>,
     drain_timeout: Option<Spanned<HumanDuration>>,
     max_buffered: Option<Spanned<paio::units::Size>>,
+    max_stage_bytes: Option<Spanned<paio::units::Size>>,
 }
 
 #[derive(Deserialize)]
@@ -601,21 +615,31 @@ impl Ctx<'_> {
             hello_timeout: duration(&raw.hello_timeout, "hello_timeout")?,
             max_waiting: count(&raw.max_waiting, "max_waiting")?,
             drain_timeout: duration(&raw.drain_timeout, "drain_timeout")?,
-            max_buffered: match &raw.max_buffered {
-                Some(b) if (b.get_ref().0 as usize) < paio::protocol::DEFAULT_MAX_FRAME => {
-                    return Err(self.err(
-                        Some(b.span()),
-                        "connections.max_buffered",
-                        format!(
-                            "must hold at least one frame of the largest size ({} bytes)",
-                            paio::protocol::DEFAULT_MAX_FRAME
-                        ),
-                    ))
-                }
-                Some(b) => Some(b.get_ref().0),
-                None => None,
-            },
+            max_buffered: self.frame_budget(&raw.max_buffered, "max_buffered")?,
+            max_stage_bytes: self.frame_budget(&raw.max_stage_bytes, "max_stage_bytes")?,
         })
+    }
+
+    /// A byte budget of `[connections]` (`field`), at least one frame of
+    /// the largest size.
+    fn frame_budget(
+        &self,
+        b: &Option<Spanned<paio::units::Size>>,
+        field: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        match b {
+            Some(b) if (b.get_ref().0 as usize) < paio::protocol::DEFAULT_MAX_FRAME => Err(self
+                .err(
+                    Some(b.span()),
+                    &format!("connections.{field}"),
+                    format!(
+                        "must hold at least one frame of the largest size ({} bytes)",
+                        paio::protocol::DEFAULT_MAX_FRAME
+                    ),
+                )),
+            Some(b) => Ok(Some(b.get_ref().0)),
+            None => Ok(None),
+        }
     }
 
     fn cluster(
@@ -1285,6 +1309,7 @@ mod tests {
                 max_waiting: Some(8),
                 drain_timeout: Some(Duration::from_millis(500)),
                 max_buffered: None,
+                max_stage_bytes: None,
             }
         );
         let e = err("[connections]\nmax_waiting = 0\n");
@@ -1297,6 +1322,13 @@ mod tests {
         assert!(e.message.contains("at least one frame"), "{e}");
         let c = parse("[connections]\nmax_buffered = \"64MiB\"\n").unwrap();
         assert_eq!(c.connections.max_buffered, Some(64 << 20));
+        let e = err("[connections]\nmax_stage_bytes = \"1KiB\"\n");
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (2, "connections.max_stage_bytes")
+        );
+        let c = parse("[connections]\nmax_stage_bytes = \"64MiB\"\n").unwrap();
+        assert_eq!(c.connections.max_stage_bytes, Some(64 << 20));
         let e = err("[connections]\nmax_conns = 3\n");
         assert_eq!(e.line, 2, "{e}");
         assert!(e.message.contains("max_conns"), "{e}");

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::config::{
     ConnectionLimits, DEFAULT_DRAIN_TIMEOUT, DEFAULT_HELLO_TIMEOUT, DEFAULT_MAX_BUFFERED,
-    DEFAULT_MAX_WAITING, MAX_CTL_SESSIONS,
+    DEFAULT_MAX_STAGE_BYTES, DEFAULT_MAX_WAITING, MAX_CTL_SESSIONS,
 };
 use crate::ctl::ConnectionStatus;
 use crate::outbox::Outbox;
@@ -39,6 +39,8 @@ pub struct Limits {
     pub drain_timeout: Duration,
     /// Bytes of unfinished frames over all connections.
     pub max_buffered: usize,
+    /// Bytes of stages' registrations and statistics paiod keeps.
+    pub max_stage_bytes: usize,
     /// The descriptor limit the caps were sized for.
     pub descriptor_limit: u64,
 }
@@ -94,6 +96,8 @@ impl Limits {
             drain_timeout: c.drain_timeout.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
             max_buffered: usize::try_from(c.max_buffered.unwrap_or(DEFAULT_MAX_BUFFERED))
                 .unwrap_or(usize::MAX),
+            max_stage_bytes: usize::try_from(c.max_stage_bytes.unwrap_or(DEFAULT_MAX_STAGE_BYTES))
+                .unwrap_or(usize::MAX),
             descriptor_limit,
         })
     }
@@ -118,6 +122,9 @@ pub enum Closed {
     CtlIdle,
     /// An unfinished frame that took paiod's over `max_buffered`.
     Buffered,
+    /// A stage whose `hello` or statistics took what paiod keeps of stages
+    /// over `max_stage_bytes`.
+    StageBytes,
     /// Replies left unread longer than `drain_timeout`, or over the
     /// outbox's hard limit.
     Unread,
@@ -134,6 +141,7 @@ impl Closed {
             Closed::HelloTimeout => "hello_timeout",
             Closed::CtlIdle => "ctl_idle",
             Closed::Buffered => "max_buffered",
+            Closed::StageBytes => "max_stage_bytes",
             Closed::Unread => "unread",
         }
     }
@@ -148,6 +156,8 @@ pub struct Conns {
     stages: usize,
     stages_by_uid: HashMap<u32, usize>,
     ctl: usize,
+    /// Bytes registered stages hold ([`Conns::hold`]).
+    stage_bytes: usize,
     closed: BTreeMap<Closed, u64>,
 }
 
@@ -161,6 +171,7 @@ impl Conns {
             stages: 0,
             stages_by_uid: HashMap::new(),
             ctl: 0,
+            stage_bytes: 0,
             closed: BTreeMap::new(),
         }
     }
@@ -232,6 +243,26 @@ impl Conns {
         }
     }
 
+    /// Makes a stage's share of the bytes stages hold `after` instead of
+    /// `before` (0 for a new stage), or says why not and counts the
+    /// closing (`max_stage_bytes`): a share that grows may not take the
+    /// total over the cap. A share that shrinks always may.
+    pub fn hold(&mut self, before: usize, after: usize) -> Result<(), String> {
+        let others = self.stage_bytes.saturating_sub(before);
+        let max = self.limits.max_stage_bytes;
+        if after > before && others.saturating_add(after) > max {
+            self.count(Closed::StageBytes);
+            return Err(format!(
+                "paiod keeps at most {max} bytes of stages' registrations and statistics \
+                 ([connections] max_stage_bytes) and holds {others} for other stages; this \
+                 stage needs {after}: the stage runs on its last rules and retries (remove \
+                 objects from it or raise the cap)"
+            ));
+        }
+        self.stage_bytes = others + after;
+        Ok(())
+    }
+
     /// Takes a ctl slot, or says why not.
     pub fn admit_ctl(&mut self) -> Result<(), String> {
         if self.ctl >= MAX_CTL_SESSIONS {
@@ -265,6 +296,8 @@ impl Conns {
             max_ctl: MAX_CTL_SESSIONS as u64,
             waiting: self.waiting.len() as u64,
             ctl: self.ctl as u64,
+            stage_bytes: self.stage_bytes as u64,
+            max_stage_bytes: l.max_stage_bytes as u64,
             closed: self
                 .closed
                 .iter()

@@ -273,8 +273,16 @@ pub struct ConnectionStatus {
     pub waiting: u64,
     /// Open `ctl` sessions.
     pub ctl: u64,
+    /// Bytes of registered stages' registrations and statistics paiod
+    /// keeps (estimated: [`crate::peer::held_by_info`]).
+    #[serde(default)]
+    pub stage_bytes: u64,
+    /// Cap on `stage_bytes`.
+    #[serde(default)]
+    pub max_stage_bytes: u64,
     /// Connections paiod closed since it started, by reason (`stage_cap`,
-    /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `unread`).
+    /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`,
+    /// `max_stage_bytes`, `unread`).
     pub closed: BTreeMap<String, u64>,
 }
 

@@ -16,8 +16,9 @@
 //! | `paio_background_depth`, `paio_background_busy_depth`, `paio_background_rate_bytes_per_second` | gauge (policy `criticality`; the rate only while limited) | |
 //! | `paiod_descriptor_limit` | gauge | |
 //! | `paiod_connections` | gauge | state (`stage`, `waiting`, `ctl`) |
-//! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`) |
-//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `unread`) |
+//! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`, `max_stage_bytes`) |
+//! | `paiod_stage_bytes` | gauge, bytes of stages' registrations and statistics paiod keeps (estimated) | |
+//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `max_stage_bytes`, `unread`) |
 //! | `paiod_loop_period_seconds` | gauge, achieved control period over the last 100 ticks | stat (`p50`, `p99`, `max`, `target`) |
 //! | `paiod_loop_work_seconds` | gauge, a tick's work | stat (`p99`) |
 //! | `paiod_loop_overruns_total` | counter, periods more than 10 % late | |
@@ -288,7 +289,14 @@ impl prometheus_client::collector::Collector for Snapshot {
                     one("cap", "max_stages_per_uid", c.max_stages_per_uid),
                     one("cap", "max_waiting", c.max_waiting),
                     one("cap", "max_ctl", c.max_ctl),
+                    one("cap", "max_stage_bytes", c.max_stage_bytes),
                 ],
+            )?;
+            unlabeled(
+                &mut enc,
+                "paiod_stage_bytes",
+                "Bytes of stages' registrations and statistics paiod keeps (estimated)",
+                c.stage_bytes as f64,
             )?;
             counters(
                 &mut enc,

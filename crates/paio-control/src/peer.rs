@@ -13,11 +13,20 @@
 //! | channels of a stage, objects of a channel | [`MAX_CHANNELS`], [`MAX_OBJECTS`] |
 //! | mappings to channels, to a channel's objects | [`MAX_MAPPINGS`] each |
 //! | classifiers | one of each kind |
+//! | objects of a stage, over its channels | [`MAX_STAGE_OBJECTS`] |
+//! | a report's histograms | [`paio::stats::HISTOGRAM_BUCKETS`] pairs each, wait buckets [`paio::stats::WAIT_BUCKET_BOUNDS_NS`]'s count |
 //!
 //! A whole message is at most [`paio::protocol::DEFAULT_MAX_FRAME`] bytes.
+//! What all registered stages make paiod keep is capped as well
+//! (`[connections] max_stage_bytes`), as [`held_by_info`] and
+//! [`held_by_stats`] estimate it.
+
+use std::mem::size_of;
 
 use paio::protocol::Hello;
-use paio::StageStats;
+use paio::stage::{ChannelInfo, ObjectInfo};
+use paio::stats::{ChannelStats, Counts, ObjectStats, HISTOGRAM_BUCKETS, WAIT_BUCKET_BOUNDS_NS};
+use paio::{Pattern, StageInfo, StageStats};
 
 use crate::ctl::CtlCommand;
 
@@ -38,6 +47,8 @@ pub const MAX_MAPPINGS: usize = paio::rule::MAX_MAPPINGS;
 pub const MAX_CHANNELS: usize = paio::rule::MAX_CHANNELS;
 /// Objects of one channel (what a stage's rules may create).
 pub const MAX_OBJECTS: usize = paio::rule::MAX_OBJECTS;
+/// Objects of one stage over its channels (what a stage's rules may create).
+pub const MAX_STAGE_OBJECTS: usize = paio::rule::MAX_STAGE_OBJECTS;
 /// Bytes of a peer's message (error, goodbye) written to the log; the rest
 /// is cut and its length said.
 pub const MAX_LOGGED: usize = 512;
@@ -114,6 +125,7 @@ pub fn check_hello(h: &Hello) -> Result<(), String> {
         name("default channel", d)?;
     }
     count("channels", h.info.channels.len(), MAX_CHANNELS)?;
+    stage_objects(h.info.channels.iter().map(|c| c.objects.len()))?;
     for ch in &h.info.channels {
         channel(&ch.name, ch.objects.iter().map(|o| o.name.as_str()))?;
         count(
@@ -143,13 +155,128 @@ fn channel<'a>(ch: &str, objects: impl ExactSizeIterator<Item = &'a str>) -> Res
     Ok(())
 }
 
+/// Checks the objects of a stage's channels (`per_channel`) together.
+fn stage_objects(per_channel: impl Iterator<Item = usize>) -> Result<(), String> {
+    count(
+        "objects over all channels",
+        per_channel.sum(),
+        MAX_STAGE_OBJECTS,
+    )
+}
+
+/// Checks a histogram's or wait buckets' pairs.
+fn pairs(field: &str, n: usize, max: usize) -> Result<(), String> {
+    if n > max {
+        return Err(format!("{field}: at most {max} pairs, this one {n}"));
+    }
+    Ok(())
+}
+
+/// Checks one [`Counts`]' buckets.
+fn counts(field: &str, c: &Counts) -> Result<(), String> {
+    pairs(
+        &format!("{field} wait_buckets"),
+        c.wait_buckets.len(),
+        WAIT_BUCKET_BOUNDS_NS.len(),
+    )
+}
+
 /// Checks a stage's statistics against the caps.
 pub fn check_stats(s: &StageStats) -> Result<(), String> {
     count("channels", s.channels.len(), MAX_CHANNELS)?;
+    stage_objects(s.channels.iter().map(|c| c.objects.len()))?;
+    for (what, c) in [
+        ("unmatched", &s.unmatched),
+        ("removed", &s.removed),
+        ("critical", &s.critical),
+    ] {
+        counts(what, c)?;
+    }
+    pairs(
+        "critical_latency",
+        s.critical_latency.len(),
+        HISTOGRAM_BUCKETS,
+    )?;
     for ch in &s.channels {
         channel(&ch.name, ch.objects.iter().map(|o| o.name.as_str()))?;
+        counts(&format!("channel {}", Escaped(&ch.name)), &ch.counts)?;
+        for o in &ch.objects {
+            counts(&format!("object {}", Escaped(&o.name)), &o.counts)?;
+        }
+        if let Some(h) = &ch.histograms {
+            let what = |k| format!("channel {} {k} histogram", Escaped(&ch.name));
+            pairs(&what("wait"), h.wait.len(), HISTOGRAM_BUCKETS)?;
+            pairs(&what("latency"), h.latency.len(), HISTOGRAM_BUCKETS)?;
+        }
     }
     Ok(())
+}
+
+/// What a mapping of `name` takes in memory.
+fn held_by_mapping(name: &str) -> usize {
+    size_of::<(Pattern, String)>() + name.len()
+}
+
+/// What paiod keeps of a stage's registration (its `hello`'s info), in
+/// bytes: the sizes of its parts and the lengths of its text. An estimate
+/// that follows what a peer can grow (objects, mappings, names), without
+/// the allocator's overhead; what `[connections] max_stage_bytes` counts.
+pub fn held_by_info(i: &StageInfo) -> usize {
+    let id = &i.identity;
+    let labels: usize = id
+        .labels
+        .iter()
+        .map(|(k, v)| 3 * size_of::<String>() + k.len() + v.len())
+        .sum();
+    let object = |o: &ObjectInfo| size_of::<ObjectInfo>() + o.name.len() + o.kind.len();
+    let channel = |c: &ChannelInfo| {
+        size_of::<ChannelInfo>()
+            + c.name.len()
+            + c.default_object.len()
+            + c.objects.iter().map(object).sum::<usize>()
+            + c.object_rules
+                .iter()
+                .map(|(_, n)| held_by_mapping(n))
+                .sum::<usize>()
+    };
+    size_of::<StageInfo>()
+        + id.name.len()
+        + id.host.len()
+        + labels
+        + i.classifiers.len()
+        + i.channels.iter().map(channel).sum::<usize>()
+        + i.channel_rules
+            .iter()
+            .map(|(_, n)| held_by_mapping(n))
+            .sum::<usize>()
+        + i.default_channel.as_ref().map_or(0, String::len)
+}
+
+/// What paiod keeps of a stage's statistics, in bytes, estimated as
+/// [`held_by_info`] is.
+pub fn held_by_stats(s: &StageStats) -> usize {
+    let pair = size_of::<(u64, u64)>();
+    let counts = |c: &Counts| c.wait_buckets.len() * pair;
+    let object = |o: &ObjectStats| {
+        size_of::<ObjectStats>() + o.name.len() + o.kind.len() + counts(&o.counts)
+    };
+    let channel = |c: &ChannelStats| {
+        size_of::<ChannelStats>()
+            + c.name.len()
+            + counts(&c.counts)
+            + c.objects.iter().map(object).sum::<usize>()
+            + c.histograms
+                .as_ref()
+                .map_or(0, |h| (h.wait.len() + h.latency.len()) * pair)
+    };
+    size_of::<StageStats>()
+        + s.stage.len()
+        + [&s.unmatched, &s.removed, &s.critical]
+            .into_iter()
+            .map(counts)
+            .sum::<usize>()
+        + s.critical_latency.len() * pair
+        + s.channels.iter().map(channel).sum::<usize>()
 }
 
 /// Checks a `ctl` command against the caps (`*` is a valid group).
@@ -344,6 +471,59 @@ mod tests {
             let e = check_hello(&h).unwrap_err();
             assert!(e.contains(field), "{field}: {e}");
         }
+    }
+
+    /// What a report may grow is capped: objects over all channels, wait
+    /// buckets and histograms; the estimate of what paiod keeps grows with
+    /// the objects.
+    #[test]
+    fn a_reports_objects_and_histograms_are_capped() {
+        let stage =
+            paio::Stage::from_policy_str("[[channel]]\nname = \"read\"\nmatch = {}\n", "<t>")
+                .unwrap();
+        let good = stage.collect();
+        check_stats(&good).unwrap();
+        let base = held_by_stats(&good);
+        let spoilt = |f: &dyn Fn(&mut StageStats)| {
+            let mut s = good.clone();
+            f(&mut s);
+            check_stats(&s).unwrap_err()
+        };
+        let e = spoilt(&|s| {
+            let ch = s.channels[0].clone();
+            let mut full = ch.clone();
+            full.objects = vec![ch.objects[0].clone(); MAX_OBJECTS];
+            s.channels = vec![full; MAX_STAGE_OBJECTS / MAX_OBJECTS + 1];
+        });
+        assert!(e.contains("objects over all channels: at most 4096"), "{e}");
+        let e = spoilt(&|s| s.channels[0].objects[0].counts.wait_buckets = vec![(1, 1); 9]);
+        assert!(
+            e.contains("wait_buckets: at most 8 pairs, this one 9"),
+            "{e}"
+        );
+        let e = spoilt(&|s| {
+            s.channels[0].histograms = Some(paio::stats::Histograms {
+                wait: vec![],
+                latency: vec![(1, 1); HISTOGRAM_BUCKETS + 1],
+            })
+        });
+        assert!(e.contains("latency histogram: at most 496 pairs"), "{e}");
+        let e = spoilt(&|s| s.critical_latency = vec![(1, 1); HISTOGRAM_BUCKETS + 1]);
+        assert!(e.contains("critical_latency"), "{e}");
+        let mut more = good.clone();
+        let o = more.channels[0].objects[0].clone();
+        more.channels[0].objects.extend(vec![o; 100]);
+        assert!(held_by_stats(&more) >= base + 100 * size_of::<ObjectStats>());
+        let mut h = hello();
+        let ch = h.info.channels[0].clone();
+        let mut full = ch.clone();
+        full.objects = vec![ch.objects[0].clone(); MAX_OBJECTS];
+        h.info.channels = vec![full; MAX_STAGE_OBJECTS / MAX_OBJECTS + 1];
+        let e = check_hello(&h).unwrap_err();
+        assert!(e.contains("objects over all channels"), "{e}");
+        assert!(
+            held_by_info(&h.info) > (MAX_STAGE_OBJECTS + MAX_OBJECTS) * size_of::<ObjectInfo>()
+        );
     }
 
     #[test]

@@ -102,6 +102,9 @@ struct StageEntry {
     /// Last `/proc/<pid>/io` sample: time, read_bytes, write_bytes.
     proc_prev: Option<(Instant, u64, u64)>,
     next_request: u64,
+    /// This stage's share of what paiod keeps of stages
+    /// ([`Conns::hold`]): its registration and latest statistics.
+    held: usize,
 }
 
 impl StageEntry {
@@ -335,6 +338,8 @@ impl State {
     fn remove_stage(&mut self, id: StageId) -> Option<StageEntry> {
         let e = self.stages.remove(&id)?;
         self.conns.stage_left(e.cred.uid);
+        // Giving back never fails.
+        let _ = self.conns.hold(e.held, 0);
         Some(e)
     }
 
@@ -1031,7 +1036,11 @@ impl Session {
                             ));
                             return Step::Next;
                         }
-                        on_stats(state, id, req, *stats);
+                        if let Err(e) = on_stats(state, id, req, *stats) {
+                            tracing::warn!("stage {id} closed: {e}");
+                            reply(Message::error(Some(req), ErrorCode::Limit, e));
+                            return Step::Close;
+                        }
                         Step::Next
                     }
                     Ok(Message::Ack { .. }) => Step::Next,
@@ -1197,6 +1206,11 @@ fn register(
     let mut st = lock(state);
     st.conns.done_waiting(conn);
     st.conns.admit_stage(cred.uid)?;
+    let held = peer::held_by_info(&hello.info);
+    if let Err(e) = st.conns.hold(0, held) {
+        st.conns.stage_left(cred.uid);
+        return Err(e);
+    }
     st.next_id += 1;
     let id = st.next_id;
     let mut info = hello.info;
@@ -1232,6 +1246,7 @@ fn register(
         outstanding: None,
         proc_prev: None,
         next_request: 0,
+        held,
     };
     entry.out.send(&Message::Welcome {
         version: protocol::VERSION,
@@ -1383,12 +1398,18 @@ fn apply_to_view(view: &mut StageView, rules: &[Rule]) {
 /// A stage answered collect `req`: rates over paiod's own interval between
 /// two answers, from the cumulative totals (so other collectors in the
 /// stage's process do not skew them).
-fn on_stats(state: &Shared, id: StageId, req: u64, mut stats: StageStats) {
+/// Err: keeping the report would take what paiod keeps of stages over
+/// `max_stage_bytes` (the report is dropped; the caller closes the stage).
+fn on_stats(state: &Shared, id: StageId, req: u64, mut stats: StageStats) -> Result<(), String> {
     let now = Instant::now();
     let mut st = lock(state);
+    let st = &mut *st;
     let Some(e) = st.stages.get_mut(&id) else {
-        return;
+        return Ok(());
     };
+    let held = peer::held_by_info(&e.view.info) + peer::held_by_stats(&stats);
+    st.conns.hold(e.held, held)?;
+    e.held = held;
     if e.outstanding.is_some_and(|(r, _)| r == req) {
         e.outstanding = None;
     }
@@ -1400,6 +1421,7 @@ fn on_stats(state: &Shared, id: StageId, req: u64, mut stats: StageStats) {
     }
     e.last_stats_at = Some(now);
     e.view.stats = Some(stats);
+    Ok(())
 }
 
 /// Rewrites the interval figures of `cur` as the difference to `prev` over

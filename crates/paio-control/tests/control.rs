@@ -1014,6 +1014,91 @@ fn unfinished_frames_are_capped_over_all_connections() {
     wait_for("the stage to register", || paiod.status().stages.len() == 1);
 }
 
+/// A report of 34,816 tiny objects (1 MB) made paiod keep 13.5 MB, for
+/// every stage sending one. A report over the objects a stage may have is
+/// refused, and what all stages make paiod keep is capped
+/// (`max_stage_bytes`): the stage whose report takes the total over is
+/// told so and closed, the others stay.
+#[test]
+fn what_stages_make_paiod_keep_is_capped() {
+    let objects = |channels: usize| {
+        let chans: Vec<serde_json::Value> = (0..channels)
+            .map(|c| {
+                let objs: Vec<serde_json::Value> = (0..256)
+                    .map(|o| serde_json::json!({"name": format!("o{o}"), "kind": "noop"}))
+                    .collect();
+                serde_json::json!({"name": format!("c{c}"), "objects": objs})
+            })
+            .collect();
+        serde_json::json!({"stage": "t", "collected_at_ns": 1, "channels": chans})
+    };
+    let report = objects(16); // 4,096 objects, what a stage may have
+    let held = paio_control::peer::held_by_stats(&serde_json::from_value(report.clone()).unwrap());
+    // Room for two such stages, not three.
+    let cap = 2 * held + held / 2;
+    let dir = tempfile::tempdir().unwrap();
+    let paiod = Paiod::start(
+        dir.path(),
+        &format!("[connections]\nmax_stage_bytes = \"{cap}B\"\n"),
+    );
+    let register = |name: &str| {
+        let mut s = UnixStream::connect(&paiod.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        protocol::write_message(
+            &mut s,
+            &Message::Hello(Box::new(protocol::Hello {
+                version: protocol::VERSION,
+                ppid: 1,
+                user: "t".into(),
+                exe: None,
+                info: stage(name).info(),
+            })),
+        )
+        .unwrap();
+        assert!(matches!(read_msg(&mut s), Message::Welcome { .. }));
+        s
+    };
+    // Answers the next collect with `stats`; returns paiod's error, if any.
+    let answer = |s: &mut UnixStream, stats: &serde_json::Value| loop {
+        if let Message::Collect { id } = read_msg(s) {
+            let msg = serde_json::json!({"type": "stats", "id": id, "stats": stats});
+            raw_frame(s, msg.to_string().as_bytes());
+            s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            let reply = protocol::read_frame(s, protocol::DEFAULT_MAX_FRAME);
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            return match reply {
+                Ok(Some(p)) => match protocol::decode(&p).unwrap() {
+                    Message::Error { message, .. } => Some(message),
+                    _ => None,
+                },
+                _ => None,
+            };
+        }
+    };
+    let mut over = register("over");
+    let e = answer(&mut over, &objects(17)).expect("4,352 objects refused");
+    assert!(e.contains("objects over all channels: at most 4096"), "{e}");
+    let mut kept: Vec<UnixStream> = (0..2).map(|i| register(&format!("k{i}"))).collect();
+    for s in &mut kept {
+        assert_eq!(answer(s, &report), None);
+    }
+    let mut third = register("third");
+    let e = answer(&mut third, &report).expect("the third report refused");
+    assert!(e.contains("max_stage_bytes"), "{e}");
+    wait_for("the third to be closed", || {
+        connections(&paiod).closed.get("max_stage_bytes") == Some(&1)
+    });
+    let c = connections(&paiod);
+    assert!(c.stage_bytes <= cap as u64, "{} > {cap}", c.stage_bytes);
+    assert!(c.stage_bytes >= 2 * held as u64, "{c:?}");
+    assert_eq!(paiod.status().stages.len(), 3, "over and the two kept");
+    // A stage that leaves gives its share back: the next one fits.
+    drop(kept.pop());
+    wait_for("k1 to leave", || paiod.status().stages.len() == 2);
+    let mut fourth = register("fourth");
+    assert_eq!(answer(&mut fourth, &report), None);
+}
+
 /// `paio ctl set team=I1 ...` on a paiod grouping by `job` set group `I1`
 /// and said nothing: the label is checked against the policy's group_by.
 #[test]

@@ -156,6 +156,12 @@ pub const MAX_CHANNELS: usize = 1024;
 /// a `create_object` beyond is refused.
 pub const MAX_OBJECTS: usize = 256;
 
+/// Objects a stage may have over all its channels, their `default` objects
+/// included: a `create_object`, or a `create_channel` (which makes its
+/// `default` object), beyond is refused. paiod refuses a stage reporting
+/// more, so what one stage makes paiod hold stays small (a few MB).
+pub const MAX_STAGE_OBJECTS: usize = 4096;
+
 /// Mappings (patterns) a stage may have to its channels, and a channel to
 /// its objects: a `map_channel` or `map_object` with a new pattern beyond
 /// is refused.
@@ -214,8 +220,9 @@ pub enum RuleError {
         /// The enabled classifiers.
         enabled: String,
     },
-    /// The stage has [`MAX_CHANNELS`] channels, a channel [`MAX_OBJECTS`]
-    /// objects, or either [`MAX_MAPPINGS`] mappings, already.
+    /// The stage has [`MAX_CHANNELS`] channels or [`MAX_STAGE_OBJECTS`]
+    /// objects, a channel [`MAX_OBJECTS`] objects, or either
+    /// [`MAX_MAPPINGS`] mappings, already.
     #[error("{what} has {max} {items} already, the most it may have: remove one first")]
     TooMany {
         /// `the stage` or `channel "x"`.

@@ -252,6 +252,20 @@ impl Model {
             .ok_or_else(|| RuleError::UnknownChannel(name.to_string()))
     }
 
+    /// Whether the stage may have one object more
+    /// ([`crate::rule::MAX_STAGE_OBJECTS`]).
+    fn room_for_object(&self) -> Result<(), RuleError> {
+        let objects: usize = self.channels.iter().map(|c| c.objects.len()).sum();
+        if objects >= crate::rule::MAX_STAGE_OBJECTS {
+            return Err(RuleError::TooMany {
+                what: "the stage".into(),
+                items: "objects",
+                max: crate::rule::MAX_STAGE_OBJECTS,
+            });
+        }
+        Ok(())
+    }
+
     fn channel_mut(&mut self, name: &str) -> Result<&mut ChannelModel, RuleError> {
         let i = self.channel_index(name)?;
         Ok(&mut self.channels[i])
@@ -328,6 +342,7 @@ impl Model {
                         max: crate::rule::MAX_CHANNELS,
                     });
                 }
+                self.room_for_object()?;
                 self.channel_by_name
                     .insert(name.clone(), self.channels.len());
                 self.channels.push(ChannelModel::new(name.clone()));
@@ -363,6 +378,7 @@ impl Model {
                         reason: "reserved for the channel's pass-through object",
                     });
                 }
+                let room = self.room_for_object();
                 let ch = self.channel_mut(channel)?;
                 if ch.object_index(name).is_some() {
                     return Err(RuleError::Exists {
@@ -377,6 +393,7 @@ impl Model {
                         max: crate::rule::MAX_OBJECTS,
                     });
                 }
+                room?;
                 let object =
                     object::build(config, clock, activity).map_err(|source| RuleError::Config {
                         channel: channel.clone(),
@@ -2670,6 +2687,44 @@ mod tests {
             let e = stage.apply(rule).unwrap_err();
             assert!(e.to_string().contains("has 1024 mappings already"), "{e}");
         }
+    }
+
+    /// Objects over all channels are capped too, default objects included:
+    /// beyond, neither an object nor a channel (which makes one) is created.
+    #[test]
+    fn objects_of_the_whole_stage_are_capped() {
+        use crate::rule::{MAX_OBJECTS, MAX_STAGE_OBJECTS};
+        let stage = Stage::builder("s").build();
+        let full = MAX_STAGE_OBJECTS / MAX_OBJECTS;
+        for c in 0..full {
+            let name = format!("c{c}");
+            stage.apply(&channel(&name)).unwrap();
+            let objects: Vec<Rule> = (1..MAX_OBJECTS)
+                .map(|i| drl(&name, &format!("o{i}"), Rate::bytes_per_sec(1 << 20)))
+                .collect();
+            stage.apply_all(&objects).unwrap();
+        }
+        let e = stage.apply(&channel("one-more")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the stage has 4096 objects already, the most it may have: remove one first"
+        );
+        stage
+            .apply(&Rule::RemoveObject {
+                channel: "c0".into(),
+                name: "o1".into(),
+            })
+            .unwrap();
+        stage.apply(&channel("one-more")).unwrap();
+        let e = stage
+            .apply(&drl("one-more", "o", Rate::bytes_per_sec(1 << 20)))
+            .unwrap_err();
+        assert!(matches!(e, RuleError::TooMany { max: 4096, .. }), "{e}");
+        // An unknown channel is still said first.
+        let e = stage
+            .apply(&drl("nowhere", "o", Rate::bytes_per_sec(1 << 20)))
+            .unwrap_err();
+        assert!(matches!(e, RuleError::UnknownChannel(_)), "{e}");
     }
 
     /// Upper-cases the request: a transforming object.

@@ -171,6 +171,10 @@ const SUB_BITS: u32 = 3;
 const SUB: usize = 1 << SUB_BITS;
 /// Buckets: exact values 0..8, then 8 per octave up to 2⁶⁴ ns.
 const BUCKETS: usize = SUB + (64 - SUB_BITS as usize) * SUB;
+/// Buckets of a wait or latency histogram: the most pairs a sparse
+/// histogram of a report ([`Histograms`], [`StageStats::critical_latency`])
+/// has.
+pub const HISTOGRAM_BUCKETS: usize = BUCKETS;
 
 /// A log-linear histogram of wait times in nanoseconds (8 buckets per power of
 /// two, so a reported percentile is within 12.5 % above the true value).
