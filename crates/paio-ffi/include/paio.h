@@ -3,6 +3,11 @@
  * SPDX-License-Identifier: Apache-2.0
  *
  * Link with `pkg-config --cflags --libs paio`. Guide: docs/c-api.md.
+ *
+ * Every function leaves errno as it found it. After fork() in a process
+ * with other threads, the child may only free what it inherited, or
+ * create new stages: a thread that waited in a stage at the fork is not in
+ * the child, and its place in a priority object's queue would stay taken.
  */
 
 #ifndef PAIO_H
@@ -304,8 +309,9 @@ const char *paio_version(void);
  * given to `paio_stage_apply` say otherwise.
  *
  * Returns `PAIO_OK` and the new stage in `*out`, or an error with `*out` set
- * to NULL (`PAIO_ERR_INVALID_ARGUMENT` if `name` or `out` is NULL or `name`
- * is not UTF-8).
+ * to NULL (`PAIO_ERR_INVALID_ARGUMENT` if `name` or `out` is NULL, or
+ * `name` is not UTF-8, not 1 to 128 bytes or has control characters: it is
+ * shown by paiod, `paio status` and logs).
  *
  * # Safety
  * `name` is NULL or a NUL-terminated string; `out` is NULL or valid for
@@ -404,7 +410,8 @@ void paio_stage_free(struct paio_stage *stage);
  *
  * Returns `PAIO_OK`; `PAIO_ERR_ENFORCE` if an object refused the request;
  * `PAIO_ERR_INVALID_ARGUMENT` if `stage` or `ctx` is NULL, a context id is
- * unknown, or `data` is NULL with `len` > 0.
+ * unknown, `ctx->size` is above `SSIZE_MAX` (a failed call's -1 cast to
+ * `uint64_t`), or `data` is NULL with `len` > 0.
  *
  * Thread-safe: call it from any number of threads on the same stage.
  *
@@ -484,7 +491,8 @@ enum paio_status paio_stage_collect(const struct paio_stage *stage, char **out_j
  * (docs/control-plane.md). The connection ends with `paio_stage_free`.
  *
  * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if `stage` is NULL,
- * `socket` is not UTF-8 or relative, or the stage is already connected;
+ * `socket` is not UTF-8, relative or longer than a Unix socket's path may
+ * be (107 bytes), or `paio_stage_connect` was called for the stage already;
  * `PAIO_ERR_LIMIT` if the thread cannot be started.
  *
  * # Safety
@@ -662,7 +670,7 @@ enum paio_status paio_get_request_context(uint16_t *out_id);
  * Returns `PAIO_OK` and a live ticket in `*out`; `PAIO_ERR_ENFORCE` if an
  * object refused the request (counted now; nothing to complete);
  * `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or a context field is
- * invalid. On error `out->state` is 0.
+ * invalid (`size` above `SSIZE_MAX` included). On error `out->state` is 0.
  *
  * Thread-safe: call it from any number of threads on the same stage.
  *
@@ -683,8 +691,14 @@ enum paio_status paio_stage_admit(const struct paio_stage *stage,
  * since admission ended). Never blocks. Marks the ticket completed.
  *
  * Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (nothing counted or
- * released) if an argument is NULL, the ticket is not live (completed
- * already, or never admitted) or was admitted by another stage.
+ * released; a live ticket stays live) if an argument is NULL, the ticket is
+ * not live (completed already, or never admitted), was admitted by another
+ * stage, or `moved` is above `SSIZE_MAX` (a failed call's -1: give 0).
+ *
+ * Whether a ticket is live is in the ticket itself: complete the
+ * `paio_ticket` that `paio_stage_admit` filled, not a copy of it. A copy
+ * completed as well counts the request twice and frees its priority slot
+ * twice, which libpaio cannot tell from two requests.
  *
  * Thread-safe, and callable from another thread than the admitting one.
  *

@@ -155,6 +155,7 @@ impl paio_context {
     }
 
     fn to_rust(self) -> Result<Context, Error> {
+        check_bytes("ctx.size", self.size)?;
         Ok(Context::explicit(
             self.workflow,
             args::request_type(self.request_type)?,
@@ -171,6 +172,20 @@ impl paio_context {
             })?,
         ))
     }
+}
+
+/// Checks a byte count a caller gives (`what`): at most `SSIZE_MAX`, what
+/// one call can move. A larger one is a negative `ssize_t` (a failed call's
+/// -1) cast to `uint64_t`, which would put a rate limiter into a debt it
+/// never leaves, or wrap the statistics.
+fn check_bytes(what: &str, n: u64) -> Result<(), Error> {
+    if n > i64::MAX as u64 {
+        return Err(Error::invalid(format!(
+            "{what} is {n}, above SSIZE_MAX: a failed call's -1 cast to uint64_t? Give the \
+             bytes the call asks for (admit) or moved (complete: 0 when it failed)"
+        )));
+    }
+    Ok(())
 }
 
 /// What the stage did with one request (filled by `paio_stage_enforce`).
@@ -383,8 +398,9 @@ unsafe fn stage_out(out: *mut *mut paio_stage) -> Result<*mut *mut paio_stage, E
 /// given to `paio_stage_apply` say otherwise.
 ///
 /// Returns `PAIO_OK` and the new stage in `*out`, or an error with `*out` set
-/// to NULL (`PAIO_ERR_INVALID_ARGUMENT` if `name` or `out` is NULL or `name`
-/// is not UTF-8).
+/// to NULL (`PAIO_ERR_INVALID_ARGUMENT` if `name` or `out` is NULL, or
+/// `name` is not UTF-8, not 1 to 128 bytes or has control characters: it is
+/// shown by paiod, `paio status` and logs).
 ///
 /// # Safety
 /// `name` is NULL or a NUL-terminated string; `out` is NULL or valid for
@@ -399,6 +415,7 @@ pub unsafe extern "C" fn paio_stage_new(
         let out = unsafe { stage_out(out) }?;
         // SAFETY: `name` is NULL or NUL-terminated (this function's contract).
         let name = unsafe { c_str(name, "name") }?;
+        paio::env::check_stage_name(name).map_err(|e| Error::invalid(format!("name: {e}")))?;
         let stage = Stage::builder(name).build();
         // SAFETY: `out` was checked non-NULL by stage_out and is writable.
         unsafe { put_stage(out, stage) };
@@ -483,6 +500,7 @@ pub unsafe extern "C" fn paio_stage_from_policy_as(
                     "name is empty; pass NULL to keep the policy's",
                 ));
             }
+            paio::env::check_stage_name(name).map_err(|e| Error::invalid(format!("name: {e}")))?;
             parsed.name = Some(name.to_string());
         }
         if n_labels > 0 && (label_keys.is_null() || label_values.is_null()) {
@@ -583,7 +601,8 @@ pub unsafe extern "C" fn paio_stage_free(stage: *mut paio_stage) {
 ///
 /// Returns `PAIO_OK`; `PAIO_ERR_ENFORCE` if an object refused the request;
 /// `PAIO_ERR_INVALID_ARGUMENT` if `stage` or `ctx` is NULL, a context id is
-/// unknown, or `data` is NULL with `len` > 0.
+/// unknown, `ctx->size` is above `SSIZE_MAX` (a failed call's -1 cast to
+/// `uint64_t`), or `data` is NULL with `len` > 0.
 ///
 /// Thread-safe: call it from any number of threads on the same stage.
 ///
@@ -777,7 +796,8 @@ pub unsafe extern "C" fn paio_stage_collect(
 /// (docs/control-plane.md). The connection ends with `paio_stage_free`.
 ///
 /// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` if `stage` is NULL,
-/// `socket` is not UTF-8 or relative, or the stage is already connected;
+/// `socket` is not UTF-8, relative or longer than a Unix socket's path may
+/// be (107 bytes), or `paio_stage_connect` was called for the stage already;
 /// `PAIO_ERR_LIMIT` if the thread cannot be started.
 ///
 /// # Safety
@@ -808,10 +828,14 @@ pub unsafe extern "C" fn paio_stage_connect(
                 )))
             }
         };
+        paio::control::check_socket_path(&path)
+            .map_err(|e| Error::invalid(format!("socket {}: {e}", path.display())))?;
         let mut control = handle.control.lock().unwrap_or_else(|e| e.into_inner());
         if control.is_some() {
             return Err(Error::invalid(
-                "the stage is already connected to paiod (one connection per stage)",
+                "paio_stage_connect was called for this stage already (one control \
+                 connection per stage; it connects whenever paiod is there): free the stage \
+                 to end it",
             ));
         }
         let options = paio::control::ControlOptions::new(path);
@@ -1127,7 +1151,7 @@ pub const PAIO_TICKET_LIVE: u64 = 0x7061_696f_7469_636b;
 /// Returns `PAIO_OK` and a live ticket in `*out`; `PAIO_ERR_ENFORCE` if an
 /// object refused the request (counted now; nothing to complete);
 /// `PAIO_ERR_INVALID_ARGUMENT` if an argument is NULL or a context field is
-/// invalid. On error `out->state` is 0.
+/// invalid (`size` above `SSIZE_MAX` included). On error `out->state` is 0.
 ///
 /// Thread-safe: call it from any number of threads on the same stage.
 ///
@@ -1172,8 +1196,14 @@ pub unsafe extern "C" fn paio_stage_admit(
 /// since admission ended). Never blocks. Marks the ticket completed.
 ///
 /// Returns `PAIO_OK`; `PAIO_ERR_INVALID_ARGUMENT` (nothing counted or
-/// released) if an argument is NULL, the ticket is not live (completed
-/// already, or never admitted) or was admitted by another stage.
+/// released; a live ticket stays live) if an argument is NULL, the ticket is
+/// not live (completed already, or never admitted), was admitted by another
+/// stage, or `moved` is above `SSIZE_MAX` (a failed call's -1: give 0).
+///
+/// Whether a ticket is live is in the ticket itself: complete the
+/// `paio_ticket` that `paio_stage_admit` filled, not a copy of it. A copy
+/// completed as well counts the request twice and frees its priority slot
+/// twice, which libpaio cannot tell from two requests.
 ///
 /// Thread-safe, and callable from another thread than the admitting one.
 ///
@@ -1198,6 +1228,7 @@ pub unsafe extern "C" fn paio_stage_complete(
                 "the ticket is not live: completed already, or not filled by paio_stage_admit",
             ));
         }
+        check_bytes("moved", moved)?;
         let admission = paio::Admission::from_raw(paio::RawAdmission {
             ctx: t.ctx.to_rust()?,
             internal: t.internal,

@@ -1,7 +1,7 @@
 //! Status codes, the thread-local last-error message, and the panic guard
 //! every exported function runs its body in.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, CString};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -131,7 +131,15 @@ thread_local! {
     /// The message of the calling thread's last failed call, if the last call
     /// failed.
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+    /// Whether the last call failed while `LAST_ERROR` was gone (thread
+    /// teardown). No destructor, so it outlives `LAST_ERROR`.
+    static LOST_ERROR: Cell<bool> = const { Cell::new(false) };
 }
+
+/// What `paio_last_error` says after a call that failed while the thread's
+/// error slot was gone (a call from a thread-exit destructor).
+const LOST_MESSAGE: &std::ffi::CStr =
+    c"(the call failed during thread exit, where libpaio cannot keep its message)";
 
 /// Whether any thread of the process ever kept a last error: until one
 /// does, no thread has one to forget, and a successful call skips the
@@ -147,11 +155,16 @@ pub(crate) fn set_last_error(message: &str) {
         .unwrap_or_else(|_| CString::from(c"(unprintable error message)"));
     // During thread teardown the slot may be gone; the message is then lost,
     // which is harmless: nobody on this thread can ask for it any more.
-    let _ = LAST_ERROR.try_with(|e| {
-        if let Ok(mut slot) = e.try_borrow_mut() {
-            *slot = Some(c);
-        }
-    });
+    let kept = LAST_ERROR
+        .try_with(|e| match e.try_borrow_mut() {
+            Ok(mut slot) => {
+                *slot = Some(c);
+                true
+            }
+            Err(_) => false,
+        })
+        .unwrap_or(false);
+    LOST_ERROR.set(!kept);
 }
 
 /// Forgets the thread's last error. Cheap when there is none (no allocation).
@@ -161,6 +174,7 @@ pub(crate) fn clear_last_error() {
     if !ANY_ERROR.load(Ordering::Relaxed) {
         return;
     }
+    LOST_ERROR.set(false);
     let _ = LAST_ERROR.try_with(|e| {
         if let Ok(mut slot) = e.try_borrow_mut() {
             if slot.is_some() {
@@ -177,7 +191,13 @@ pub(crate) fn last_error_ptr() -> *const c_char {
             Ok(slot) => slot.as_ref().map_or(c"".as_ptr(), |c| c.as_ptr()),
             Err(_) => c"".as_ptr(),
         })
-        .unwrap_or(c"".as_ptr())
+        .unwrap_or_else(|_| {
+            if LOST_ERROR.get() {
+                LOST_MESSAGE.as_ptr()
+            } else {
+                c"".as_ptr()
+            }
+        })
 }
 
 /// The text of a panic payload.
@@ -200,6 +220,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
 /// gets an error code, and the state a panic could interrupt (a stage's
 /// mutexes) is recovered from poisoning by paio itself.
 pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> paio_status {
+    let _errno = KeepErrno::new();
     match panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => {
             clear_last_error();
@@ -221,10 +242,31 @@ pub(crate) fn guard(body: impl FnOnce() -> Result<(), Error>) -> paio_status {
     }
 }
 
+/// Restores the caller's `errno` when dropped: a libpaio call leaves it as
+/// it found it, whatever the system calls inside did (a wait on a futex, a
+/// board file that exists already).
+struct KeepErrno(c_int);
+
+impl KeepErrno {
+    fn new() -> Self {
+        // SAFETY: __errno_location returns the calling thread's errno,
+        // valid for the thread's life.
+        Self(unsafe { *libc::__errno_location() })
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`; the same thread (the value never leaves it).
+        unsafe { *libc::__errno_location() = self.0 };
+    }
+}
+
 /// Runs the body of an exported function that returns nothing (the free
 /// functions): a panic is caught and kept as the last error; otherwise the
 /// last error is left as it was.
 pub(crate) fn guard_void(body: impl FnOnce()) {
+    let _errno = KeepErrno::new();
     if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(body)) {
         set_last_error(&format!(
             "panic inside libpaio: {}",
@@ -238,6 +280,7 @@ pub(crate) fn guard_void(body: impl FnOnce()) {
 /// pointer to static text, a flag): a panic yields `fallback` instead of
 /// unwinding.
 pub(crate) fn guard_value<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    let _errno = KeepErrno::new();
     panic::catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 

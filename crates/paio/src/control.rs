@@ -32,6 +32,22 @@ use crate::stage::Stage;
 /// File name of paiod's socket inside its runtime directory.
 pub const SOCKET_NAME: &str = "paiod.sock";
 
+/// Bytes a Unix socket's path may have (`sun_path` less its NUL).
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Checks that `path` can name a Unix socket: a longer path can never be
+/// connected to, so a stage given one would wait for paiod forever.
+pub fn check_socket_path(path: &Path) -> Result<(), String> {
+    let n = path.as_os_str().len();
+    if n > MAX_SOCKET_PATH {
+        return Err(format!(
+            "{n} bytes, more than a Unix socket's path may have ({MAX_SOCKET_PATH}); choose a \
+             shorter path"
+        ));
+    }
+    Ok(())
+}
+
 /// The default socket: `$XDG_RUNTIME_DIR/paio/paiod.sock`, else
 /// `/run/paio/paiod.sock` for root, else `/tmp/paio-<uid>/paiod.sock`.
 pub fn default_socket_path() -> PathBuf {

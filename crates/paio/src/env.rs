@@ -149,14 +149,20 @@ pub fn parse(env: &[(String, String)]) -> Result<InterposerEnv, EnvError> {
     };
     let control = match get("PAIO_CONTROL") {
         None => None,
-        Some(p) => Some(control_socket(p).ok_or_else(|| {
-            bad(
-                "PAIO_CONTROL",
-                p,
-                "expected an absolute socket path, or \"default\" for paiod's default socket"
-                    .into(),
-            )
-        })?),
+        Some(p) => {
+            let socket = control_socket(p).ok_or_else(|| {
+                bad(
+                    "PAIO_CONTROL",
+                    p,
+                    "expected an absolute socket path, or \"default\" for paiod's default socket"
+                        .into(),
+                )
+            })?;
+            if let ControlSocket::Path(path) = &socket {
+                crate::control::check_socket_path(path).map_err(|e| bad("PAIO_CONTROL", p, e))?;
+            }
+            Some(socket)
+        }
     };
     let stage_name = match get("PAIO_STAGE_NAME") {
         Some(n) => {
@@ -376,6 +382,11 @@ mod tests {
     fn bad_values_name_the_variable_and_what_was_expected() {
         for (pairs, variable, says) in [
             (&[("PAIO_CONTROL", "sock")][..], "PAIO_CONTROL", "absolute"),
+            (
+                &[("PAIO_CONTROL", &*format!("/{}", "s".repeat(107)))][..],
+                "PAIO_CONTROL",
+                "108 bytes, more than a Unix socket's path may have (107)",
+            ),
             (&[("PAIO_SHARED", "limits")][..], "PAIO_SHARED", "absolute"),
             (
                 &[("PAIO_FILE_CLASSES", "stream=/data")][..],

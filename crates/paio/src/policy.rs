@@ -374,7 +374,7 @@ impl Policy {
                 None,
                 "policy".into(),
                 format!(
-                    "file of {} bytes exceeds the {MAX_POLICY_BYTES} allowed",
+                    "a policy of {} bytes exceeds the {MAX_POLICY_BYTES} allowed",
                     text.len()
                 ),
             ));

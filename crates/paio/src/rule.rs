@@ -306,5 +306,26 @@ mod tests {
             r#"{"rule":"configure","channel":"bg","object":"l","config":{"kind":"drl","rate":"1B/s","colour":1}}"#
         )
         .is_err());
+        // A noop has no fields: a rate there is a mistake, not a noop.
+        let e = serde_json::from_str::<Rule>(
+            r#"{"rule":"create_object","channel":"bg","name":"l","config":{"kind":"noop","rate":"1MiB/s"}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("unknown field `rate`"), "{e}");
+        let r: Rule = serde_json::from_str(
+            r#"{"rule":"create_object","channel":"bg","name":"l","config":{"kind":"noop"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            r,
+            Rule::CreateObject {
+                config: ObjectConfig::Noop,
+                ..
+            }
+        ));
+        assert_eq!(
+            serde_json::to_string(&ObjectConfig::Noop).unwrap(),
+            r#"{"kind":"noop"}"#
+        );
     }
 }

@@ -249,7 +249,7 @@ impl Model {
         self.channel_by_name
             .get(name)
             .copied()
-            .ok_or_else(|| RuleError::UnknownChannel(name.to_string()))
+            .ok_or_else(|| RuleError::UnknownChannel(shown_name(name)))
     }
 
     /// Whether the stage may have one object more
@@ -527,9 +527,24 @@ fn in_use(what: &'static str, name: &str, by: String) -> RuleError {
 
 fn unknown_object(channel: &str, object: &str) -> RuleError {
     RuleError::UnknownObject {
-        channel: channel.to_string(),
-        object: object.to_string(),
+        channel: shown_name(channel),
+        object: shown_name(object),
     }
+}
+
+/// A name a rule gave, as an error shows it: one longer than any name may
+/// be (a 100 MB one made a 100 MB message) is cut after 128 bytes, with its
+/// length said.
+fn shown_name(name: &str) -> String {
+    const SHOWN: usize = 128;
+    if name.len() <= SHOWN {
+        return name.to_string();
+    }
+    let mut end = SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &name[..end], name.len())
 }
 
 fn check_name(name: &str) -> Result<(), RuleError> {
@@ -2394,6 +2409,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(i, 2);
         assert_eq!(e, RuleError::UnknownChannel("missing".into()));
+        let long = "é".repeat(1_000_000);
+        let e = stage
+            .apply(&Rule::RemoveChannel { name: long })
+            .unwrap_err();
+        let shown = e.to_string();
+        assert!(shown.len() < 200, "{}", shown.len());
+        assert!(shown.ends_with("... (2000000 bytes)\""), "{shown}");
         // Neither the new channel nor the rate change survived.
         assert_eq!(stage.info(), before);
     }

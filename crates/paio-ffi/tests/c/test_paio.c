@@ -11,6 +11,7 @@
 
 #include <paio.h>
 
+#include <errno.h>
 #include <inttypes.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -292,6 +293,26 @@ static void test_stage_creation(void) {
     CHECK(paio_stage_new("bad\xff", &s) == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(contains(paio_last_error(), "UTF-8"));
     CHECK(s == NULL);
+    /* Names reach paiod, `paio status` and logs: checked as PAIO_STAGE_NAME. */
+    CHECK(paio_stage_new("", &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "1 to 128 bytes"));
+    CHECK(paio_stage_new("a\x1b[2Jb", &s) == PAIO_ERR_INVALID_ARGUMENT);
+    CHECK(contains(paio_last_error(), "control"));
+    CHECK(s == NULL);
+    {
+        char long_name[300];
+        memset(long_name, 'n', sizeof long_name - 1);
+        long_name[sizeof long_name - 1] = '\0';
+        CHECK(paio_stage_new(long_name, &s) == PAIO_ERR_INVALID_ARGUMENT);
+        CHECK(contains(paio_last_error(), "this one 299"));
+    }
+    /* A call that succeeds leaves errno as it found it (the board file that
+     * exists already made the first stage leave EEXIST). */
+    errno = ENOTTY;
+    CHECK_OK(paio_stage_new("errno", &s));
+    CHECK(errno == ENOTTY);
+    paio_stage_free(s);
+    CHECK(errno == ENOTTY);
 
     /* From a policy string; the error names the origin and line 6. */
     s = (paio_stage *)&s;
@@ -625,6 +646,23 @@ static void test_two_phases(void) {
     CHECK(paio_stage_admit(s, NULL, &t) == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(t.state == 0);
     CHECK(paio_stage_complete(s, NULL, 0) == PAIO_ERR_INVALID_ARGUMENT);
+    /* A failed call's -1 cast to uint64_t, as a size or as bytes moved: it
+     * would put a rate limiter into a debt it never leaves, or wrap the
+     * counts. Refused; the ticket stays live. */
+    {
+        ssize_t failed = -1;
+        paio_context huge = ctx;
+        huge.size = (uint64_t)failed;
+        CHECK(paio_stage_admit(s, &huge, &t) == PAIO_ERR_INVALID_ARGUMENT);
+        CHECK(contains(paio_last_error(), "SSIZE_MAX"));
+        CHECK(paio_stage_enforce(s, &huge, NULL, 0, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+        CHECK_OK(paio_stage_admit(s, &ctx, &t));
+        CHECK(paio_stage_complete(s, &t, (uint64_t)failed) == PAIO_ERR_INVALID_ARGUMENT);
+        CHECK(contains(paio_last_error(), "moved is 18446744073709551615"));
+        CHECK(t.state == PAIO_TICKET_LIVE);
+        CHECK_OK(paio_stage_complete(s, &t, 0));
+        CHECK(channel_figure(s, "bg", "bytes") == 1000);
+    }
     ctx.criticality = 7;
     CHECK(paio_stage_admit(s, &ctx, &t) == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(contains(paio_last_error(), "criticality 7"));
@@ -639,6 +677,14 @@ static void test_two_phases(void) {
     CHECK(now_seconds() - start < 0.5);
     CHECK_OK(paio_stage_complete(s, &t, 1000));
     CHECK(channel_figure(s, "limited", "bytes") == 1000);
+    /* An admission that waits (0.1 s for 100 B at 1000 B/s) leaves errno as
+     * it found it, whatever the wait's system calls said. */
+    CHECK_OK(paio_context_new(PAIO_REQ_WRITE, 100, &ctx));
+    errno = ENOTTY;
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    CHECK(errno == ENOTTY);
+    CHECK_OK(paio_stage_complete(s, &t, 100));
+    CHECK(errno == ENOTTY);
     paio_stage_free(s);
 }
 
@@ -817,6 +863,15 @@ static void test_connect(void) {
     CHECK(paio_stage_connect(stage, "relative.sock") == PAIO_ERR_INVALID_ARGUMENT);
     CHECK(contains(paio_last_error(), "absolute"));
     CHECK(paio_stage_connect(NULL, NULL) == PAIO_ERR_INVALID_ARGUMENT);
+    {
+        /* A path no Unix socket can have: said now, not waited on forever. */
+        char too_long[200];
+        memset(too_long, 's', sizeof too_long - 1);
+        too_long[0] = '/';
+        too_long[sizeof too_long - 1] = '\0';
+        CHECK(paio_stage_connect(stage, too_long) == PAIO_ERR_INVALID_ARGUMENT);
+        CHECK(contains(paio_last_error(), "199 bytes, more than a Unix socket's path"));
+    }
 
     char dir[] = "/tmp/paio-c-test-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -834,7 +889,7 @@ static void test_connect(void) {
 
     CHECK_OK(paio_stage_connect(stage, path));
     CHECK(paio_stage_connect(stage, path) == PAIO_ERR_INVALID_ARGUMENT);
-    CHECK(contains(paio_last_error(), "already connected"));
+    CHECK(contains(paio_last_error(), "paio_stage_connect was called for this stage already"));
 
     int fd = accept(lfd, NULL, NULL);
     CHECK(fd >= 0);
@@ -869,6 +924,42 @@ static void test_connect(void) {
     rmdir(dir);
 }
 
+/* A call that fails in a thread-exit destructor, where libpaio's own
+ * thread state is gone: its message is lost, but paio_last_error says so
+ * instead of "" (which means success). */
+static pthread_key_t exit_key;
+static int exit_status = -1;
+static char exit_message[160];
+
+static void at_thread_exit(void *stage) {
+    exit_status = paio_stage_apply((paio_stage *)stage, "not json");
+    snprintf(exit_message, sizeof exit_message, "%s", paio_last_error());
+}
+
+static void *exiting_thread(void *stage) {
+    paio_stage *s = (paio_stage *)stage;
+    paio_context ctx;
+    /* Touch libpaio's thread state first, as a real thread would. */
+    CHECK(paio_stage_apply(s, "not json") == PAIO_ERR_RULE);
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 1, &ctx));
+    CHECK(pthread_setspecific(exit_key, stage) == 0);
+    return NULL;
+}
+
+static void test_error_during_thread_exit(void) {
+    paio_stage *s = NULL;
+    pthread_t th;
+    CHECK_OK(paio_stage_new("exit", &s));
+    CHECK(pthread_key_create(&exit_key, at_thread_exit) == 0);
+    CHECK(pthread_create(&th, NULL, exiting_thread, s) == 0);
+    CHECK(pthread_join(th, NULL) == 0);
+    CHECK(exit_status == PAIO_ERR_RULE);
+    CHECK(exit_message[0] != '\0');
+    CHECK(contains(exit_message, "invalid rule JSON") || contains(exit_message, "thread exit"));
+    pthread_key_delete(exit_key);
+    paio_stage_free(s);
+}
+
 int main(void) {
     test_static_text();
     test_request_types();
@@ -886,6 +977,7 @@ int main(void) {
     test_split_size();
     test_criticality_marks();
     test_priority_depth();
+    test_error_during_thread_exit();
     printf("%d passed, 0 failed\n", checks_passed);
     return 0;
 }

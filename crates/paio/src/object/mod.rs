@@ -285,8 +285,14 @@ pub enum TryEnforceError {
 }
 
 /// The state of a built-in object: what `obj_init` and `obj_config` take.
+/// Unknown fields are refused, a `noop`'s too (it has none).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "kind",
+    rename_all = "snake_case",
+    deny_unknown_fields,
+    from = "RawObjectConfig"
+)]
 pub enum ObjectConfig {
     /// A pass-through [`Noop`].
     Noop,
@@ -294,6 +300,32 @@ pub enum ObjectConfig {
     Drl(DrlConfig),
     /// A critical-first, limited-depth admission [`Priority`].
     Priority(PriorityConfig),
+}
+
+/// [`ObjectConfig`] as it is read: serde ignores `deny_unknown_fields` for
+/// a unit variant of an internally tagged enum, so `{"kind": "noop",
+/// "rate": "1MiB/s"}` made a pass-through object silently.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+enum RawObjectConfig {
+    Noop(NoFields),
+    Drl(DrlConfig),
+    Priority(PriorityConfig),
+}
+
+/// A configuration without fields, refusing any.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+impl From<RawObjectConfig> for ObjectConfig {
+    fn from(raw: RawObjectConfig) -> Self {
+        match raw {
+            RawObjectConfig::Noop(NoFields {}) => ObjectConfig::Noop,
+            RawObjectConfig::Drl(c) => ObjectConfig::Drl(c),
+            RawObjectConfig::Priority(c) => ObjectConfig::Priority(c),
+        }
+    }
 }
 
 impl ObjectConfig {
