@@ -101,9 +101,8 @@ enum Cmd {
         #[arg(value_enum, default_value = "paio")]
         program: paio_cli::manuals::Program,
     },
-    /// Write the manual pages of paio and paiod into DIR (for packaging:
-    /// `make install` runs it).
-    #[command(hide = true)]
+    /// Write the manual pages of paio and paiod into DIR (`make install`
+    /// runs it; `man -l DIR/paio-run.1` reads one in place).
     Man {
         /// Where the pages go (created if missing).
         dir: PathBuf,

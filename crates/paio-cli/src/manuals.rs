@@ -40,7 +40,13 @@ pub fn write_man_pages(paio: clap::Command, dir: &Path) -> io::Result<Vec<PathBu
     let paio = paio.name("paio");
     for sub in paio.get_subcommands().filter(|s| !s.is_hide_set()) {
         let name = format!("paio-{}", sub.get_name());
-        page(sub.clone().name(name.clone()), format!("{name}.1"), "1")?;
+        // The page is paio-SUB; its synopsis says how it is typed.
+        let typed = format!("paio {}", sub.get_name());
+        page(
+            sub.clone().name(name.clone()).bin_name(typed),
+            format!("{name}.1"),
+            "1",
+        )?;
     }
     page(paio, "paio.1".into(), "1")?;
     page(paiod(), "paiod.8".into(), "8")?;
@@ -87,6 +93,8 @@ mod tests {
             run.contains(".TH paio-run 1") && run.contains("run it"),
             "{run}"
         );
+        // The synopsis is what a user types.
+        assert!(run.contains(".SH SYNOPSIS\n\\fBpaio run\\fR"), "{run}");
         let paiod = std::fs::read_to_string(dir.path().join("paiod.8")).unwrap();
         assert!(
             paiod.contains(".TH paiod 8") && paiod.contains("check\\-config"),
