@@ -7,17 +7,19 @@
 //!
 //! Beside it, one word per descriptor for the dirty-data bound
 //! ([`crate::dirty`]), reset to 0 whenever the descriptor's class is set
-//! (open, close, dup): a new open file starts unknown.
+//! (open, close, dup): a new open file starts unknown; and one byte for
+//! what the descriptor is ([`kind`]: storage or a stream), learnt at its
+//! first data call, reset likewise and copied by dup.
 //!
 //! Every descriptor a process can have (0 to `c_int::MAX`) has its entries:
 //! they live in chunks of [`CHUNK`] descriptors, mapped (zeroed, with a raw
 //! `mmap`: no allocator, so safe in a signal handler and after `fork`) the
-//! first time one of their descriptors needs a class or a dirty word, and
-//! never unmapped. A process with descriptors below 4,096 maps one chunk of
-//! 40 KiB; the table of chunk pointers is 4 MiB of untouched, unbacked
+//! first time one of their descriptors needs a class, a dirty word or a
+//! kind, and never unmapped. A process with descriptors below 4,096 maps one
+//! chunk of 44 KiB; the table of chunk pointers is 4 MiB of untouched, unbacked
 //! memory.
 
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Descriptors per chunk.
 const CHUNK_BITS: u32 = 12;
@@ -30,7 +32,17 @@ const CHUNKS: usize = 1 << (31 - CHUNK_BITS);
 struct Chunk {
     class: [AtomicU16; CHUNK],
     dirty: [AtomicU64; CHUNK],
+    kind: [AtomicU8; CHUNK],
 }
+
+/// [`kind`]: not known yet.
+pub(crate) const KIND_UNKNOWN: u8 = 0;
+/// [`kind`]: storage (a regular file, a block device, anything not a
+/// stream).
+pub(crate) const KIND_STORAGE: u8 = 1;
+/// [`kind`]: a stream (a pipe, a socket, a character device such as a
+/// terminal), whose calls may wait for a peer rather than for storage.
+pub(crate) const KIND_STREAM: u8 = 2;
 
 static CHUNK_TABLE: [AtomicPtr<Chunk>; CHUNKS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
@@ -117,12 +129,28 @@ pub(crate) fn dirty(fd: libc::c_int) -> Option<&'static AtomicU64> {
     find_or_map(fd).map(|(c, i)| &c.dirty[i])
 }
 
+/// What `fd` is, as learnt at its first data call ([`KIND_UNKNOWN`] until
+/// then, and for a descriptor whose chunk is not mapped).
+#[inline]
+pub(crate) fn kind(fd: libc::c_int) -> u8 {
+    find(fd).map_or(KIND_UNKNOWN, |(c, i)| c.kind[i].load(Ordering::Relaxed))
+}
+
+/// Records what `fd` is.
+#[inline]
+pub(crate) fn set_kind(fd: libc::c_int, kind: u8) {
+    if let Some((c, i)) = find_or_map(fd) {
+        c.kind[i].store(kind, Ordering::Relaxed);
+    }
+}
+
 #[inline]
 pub(crate) fn get(fd: libc::c_int) -> u16 {
     find(fd).map_or(0, |(c, i)| c.class[i].load(Ordering::Relaxed))
 }
 
-/// `fd` now has class `class` (0: none) and an unknown dirty state.
+/// `fd` now has class `class` (0: none), an unknown dirty state and an
+/// unknown kind.
 #[inline]
 pub(crate) fn set(fd: libc::c_int, class: u16) {
     // An unmapped chunk already holds 0 everywhere.
@@ -134,6 +162,7 @@ pub(crate) fn set(fd: libc::c_int, class: u16) {
     if let Some((c, i)) = found {
         c.class[i].store(class, Ordering::Relaxed);
         c.dirty[i].store(0, Ordering::Relaxed);
+        c.kind[i].store(KIND_UNKNOWN, Ordering::Relaxed);
     }
 }
 
@@ -152,6 +181,10 @@ fn no_memory() {
 #[inline]
 pub(crate) fn copy(old: libc::c_int, new: libc::c_int) {
     set(new, get(old));
+    let kind = kind(old);
+    if kind != KIND_UNKNOWN {
+        set_kind(new, kind);
+    }
 }
 
 /// Clears `first..=last` (close_range).
@@ -168,6 +201,9 @@ pub(crate) fn clear_range(first: libc::c_uint, last: libc::c_uint) {
             }
             for d in &c.dirty[i..=j] {
                 d.store(0, Ordering::Relaxed);
+            }
+            for k in &c.kind[i..=j] {
+                k.store(KIND_UNKNOWN, Ordering::Relaxed);
             }
         }
         fd = chunk_end + 1;

@@ -817,6 +817,9 @@ pub(crate) fn data_call(
         return piece(0, u64::MAX);
     };
     check_thread_name(&g);
+    if is_stream_fd(fd) {
+        return stream_call(g, cfg, stage, rt, fd, &mut piece);
+    }
     let size = size();
     let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
     // Pieces are multiples of 4 KiB and a call is split only when larger
@@ -873,6 +876,65 @@ pub(crate) fn data_call(
             submit(&g, rt, moved - admitted, fdtable::get(fd));
         }
         wrote(&g, rt, &ctx, fd, r);
+        maybe_push(&g, cfg);
+    }
+    r
+}
+
+/// Whether `fd` is a stream (a pipe, a socket, a character device such as
+/// a terminal): learnt with one `fstat` at the descriptor's first data call
+/// and kept in the descriptor table. Raw system call: errno restored by the
+/// caller's guard. A descriptor `fstat` refuses is taken for storage (its
+/// call fails as well).
+#[inline]
+fn is_stream_fd(fd: c_int) -> bool {
+    match fdtable::kind(fd) {
+        fdtable::KIND_STREAM => true,
+        fdtable::KIND_STORAGE => false,
+        _ => learn_kind(fd),
+    }
+}
+
+#[cold]
+fn learn_kind(fd: c_int) -> bool {
+    let Some((mode, _)) = file_kind(fd) else {
+        return false;
+    };
+    let stream = matches!(mode, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR);
+    fdtable::set_kind(
+        fd,
+        if stream {
+            fdtable::KIND_STREAM
+        } else {
+            fdtable::KIND_STORAGE
+        },
+    );
+    stream
+}
+
+/// A data call on a stream ([`is_stream_fd`]), charged after it with the
+/// bytes it moved, in one phase: such a call may wait for its peer (a
+/// pipe's writer, a socket's client, a terminal's user) as long as it
+/// likes, and a wait for a peer is not storage I/O. Admitted before the
+/// call, it held a priority object's slot all that time (four threads
+/// waiting on a pipe blocked every other request of a `depth = 4` object
+/// for good), stood on the board as critical I/O in flight, and counted
+/// its wait as the call's latency.
+fn stream_call(
+    g: Guard,
+    cfg: &Config,
+    stage: &'static Stage,
+    rt: RequestType,
+    fd: c_int,
+    piece: &mut impl FnMut(u64, u64) -> i64,
+) -> i64 {
+    let thread = g.thread;
+    drop(g);
+    let r = piece(0, u64::MAX);
+    // The guard saves the real call's errno and restores it on drop.
+    if let Some(g) = Guard::reenter(thread) {
+        let ctx = adjust(cfg, g.thread.context(rt, r.max(0) as u64), fdtable::get(fd));
+        let _ = stage.enforce_on_thread(g.thread, &ctx);
         maybe_push(&g, cfg);
     }
     r

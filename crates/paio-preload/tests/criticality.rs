@@ -246,35 +246,85 @@ fn data_calls_have_latency_percentiles() {
     assert!(p50 <= p99 && p99 <= max, "{lat}");
 }
 
-/// A call's latency is measured in time-stamp counter ticks and converted
-/// at a rate the process measures itself: a read that waits ~0.3 s for a
-/// pipe is reported as that long, not off by a factor.
+/// Calls on streams (pipes, sockets, terminals) wait for their peer, not
+/// for storage: they are charged after they return, in one phase. Four
+/// threads waiting on a pipe held all four slots of a `depth = 4` priority
+/// object, so no read of a file ever went; now the reads go, and only they
+/// have a latency.
 #[test]
-fn a_known_wait_is_reported_at_its_length() {
-    let dir = scratch("latency-known");
+fn threads_waiting_on_a_pipe_hold_no_slot() {
+    let dir = board_scratch("idle-pipe", "depth = 4");
+    let exe = compile(&dir, "idle_pipe", &["-pthread"]);
+    let board = dir.join("test.board");
     let out = run(
         &dir,
-        &[
-            "sh",
-            "-c",
-            "(sleep 0.3; echo x) | dd of=out.bin bs=64 count=1",
-        ],
+        &["timeout", "60", &exe, "4", "in.bin"],
         true,
-        &[],
+        &[
+            ("PAIO_POLICY", dir.join("bg.toml").to_str().unwrap()),
+            ("PAIO_BOARD", board.to_str().unwrap()),
+        ],
     );
     assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "100 reads\n");
     let stats = take_stats(&dir);
-    let dd = stats
+    let prog = stats
         .iter()
-        .find(|s| s.exe.ends_with("/dd"))
-        .unwrap_or_else(|| panic!("no statistics of dd: {stats:?}"));
-    let read = dd.channel_json("read").unwrap();
-    let mean = read["latency_total"]["mean_ns"].as_u64().unwrap();
-    // dd starts reading well within 0.1 s of the writer's start and gets
-    // the line when the writer's sleep ends (`echo` is the shell's own): a
-    // rate off by a factor (ticks taken for nanoseconds: 2-3 GHz) or
-    // measured wrong lands outside.
-    assert!((200_000_000..450_000_000).contains(&mean), "{read}");
+        .find(|s| s.exe.ends_with("/idle_pipe"))
+        .unwrap_or_else(|| panic!("no statistics of idle_pipe: {stats:?}"));
+    let all = prog.channel_json("all").unwrap();
+    // 100 preads with a latency; 4 pipe reads and 4 pipe writes counted
+    // without one (stdout is the test's pipe too: one write).
+    assert_eq!(all["latency_total"]["ops"].as_u64(), Some(100), "{all}");
+    assert!(all["ops"].as_u64().unwrap() >= 109, "{all}");
+}
+
+/// A critical program waiting for input on a FIFO is not critical I/O in
+/// flight: the board's count stays 0 while it waits (it held every other
+/// program's background work back for as long as it waited).
+#[test]
+fn a_critical_program_waiting_for_input_is_not_on_the_board() {
+    use std::io::Write;
+    let dir = board_scratch("critical-fifo", "busy_depth = 0");
+    let board = dir.join("test.board");
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let mut critical = Reaped(
+        Command::new("dd")
+            .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_CRITICAL", "1")
+            .env("PAIO_BOARD", &board)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    // dd has the FIFO open and waits in read(2); a background program's
+    // reads go meanwhile.
+    let out = run(
+        &dir,
+        BACKGROUND_DD,
+        true,
+        &[
+            ("PAIO_POLICY", dir.join("bg.toml").to_str().unwrap()),
+            ("PAIO_BOARD", board.to_str().unwrap()),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        board_word(&board, 2),
+        0,
+        "critical I/O in flight on the board"
+    );
+    writer.write_all(b"x").unwrap();
+    drop(writer);
+    assert!(critical.wait().unwrap().success());
 }
 
 /// A critical process's sync calls are two-phase requests: counted among
@@ -283,8 +333,11 @@ fn a_known_wait_is_reported_at_its_length() {
 #[test]
 fn sync_calls_are_critical_requests_with_a_latency() {
     let dir = scratch("sync-latency");
+    // A file, not /dev/zero: calls on a character device are a stream's,
+    // charged in one phase without a latency.
+    random_file(&dir.join("in.bin"), 16_384);
     let critical_ops = |conv: &str| {
-        let mut argv = vec!["dd", "if=/dev/zero", "of=out.bin", "bs=4k", "count=4"];
+        let mut argv = vec!["dd", "if=in.bin", "of=out.bin", "bs=4k", "count=4"];
         if !conv.is_empty() {
             argv.push(conv);
         }
@@ -492,27 +545,10 @@ fn background_and_critical(kill_critical: bool, copy: bool) {
     };
     let board = dir.join("test.board");
     let board = board.to_str().unwrap();
-    let fifo = dir.join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    // The critical program blocks in read(2) on the FIFO: its request is
-    // admitted and in flight until the test writes.
-    let mut critical = Reaped(
-        Command::new("dd")
-            .args(["if=fifo", "of=/dev/null", "bs=1", "count=1"])
-            .current_dir(&dir)
-            .env("LD_PRELOAD", lib())
-            .env("PAIO_CRITICAL", "1")
-            .env("PAIO_BOARD", board)
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
-    // Wait until the critical read is on the board (its in-flight word).
+    // The critical program holds a read admitted until the test writes a
+    // byte to it: in flight on the board meanwhile.
+    let (mut critical, mut writer) = holder(&dir, Path::new(board), None);
+    // The critical read is on the board (its in-flight word).
     await_board_word(Path::new(board), 2, 1, "the critical read");
     let mut background = held_background(
         &dir,
@@ -552,6 +588,40 @@ fn background_and_critical(kill_critical: bool, copy: bool) {
     }
 }
 
+/// Starts tests/hold.c under the board `board`: with `policy`, it holds a
+/// non-critical read admitted through that policy's objects, else a
+/// critical read through a plain channel. Returns once the read is
+/// admitted, with the program and its stdin: a byte there completes the
+/// read and ends it.
+fn holder(dir: &Path, board: &Path, policy: Option<&Path>) -> (Reaped, std::process::ChildStdin) {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let exe = compile_with_libpaio(dir, "hold");
+    let plain = dir.join("plain.toml");
+    std::fs::write(&plain, "[[channel]]\nname = \"all\"\nmatch = {}\n").unwrap();
+    let mut cmd = Command::new(exe);
+    match policy {
+        Some(p) => cmd.arg(p),
+        None => cmd.arg(&plain).arg("critical"),
+    };
+    let mut child = Reaped(
+        cmd.current_dir(dir)
+            .env_remove("LD_PRELOAD")
+            .env("PAIO_BOARD", board)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stdin = child.stdin.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "admitted\n", "hold did not admit its read");
+    (child, stdin)
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds, the board's time line.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -586,7 +656,7 @@ fn a_dead_critical_program_is_reclaimed() {
 }
 
 /// `shared_busy_depth` across programs: one background program holds the
-/// pool's only token (a read blocked on a FIFO, taken while nothing was
+/// pool's only token (a read held admitted, taken while nothing was
 /// critical), a critical read is in flight in a second program, and a third
 /// program's background reads wait although its own object would admit
 /// them; they go once the holder's token comes back, when its read
@@ -594,52 +664,22 @@ fn a_dead_critical_program_is_reclaimed() {
 /// back within a second).
 fn shared_pool(kill_holder: bool) {
     use std::io::Write;
-    use std::process::Stdio;
     let dir = board_scratch(
         if kill_holder { "pool-kill" } else { "pool" },
         "depth = 4\nbusy_depth = 4\nshared_busy_depth = 1",
     );
     let board = dir.join("test.board");
-    for f in ["held", "crit"] {
-        assert!(Command::new("mkfifo")
-            .arg(dir.join(f))
-            .status()
-            .unwrap()
-            .success());
-    }
-    let dd = |fifo: &str| {
-        let mut c = Command::new("dd");
-        c.args([&format!("if={fifo}"), "of=/dev/null", "bs=1", "count=1"])
-            .current_dir(&dir)
-            .env("LD_PRELOAD", lib())
-            .env("PAIO_BOARD", &board)
-            .stderr(Stdio::null());
-        c
-    };
-    let mut holder = Reaped(
-        dd("held")
-            .env("PAIO_POLICY", dir.join("bg.toml"))
-            .spawn()
-            .unwrap(),
-    );
-    let mut held = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("held"))
-        .unwrap();
+    let (mut keeper, mut held) = holder(&dir, &board, Some(&dir.join("bg.toml")));
     await_board_word(&board, 6, 1, "the holder's token");
-    let mut critical = Reaped(dd("crit").env("PAIO_CRITICAL", "1").spawn().unwrap());
-    let mut crit = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("crit"))
-        .unwrap();
+    let (mut critical, mut crit) = holder(&dir, &board, None);
     await_board_word(&board, 2, 1, "the critical read");
     let mut background = held_background(&dir, &board, BACKGROUND_DD, "the pool full");
     if kill_holder {
-        holder.kill().unwrap();
-        holder.wait().unwrap();
+        keeper.kill().unwrap();
+        keeper.wait().unwrap();
     } else {
         held.write_all(b"x").unwrap();
-        assert!(holder.wait().unwrap().success());
+        assert!(keeper.wait().unwrap().success());
     }
     drop(held);
     await_success(&mut background);

@@ -688,6 +688,29 @@ static void test_two_phases(void) {
     paio_stage_free(s);
 }
 
+/* A call's latency is measured in time-stamp counter ticks and converted
+ * at a rate the process measures itself: 0.3 s between admission and
+ * completion is reported as that long, not off by a factor (ticks taken for
+ * nanoseconds would be 2-3 GHz times too many). */
+static void test_latency_is_reported_at_its_length(void) {
+    paio_stage *s = NULL;
+    paio_context ctx;
+    paio_ticket t;
+    struct timespec pause = {0, 300000000};
+    char *json;
+    uint64_t mean;
+    CHECK_OK(paio_stage_from_policy(TWO_PHASE_POLICY, "two-phase.toml", &s));
+    CHECK_OK(paio_context_new(PAIO_REQ_READ, 4096, &ctx));
+    CHECK_OK(paio_stage_admit(s, &ctx, &t));
+    nanosleep(&pause, NULL);
+    CHECK_OK(paio_stage_complete(s, &t, 4096));
+    json = collect(s);
+    mean = json_u64_after(json, "\"latency_total\":{", "mean_ns");
+    paio_string_free(json);
+    CHECK(mean >= 290000000 && mean < 450000000);
+    paio_stage_free(s);
+}
+
 /* paio_stage_split_size follows the route: a drl with `split` asks for
  * pieces of non-critical requests larger than a piece, nothing else does. */
 static void test_split_size(void) {
@@ -974,6 +997,7 @@ int main(void) {
     test_policy_as();
     test_connect();
     test_two_phases();
+    test_latency_is_reported_at_its_length();
     test_split_size();
     test_criticality_marks();
     test_priority_depth();

@@ -90,6 +90,37 @@ pub fn compile(dir: &Path, name: &str, flags: &[&str]) -> String {
     exe.to_str().unwrap().to_string()
 }
 
+/// Compiles `tests/NAME.c` against libpaio's C ABI (built here in debug,
+/// as [`lib`] builds the interposer) into `dir/NAME`; returns its path.
+pub fn compile_with_libpaio(dir: &Path, name: &str) -> String {
+    static LIBDIR: OnceLock<PathBuf> = OnceLock::new();
+    let libdir = LIBDIR.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "paio-ffi"])
+            .current_dir(manifest)
+            .status()
+            .expect("run cargo build -p paio-ffi");
+        assert!(status.success(), "cargo build -p paio-ffi failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| manifest.join("../../target"));
+        target.join("debug")
+    });
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../paio-ffi/include");
+    compile(
+        dir,
+        name,
+        &[
+            &format!("-I{}", include.display()),
+            &format!("-L{}", libdir.display()),
+            "-lpaio",
+            &format!("-Wl,-rpath,{}", libdir.display()),
+        ],
+    )
+}
+
 pub fn require(program: &str) {
     let found = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
