@@ -183,7 +183,8 @@ pub enum ArgError {
     /// An inherited `PAIO_*` variable the interposer would refuse.
     #[error("{0} (inherited from the environment: fix or unset it)")]
     Env(paio::env::EnvError),
-    /// A DRL at rate 0 with no control plane to raise it.
+    /// A DRL or a priority object at rate 0 with no control plane to raise
+    /// it.
     #[error("{origin}: object {object:?} of channel {channel:?} has rate 0, which pauses every request it gets until a control rule raises it; without --control nothing will (give it a rate, or run under paiod with --control)")]
     PausedForever {
         /// The policy file.
@@ -369,23 +370,26 @@ pub fn check_stats_pattern(pattern: &OsStr) -> Result<(), ArgError> {
     Ok(())
 }
 
-/// Refuses `stage` (built from the policy file `path`) if it has a DRL at
-/// rate 0 and no control plane will ever raise it (`control`: the stage
-/// registers with paiod).
+/// Refuses `stage` (built from the policy file `path`) if it has a DRL, or
+/// a priority object's rate, at 0 and no control plane will ever raise it
+/// (`control`: the stage registers with paiod).
 pub fn check_not_paused_forever(stage: &Stage, path: &Path, control: bool) -> Result<(), ArgError> {
     if control {
         return Ok(());
     }
     for ch in stage.info().channels {
         for o in ch.objects {
-            if let Some(paio::ObjectConfig::Drl(d)) = &o.config {
-                if d.rate.per_second == 0 {
-                    return Err(ArgError::PausedForever {
-                        origin: path.display().to_string(),
-                        channel: ch.name.clone(),
-                        object: o.name,
-                    });
-                }
+            let rate = match &o.config {
+                Some(paio::ObjectConfig::Drl(d)) => Some(d.rate),
+                Some(paio::ObjectConfig::Priority(p)) => p.rate,
+                _ => None,
+            };
+            if rate.is_some_and(|r| r.per_second == 0) {
+                return Err(ArgError::PausedForever {
+                    origin: path.display().to_string(),
+                    channel: ch.name.clone(),
+                    object: o.name,
+                });
             }
         }
     }

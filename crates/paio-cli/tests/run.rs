@@ -1567,6 +1567,14 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
     )
     .unwrap();
     let zero = zero.to_str().unwrap();
+    let zero_priority = d.join("zero-priority.toml");
+    std::fs::write(
+        &zero_priority,
+        "[[channel]]\nname = \"all\"\nmatch = {}\ndefault_object = \"p\"\n\
+         [[channel.object]]\nname = \"p\"\nkind = \"priority\"\nrate = \"0 B/s\"\n",
+    )
+    .unwrap();
+    let zero_priority = zero_priority.to_str().unwrap();
     let reed = d.join("reed.toml");
     std::fs::write(
         &reed,
@@ -1594,6 +1602,10 @@ fn bad_environment_and_flag_mistakes_exit_2_before_running_anything() {
         (
             &["--policy", zero],
             "object \"z\" of channel \"r\" has rate 0, which pauses every request it gets until a control rule raises it; without --control nothing will",
+        ),
+        (
+            &["--policy", zero_priority],
+            "object \"p\" of channel \"all\" has rate 0",
         ),
     ];
     for (f, expected) in flags {
