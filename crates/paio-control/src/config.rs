@@ -1773,6 +1773,8 @@ rules = [{ rule = "create_channel", name = "x" }]
         assert_eq!(p.latency().unwrap().target_ns, 2_000_000);
         p.set("*", "latency_target", "5ms").unwrap();
         assert_eq!(p.latency().unwrap().target_ns, 5_000_000);
+        let e = p.set("*", "max_depth", "5000000").unwrap_err();
+        assert!(e.message.contains("between 1 and 4194303"), "{e:?}");
         // Defaults.
         let c = parse("[policy]\nkind = \"criticality\"\nlatency_target = \"10ms\"\n").unwrap();
         assert_eq!(
@@ -1807,7 +1809,15 @@ rules = [{ rule = "create_channel", name = "x" }]
             &format!("{t}max_depth = 0\n"),
             4,
             "policy.max_depth",
-            "at least 1",
+            "between 1 and 4194303",
+        );
+        // More than a priority object takes: every update would be refused
+        // by the stages.
+        case(
+            &format!("{t}max_depth = 5000000\n"),
+            4,
+            "policy.max_depth",
+            "between 1 and 4194303 (the most a priority object takes), got 5000000",
         );
         case(
             &format!("{t}busy_depth = 5\n"),

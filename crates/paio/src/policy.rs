@@ -414,7 +414,7 @@ impl Policy {
                     overlap: per_file.is_some() || per_process.is_some(),
                 };
                 if let Some(o) = c.dirty_overlap {
-                    if *o.get_ref() && !dirty.is_on() {
+                    if !dirty.is_on() {
                         return Err(error(
                             Some(o.span()),
                             "criticality.dirty_overlap".into(),
@@ -1555,13 +1555,17 @@ name = "fg"
         )
         .unwrap();
         assert!(p.dirty.overlap);
-        let e = Policy::parse("[criticality]\ndirty_overlap = true\n", "<t>").unwrap_err();
-        assert_eq!(
-            (e.line, e.field.as_str()),
-            (2, "criticality.dirty_overlap"),
-            "{e}"
-        );
-        assert!(e.message.contains("add dirty_per_file"), "{e}");
+        // Either value without a bound sets nothing: refused, not ignored.
+        for v in ["true", "false"] {
+            let text = format!("[criticality]\ndirty_overlap = {v}\n");
+            let e = Policy::parse(&text, "<t>").unwrap_err();
+            assert_eq!(
+                (e.line, e.field.as_str()),
+                (2, "criticality.dirty_overlap"),
+                "{e}"
+            );
+            assert!(e.message.contains("add dirty_per_file"), "{e}");
+        }
         let e = Policy::parse("[criticality]\ndirty_per_file = \"4KiB\"\n", "<t>").unwrap_err();
         assert_eq!(
             (e.line, e.field.as_str()),

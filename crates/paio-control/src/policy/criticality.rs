@@ -135,8 +135,12 @@ impl LatencyTarget {
         if self.window.is_zero() {
             return Err(PolicyError::new("window must be more than 0"));
         }
-        if self.max_depth == 0 {
-            return Err(PolicyError::new("max_depth must be at least 1"));
+        if self.max_depth == 0 || self.max_depth > paio::object::MAX_DEPTH {
+            return Err(PolicyError::new(format!(
+                "max_depth must be between 1 and {} (the most a priority object takes), got {}",
+                paio::object::MAX_DEPTH,
+                self.max_depth
+            )));
         }
         if self.min_depth == 0 || self.min_depth > self.max_depth {
             return Err(PolicyError::new(format!(

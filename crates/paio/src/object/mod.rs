@@ -17,7 +17,7 @@ pub mod shared_drl;
 pub use drl::{Drl, DrlConfig, DrlStatus};
 pub use noop::Noop;
 pub(crate) use priority::SPLIT_REASON;
-pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen, SPLIT_ALIGN};
+pub use priority::{Priority, PriorityConfig, PriorityStatus, SplitWhen, MAX_DEPTH, SPLIT_ALIGN};
 pub use shared_drl::{install_shared_buckets, LocalBuckets, SharedBuckets, SharedDrl};
 
 use crate::criticality::CriticalActivity;

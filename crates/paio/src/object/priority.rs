@@ -58,6 +58,10 @@ use crate::sync::atomic::AtomicU64;
 use crate::sync::{Condvar, Mutex, MutexGuard};
 use crate::units::{HumanDuration, Rate, Size};
 
+/// The largest `depth` (and `busy_depth`, `critical_depth`) a [`Priority`]
+/// object takes: what its counters hold.
+pub const MAX_DEPTH: u32 = counts::MAX_OUTSTANDING;
+
 /// Settings of a [`Priority`] object. Every field has a default, so
 /// `kind = "priority"` alone is a working object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
