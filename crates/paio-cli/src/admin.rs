@@ -47,8 +47,11 @@ pub fn set_commands(group: &str, assignments: &[String]) -> Result<Vec<CtlComman
         .collect()
 }
 
+/// `bps` in MiB/s with one decimal; a value that rounds to zero is `0.0`
+/// (a rate a hair below zero from float arithmetic said `-0.0`).
 fn mib(bps: f64) -> String {
-    format!("{:.1} MiB/s", bps / (1024.0 * 1024.0))
+    let v = bps / (1024.0 * 1024.0);
+    format!("{:.1} MiB/s", if v.abs() < 0.05 { 0.0 } else { v })
 }
 
 /// The one-screen text of `paio status`.
@@ -307,6 +310,13 @@ mod tests {
     use super::*;
     use paio_control::ctl::{ChannelStatus, ObjectStatus, StageStatus};
     use paio_control::policy::GroupTarget;
+
+    #[test]
+    fn a_rate_that_rounds_to_zero_has_no_sign() {
+        assert_eq!(mib(-1e-9), "0.0 MiB/s");
+        assert_eq!(mib(-0.0), "0.0 MiB/s");
+        assert_eq!(mib(1.5 * 1048576.0), "1.5 MiB/s");
+    }
 
     #[test]
     fn set_parses_groups_and_assignments() {

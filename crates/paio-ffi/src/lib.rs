@@ -278,7 +278,7 @@ unsafe fn origin_str<'a>(origin: *const c_char) -> Result<&'a str, Error> {
 static BOARD: std::sync::OnceLock<std::sync::Arc<board::Board>> = std::sync::OnceLock::new();
 
 /// Opens the user's board of critical I/O (`PAIO_BOARD`: a path, or `off`;
-/// default `/dev/shm/paio-<uid>-v2.board`) once per process and installs it,
+/// default `/dev/shm/paio-<uid>-v3.board`) once per process and installs it,
 /// so this process's priority objects see other programs' critical I/O and
 /// its critical requests hold theirs. A board that cannot be used is
 /// reported once on stderr: the stages work, without the cross-process view.

@@ -4,28 +4,30 @@
 //! in flight, with no message and no system call on the request path
 //! ([`paio::CriticalBoard`]; docs/criticality.md).
 //!
-//! The file is `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v2.board`: one page of
+//! The file is `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v3.board`: one page of
 //! 64-bit words, all accessed atomically. The name carries the layout's
 //! version, so a new layout never meets an older paio's board (a board
 //! named explicitly in another layout is refused).
 //!
 //! | words | content |
 //! |---|---|
-//! | 0 | magic (`PAIOBRD2`), stored last by the creator |
+//! | 0 | magic (`PAIOBRD3`), stored last by the creator |
 //! | 1 | number of slots |
 //! | 2 | critical requests in flight, all processes |
 //! | 3 | `CLOCK_MONOTONIC` ns of the latest critical completion |
 //! | 4 | pid of the process that completed it |
 //! | 5 | `CLOCK_MONOTONIC` ns of the latest scan for dead processes |
 //! | 6 | `shared_busy_depth` tokens taken, all processes |
-//! | 8.. | slots of two words: pid; that process's critical requests in flight (low 32 bits) and tokens (high 32 bits) |
+//! | 8.. | slots of two words: owner (pid in the low 32 bits, the low 32 bits of its start time in clock ticks since boot in the high ones); that process's critical requests in flight (low 32 bits) and tokens (high 32 bits) |
 //!
-//! Each process claims a slot (by pid) and counts its own requests and
-//! tokens there as well as in the totals, so it can tell others' activity
-//! from its own and so a process that dies with requests in flight or
-//! tokens taken can be subtracted: when a total stays non-zero (critical
-//! I/O of others, or a full pool), a reader checks at most once a second
-//! which slot owners are gone (`kill(pid, 0)`) and takes their counts back.
+//! Each process claims a slot (by pid and start time) and counts its own
+//! requests and tokens there as well as in the totals, so it can tell
+//! others' activity from its own and so a process that dies with requests
+//! in flight or tokens taken can be subtracted: when a total stays non-zero
+//! (critical I/O of others, or a full pool), a reader checks at most once a
+//! second which slot owners are gone (`kill(pid, 0)` says no such process,
+//! or the process with that pid started at another time: the pid was
+//! reused) and takes their counts back.
 //! A process that finds no free slot still counts in the totals (and is
 //! then never reclaimed: the board has 252 slots).
 //!
@@ -36,7 +38,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"PAIOBRD2");
+const MAGIC: u64 = u64::from_le_bytes(*b"PAIOBRD3");
 const HEADER: usize = 8;
 const SLOTS: usize = (crate::shm::WORDS - HEADER) / 2;
 const W_SLOTS: usize = 1;
@@ -80,12 +82,12 @@ pub(crate) fn clock_ns(id: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The board's path: `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v2.board`.
+/// The board's path: `$PAIO_BOARD`, else `/dev/shm/paio-<uid>-v3.board`.
 pub(crate) fn default_path(env: Option<&str>) -> PathBuf {
     match env.filter(|s| !s.is_empty()) {
         Some(p) => PathBuf::from(p),
         // SAFETY: getuid has no preconditions.
-        None => PathBuf::from(format!("/dev/shm/paio-{}-v2.board", unsafe {
+        None => PathBuf::from(format!("/dev/shm/paio-{}-v3.board", unsafe {
             libc::getuid()
         })),
     }
@@ -118,14 +120,18 @@ impl Board {
     /// Claims a slot for the calling process (again after a fork), freeing
     /// slots of processes that are gone if none is free.
     pub(crate) fn claim_slot(&self) {
-        let pid = u64::from(std::process::id());
-        self.pid.store(pid, Ordering::Relaxed);
+        let pid = std::process::id();
+        self.pid.store(u64::from(pid), Ordering::Relaxed);
         self.slot.store(0, Ordering::Relaxed);
+        let owner = owner_word(pid, start_ticks(None).unwrap_or(0));
+        if self.slot_of(owner).is_some() {
+            return;
+        }
         for pass in 0..2 {
             for s in 0..SLOTS {
                 let i = HEADER + 2 * s;
                 if self.words[i]
-                    .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed)
+                    .compare_exchange(0, owner, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
                     self.words[i + 1].store(0, Ordering::Relaxed);
@@ -135,6 +141,32 @@ impl Board {
             }
             if pass == 0 {
                 self.reclaim();
+            }
+        }
+    }
+
+    /// Takes over the slot `owner` holds already, if any: this process
+    /// before an `exec` (same pid, same start time; a new image of the
+    /// library), whose slot would otherwise stay taken while the process
+    /// lives (a program started through shims took 84 of the 252). Counts
+    /// left in it by threads the `exec` ended are given back.
+    fn slot_of(&self, owner: u64) -> Option<usize> {
+        let i = (0..SLOTS)
+            .map(|s| HEADER + 2 * s)
+            .find(|&i| self.words[i].load(Ordering::Acquire) == owner)?;
+        self.give_back(i);
+        self.slot.store(i as u64, Ordering::Relaxed);
+        Some(i)
+    }
+
+    /// Returns the counts of slot `i` to the totals and zeroes them.
+    fn give_back(&self, i: usize) {
+        let n = self.words[i + 1].swap(0, Ordering::AcqRel);
+        for (word, count) in [(W_INFLIGHT, n & CRITICAL_MASK), (W_TOKENS, n >> 32)] {
+            if count > 0 {
+                let _ = self.words[word].fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(count))
+                });
             }
         }
     }
@@ -150,29 +182,19 @@ impl Board {
     fn reclaim(&self) {
         for s in 0..SLOTS {
             let i = HEADER + 2 * s;
-            let pid = self.words[i].load(Ordering::Acquire);
-            if pid == 0 || pid > i32::MAX as u64 {
+            let owner = self.words[i].load(Ordering::Acquire);
+            if owner == 0 || owner == u64::MAX {
                 continue;
             }
-            // SAFETY: signal 0 only checks that the process exists.
-            let gone = unsafe { libc::kill(pid as libc::pid_t, 0) } != 0
-                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-            if gone
-                && self.words[i]
-                    .compare_exchange(pid, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
+            if !owner_gone(owner) {
+                continue;
+            }
+            if self.words[i]
+                .compare_exchange(owner, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
             {
                 // Only this reader won the slot: return its counts, free it.
-                let n = self.words[i + 1].swap(0, Ordering::AcqRel);
-                for (word, count) in [(W_INFLIGHT, n & CRITICAL_MASK), (W_TOKENS, n >> 32)] {
-                    if count > 0 {
-                        let _ = self.words[word].fetch_update(
-                            Ordering::AcqRel,
-                            Ordering::Relaxed,
-                            |v| Some(v.saturating_sub(count)),
-                        );
-                    }
-                }
+                self.give_back(i);
                 self.words[i].store(0, Ordering::Release);
             }
         }
@@ -201,6 +223,97 @@ impl Board {
         }
         false
     }
+}
+
+/// A slot's owner word: `pid`, and the low 32 bits of its start time.
+fn owner_word(pid: u32, start_ticks: u64) -> u64 {
+    u64::from(pid) | (start_ticks & 0xffff_ffff) << 32
+}
+
+/// Whether the process an owner word names is gone: no process has its pid,
+/// or the one that has it started at another time (the pid was reused; a
+/// start time that cannot be read counts as the same).
+fn owner_gone(owner: u64) -> bool {
+    let pid = owner as u32;
+    if pid == 0 || pid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let started = owner >> 32;
+    started != 0 && start_ticks(Some(pid)).is_some_and(|t| t & 0xffff_ffff != started)
+}
+
+/// The start time of process `pid` (`None`: the calling one), in clock
+/// ticks since boot: field 22 of `/proc/PID/stat`. Raw system calls and a
+/// buffer on the stack, no allocation: safe in a forked child of a threaded
+/// parent. `None` when it cannot be read (no `/proc`, `hidepid`).
+fn start_ticks(pid: Option<u32>) -> Option<u64> {
+    let mut path = [0u8; 32];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        path[n..n + bytes.len()].copy_from_slice(bytes);
+        n += bytes.len();
+    };
+    put(b"/proc/");
+    match pid {
+        None => put(b"self"),
+        Some(mut p) => {
+            let mut digits = [0u8; 10];
+            let mut d = digits.len();
+            loop {
+                d -= 1;
+                digits[d] = b'0' + (p % 10) as u8;
+                p /= 10;
+                if p == 0 {
+                    break;
+                }
+            }
+            put(&digits[d..]);
+        }
+    }
+    put(b"/stat\0");
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path on the stack; read into a buffer on the
+    // stack of the length given; the descriptor is ours and closed once.
+    let len = unsafe {
+        let fd = crate::sys::syscall6(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as usize,
+                path.as_ptr() as usize,
+                (libc::O_RDONLY | libc::O_CLOEXEC) as usize,
+                0,
+                0,
+                0,
+            ],
+        );
+        if crate::sys::failed(fd) {
+            return None;
+        }
+        let len = crate::sys::syscall6(
+            libc::SYS_read,
+            [fd as usize, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+        );
+        crate::sys::syscall6(libc::SYS_close, [fd as usize, 0, 0, 0, 0, 0]);
+        len
+    };
+    if crate::sys::failed(len) {
+        return None;
+    }
+    parse_start_ticks(&buf[..len as usize])
+}
+
+/// Field 22 (`starttime`) of a `/proc/PID/stat` line. The command name
+/// (field 2) is in parentheses and may hold anything, so fields are
+/// counted after its last `)`.
+fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[close + 1..]).ok()?;
+    // After the name: field 3 (state) is the first.
+    rest.split_ascii_whitespace().nth(22 - 3)?.parse().ok()
 }
 
 /// Subtracts `one` from a slot's count word unless the half it counts in
@@ -264,5 +377,34 @@ impl paio::CriticalBoard for Board {
         }
         let _ = self.words[W_TOKENS]
             .fetch_update(Ordering::Release, Ordering::Relaxed, |v| v.checked_sub(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_field_22_whatever_the_command_name() {
+        let stat =
+            b"4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_ticks(stat), Some(987_654));
+        assert_eq!(parse_start_ticks(b"4242 (x) S 1"), None);
+        assert_eq!(parse_start_ticks(b"no parenthesis"), None);
+    }
+
+    /// A slot whose pid is alive but started at another time is a reused
+    /// pid's: its owner is gone. A live owner, or an unknown start time, is
+    /// not.
+    #[test]
+    fn a_reused_pid_is_gone_a_live_owner_is_not() {
+        let pid = std::process::id();
+        let started = start_ticks(None).expect("this process's start time");
+        assert_eq!(start_ticks(Some(pid)), Some(started));
+        assert!(!owner_gone(owner_word(pid, started)));
+        assert!(!owner_gone(owner_word(pid, 0)), "start time unknown");
+        assert!(owner_gone(owner_word(pid, started + 1)), "pid reused");
+        // No such process (pid_max is at most 4,194,304).
+        assert!(owner_gone(owner_word(i32::MAX as u32, started)));
     }
 }

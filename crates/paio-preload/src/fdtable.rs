@@ -7,19 +7,20 @@
 //!
 //! Beside it, one word per descriptor for the dirty-data bound
 //! ([`crate::dirty`]), reset to 0 whenever the descriptor's class is set
-//! (open, close, dup): a new open file starts unknown; and one byte for
-//! what the descriptor is ([`kind`]: storage or a stream), learnt at its
-//! first data call, reset likewise and copied by dup.
+//! (open, close, dup): a new open file starts unknown. The class word's top
+//! two bits say what the descriptor is ([`kind_of`]: storage or a stream),
+//! learnt at its first data call, reset with the class and copied by dup:
+//! the data path reads both with one load.
 //!
 //! Every descriptor a process can have (0 to `c_int::MAX`) has its entries:
 //! they live in chunks of [`CHUNK`] descriptors, mapped (zeroed, with a raw
 //! `mmap`: no allocator, so safe in a signal handler and after `fork`) the
-//! first time one of their descriptors needs a class, a dirty word or a
-//! kind, and never unmapped. A process with descriptors below 4,096 maps one
-//! chunk of 44 KiB; the table of chunk pointers is 4 MiB of untouched, unbacked
+//! first time one of their descriptors needs a class, a kind or a dirty
+//! word, and never unmapped. A process with descriptors below 4,096 maps one
+//! chunk of 40 KiB; the table of chunk pointers is 4 MiB of untouched, unbacked
 //! memory.
 
-use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 
 /// Descriptors per chunk.
 const CHUNK_BITS: u32 = 12;
@@ -30,17 +31,21 @@ const CHUNKS: usize = 1 << (31 - CHUNK_BITS);
 /// The entries of [`CHUNK`] consecutive descriptors. All-zero is a valid
 /// value (atomics of 0), which is what a fresh anonymous mapping holds.
 struct Chunk {
+    /// The class (low bits, [`MAX_CLASS`] at most) and the kind (the top
+    /// two bits).
     class: [AtomicU16; CHUNK],
     dirty: [AtomicU64; CHUNK],
-    kind: [AtomicU8; CHUNK],
 }
 
-/// [`kind`]: not known yet.
-pub(crate) const KIND_UNKNOWN: u8 = 0;
-/// [`kind`]: storage (a regular file, a block device, anything not a
+/// Where the kind starts in a class word.
+const KIND_SHIFT: u32 = 14;
+/// The largest class a descriptor can have.
+pub(crate) const MAX_CLASS: u16 = (1 << KIND_SHIFT) - 1;
+
+/// [`kind_of`]: storage (a regular file, a block device, anything not a
 /// stream).
 pub(crate) const KIND_STORAGE: u8 = 1;
-/// [`kind`]: a stream (a pipe, a socket, a character device such as a
+/// [`kind_of`]: a stream (a pipe, a socket, a character device such as a
 /// terminal), whose calls may wait for a peer rather than for storage.
 pub(crate) const KIND_STREAM: u8 = 2;
 
@@ -129,28 +134,44 @@ pub(crate) fn dirty(fd: libc::c_int) -> Option<&'static AtomicU64> {
     find_or_map(fd).map(|(c, i)| &c.dirty[i])
 }
 
-/// What `fd` is, as learnt at its first data call ([`KIND_UNKNOWN`] until
-/// then, and for a descriptor whose chunk is not mapped).
+/// The class word of `fd`: its class ([`class_of`]) and kind
+/// ([`kind_of`]); 0 for a descriptor whose chunk is not mapped.
 #[inline]
-pub(crate) fn kind(fd: libc::c_int) -> u8 {
-    find(fd).map_or(KIND_UNKNOWN, |(c, i)| c.kind[i].load(Ordering::Relaxed))
-}
-
-/// Records what `fd` is.
-#[inline]
-pub(crate) fn set_kind(fd: libc::c_int, kind: u8) {
-    if let Some((c, i)) = find_or_map(fd) {
-        c.kind[i].store(kind, Ordering::Relaxed);
-    }
-}
-
-#[inline]
-pub(crate) fn get(fd: libc::c_int) -> u16 {
+pub(crate) fn entry(fd: libc::c_int) -> u16 {
     find(fd).map_or(0, |(c, i)| c.class[i].load(Ordering::Relaxed))
 }
 
-/// `fd` now has class `class` (0: none), an unknown dirty state and an
-/// unknown kind.
+/// The class of a class word (0: none).
+#[inline]
+pub(crate) fn class_of(entry: u16) -> u16 {
+    entry & MAX_CLASS
+}
+
+/// What a class word says the descriptor is, as learnt at its first data
+/// call ([`KIND_STORAGE`], [`KIND_STREAM`]; 0 until then).
+#[inline]
+pub(crate) fn kind_of(entry: u16) -> u8 {
+    (entry >> KIND_SHIFT) as u8
+}
+
+/// Records what `fd` is, keeping its class.
+#[inline]
+pub(crate) fn set_kind(fd: libc::c_int, kind: u8) {
+    if let Some((c, i)) = find_or_map(fd) {
+        let _ = c.class[i].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(class_of(v) | u16::from(kind) << KIND_SHIFT)
+        });
+    }
+}
+
+/// The class of `fd` (0: none).
+#[inline]
+pub(crate) fn get(fd: libc::c_int) -> u16 {
+    class_of(entry(fd))
+}
+
+/// `fd` now has class `class` (0: none; a class word's kind, if it holds
+/// one, too) and an unknown dirty state.
 #[inline]
 pub(crate) fn set(fd: libc::c_int, class: u16) {
     // An unmapped chunk already holds 0 everywhere.
@@ -162,7 +183,6 @@ pub(crate) fn set(fd: libc::c_int, class: u16) {
     if let Some((c, i)) = found {
         c.class[i].store(class, Ordering::Relaxed);
         c.dirty[i].store(0, Ordering::Relaxed);
-        c.kind[i].store(KIND_UNKNOWN, Ordering::Relaxed);
     }
 }
 
@@ -180,11 +200,7 @@ fn no_memory() {
 /// `new` now refers to the same open file as `old`.
 #[inline]
 pub(crate) fn copy(old: libc::c_int, new: libc::c_int) {
-    set(new, get(old));
-    let kind = kind(old);
-    if kind != KIND_UNKNOWN {
-        set_kind(new, kind);
-    }
+    set(new, entry(old));
 }
 
 /// Clears `first..=last` (close_range).
@@ -201,9 +217,6 @@ pub(crate) fn clear_range(first: libc::c_uint, last: libc::c_uint) {
             }
             for d in &c.dirty[i..=j] {
                 d.store(0, Ordering::Relaxed);
-            }
-            for k in &c.kind[i..=j] {
-                k.store(KIND_UNKNOWN, Ordering::Relaxed);
             }
         }
         fd = chunk_end + 1;

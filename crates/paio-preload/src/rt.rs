@@ -540,7 +540,10 @@ impl Config {
                     classes.len() - 1
                 }
             };
-            let class = u16::try_from(idx + 1).map_err(|_| "PAIO_FILE_CLASSES: too many")?;
+            let class = u16::try_from(idx + 1)
+                .ok()
+                .filter(|&c| c <= fdtable::MAX_CLASS)
+                .ok_or("PAIO_FILE_CLASSES: too many classes")?;
             let canon = std::fs::canonicalize(prefix)
                 .ok()
                 .and_then(|p| p.to_str().map(str::to_string))
@@ -817,11 +820,12 @@ pub(crate) fn data_call(
         return piece(0, u64::MAX);
     };
     check_thread_name(&g);
-    if is_stream_fd(fd) {
+    let entry = fdtable::entry(fd);
+    if is_stream_fd(fd, entry) {
         return stream_call(g, cfg, stage, rt, fd, &mut piece);
     }
     let size = size();
-    let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::get(fd));
+    let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::class_of(entry));
     // Pieces are multiples of 4 KiB and a call is split only when larger
     // than a piece: smaller calls skip the question (one routing fewer).
     if split != Split::Never && size > paio::object::SPLIT_ALIGN {
@@ -882,13 +886,13 @@ pub(crate) fn data_call(
 }
 
 /// Whether `fd` is a stream (a pipe, a socket, a character device such as
-/// a terminal): learnt with one `fstat` at the descriptor's first data call
-/// and kept in the descriptor table. Raw system call: errno restored by the
-/// caller's guard. A descriptor `fstat` refuses is taken for storage (its
-/// call fails as well).
-#[inline]
-fn is_stream_fd(fd: c_int) -> bool {
-    match fdtable::kind(fd) {
+/// a terminal), `entry` its class word: learnt with one `fstat` at the
+/// descriptor's first data call and kept in the descriptor table. Raw
+/// system call: errno restored by the caller's guard. A descriptor `fstat`
+/// refuses is taken for storage (its call fails as well).
+#[inline(always)]
+fn is_stream_fd(fd: c_int, entry: u16) -> bool {
+    match fdtable::kind_of(entry) {
         fdtable::KIND_STREAM => true,
         fdtable::KIND_STORAGE => false,
         _ => learn_kind(fd),
@@ -896,6 +900,7 @@ fn is_stream_fd(fd: c_int) -> bool {
 }
 
 #[cold]
+#[inline(never)]
 fn learn_kind(fd: c_int) -> bool {
     let Some((mode, _)) = file_kind(fd) else {
         return false;
@@ -919,7 +924,10 @@ fn learn_kind(fd: c_int) -> bool {
 /// call, it held a priority object's slot all that time (four threads
 /// waiting on a pipe blocked every other request of a `depth = 4` object
 /// for good), stood on the board as critical I/O in flight, and counted
-/// its wait as the call's latency.
+/// its wait as the call's latency. Out of line: the storage path stays as
+/// tight as it was.
+#[cold]
+#[inline(never)]
 fn stream_call(
     g: Guard,
     cfg: &Config,

@@ -52,7 +52,20 @@ pub(crate) fn open(
         fd = unsafe { libc::open(c.as_ptr(), flags) };
     }
     if fd < 0 {
-        return Err(error(&io::Error::last_os_error()));
+        let e = io::Error::last_os_error();
+        let fix = match e.raw_os_error() {
+            Some(libc::ELOOP) => format!(
+                "it is a symbolic link, which is not followed (another user could point it \
+                 at a file of theirs): set {} to the file itself",
+                kind.var
+            ),
+            Some(libc::ENOENT) => format!(
+                "its directory does not exist: create it, or set {} to a path in one that does",
+                kind.var
+            ),
+            _ => format!("set {} to a file of your own", kind.var),
+        };
+        return Err(error(&format_args!("{e}; {fix}")));
     }
     let result = map(fd, created, kind, &error);
     // SAFETY: `fd` is ours; the mapping (if any) outlives it.

@@ -607,6 +607,9 @@ fn holder(dir: &Path, board: &Path, policy: Option<&Path>) -> (Reaped, std::proc
     let mut child = Reaped(
         cmd.current_dir(dir)
             .env_remove("LD_PRELOAD")
+            // cargo's, which names its profile's libpaio (maybe another
+            // build's) ahead of the one hold was linked with.
+            .env_remove("LD_LIBRARY_PATH")
             .env("PAIO_BOARD", board)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -720,6 +723,70 @@ fn a_board_others_can_read_is_refused() {
             && err.contains("critical I/O of other processes is not seen"),
         "{err}"
     );
+}
+
+/// A process that execs keeps one slot on the board: the new image of the
+/// library takes over the slot of the old (same pid, same start time). Each
+/// exec took a slot of its own, held while the process lived.
+#[test]
+fn a_process_that_execs_keeps_one_slot() {
+    let dir = scratch("board-exec");
+    random_file(&dir.join("in.bin"), 64);
+    let board = dir.join("test.board");
+    let mut child = Reaped(
+        Command::new("sh")
+            .args([
+                "-c",
+                "read a < in.bin; exec sh -c 'read b < in.bin; exec sh -c \"read c < in.bin; exec sleep 5\"'",
+            ])
+            .current_dir(&dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_CRITICAL", "1")
+            .env("PAIO_BOARD", &board)
+            .spawn()
+            .unwrap(),
+    );
+    let pid = u64::from(child.id());
+    let slots = || {
+        (0..252)
+            .filter(|s| board_word(&board, 8 + 2 * s) & 0xffff_ffff == pid)
+            .count()
+    };
+    // The three shells have read (their stages claimed slots) once sleep runs.
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n") {
+        assert!(t0.elapsed().as_secs() < 20, "sleep never ran");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(slots(), 1, "slots of pid {pid}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A board path that cannot be opened says why and what to do, not only
+/// the system's error.
+#[test]
+fn an_unusable_board_path_says_what_to_do() {
+    let dir = scratch("board-path");
+    let link = dir.join("link.board");
+    std::os::unix::fs::symlink(dir.join("elsewhere.board"), &link).unwrap();
+    for (board, says) in [
+        (link, "symbolic link, which is not followed"),
+        (
+            dir.join("missing/dir.board"),
+            "its directory does not exist: create it, or set PAIO_BOARD",
+        ),
+    ] {
+        let out = run(
+            &dir,
+            &["true"],
+            true,
+            &[("PAIO_BOARD", board.to_str().unwrap())],
+        );
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
 }
 
 /// Bytes written by critical and by normal requests when tests/locks.c runs
