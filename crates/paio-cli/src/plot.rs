@@ -529,8 +529,15 @@ fn tick(v: f64) -> String {
     } else if !(1e-3..1e6).contains(&a) {
         format!("{v:.1e}")
     } else {
-        let s = format!("{v:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
+        // Three significant digits: three decimals made the ticks of an
+        // axis between 0.001 and 0.01 repeat (0.0012 and 0.0014 both 0.001).
+        let decimals = (2 - a.log10().floor() as i32).max(0) as usize;
+        let s = format!("{v:.decimals$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
     }
 }
 
@@ -1013,6 +1020,14 @@ mod tests {
         assert_eq!(tick(0.0), "0");
         assert_eq!(tick(significant(10f64.powf(4.2))), "15800");
         assert_eq!(tick(significant(10f64.powf(2.0))), "100");
+        // Ticks of an axis from 0.001 to 0.01 stay apart.
+        let small: Vec<String> = [0.001, 0.0012, 0.0014, 0.0016, 0.0095]
+            .iter()
+            .map(|&v| tick(v))
+            .collect();
+        assert_eq!(small, ["0.001", "0.0012", "0.0014", "0.0016", "0.0095"]);
+        assert_eq!(tick(-0.0375), "-0.0375");
+        assert_eq!(tick(999_999.0), "999999");
     }
 
     /// The colour of pixel (`x`, `y`) of an RGB image `w` pixels wide.
