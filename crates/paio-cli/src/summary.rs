@@ -583,6 +583,37 @@ fn row(out: &mut String, name: &str, (ops, bytes): (u64, u64), secs: f64, times:
     );
 }
 
+/// The row of a process's critical requests, which are among its
+/// channels' requests too.
+const CRITICAL_ROW: &str = "(critical)";
+
+/// A process's row for `c`: its own wait and latency summaries.
+fn counts_row(out: &mut String, name: &str, c: &Counts, secs: f64) {
+    let w = &c.wait_total;
+    let l = &c.latency_total;
+    let lat = |ns: u64| {
+        if l.is_empty() {
+            "-".to_string()
+        } else {
+            human_ns(ns)
+        }
+    };
+    row(
+        out,
+        name,
+        (c.ops, c.bytes),
+        secs,
+        [
+            &human_ns(w.total_ns),
+            &human_ns(w.p50_ns),
+            &human_ns(w.p99_ns),
+            &lat(l.p50_ns),
+            &lat(l.p99_ns),
+            &lat(l.p999_ns),
+        ],
+    );
+}
+
 /// The summary of a run that lasted `elapsed`: per process (pid, exe) and
 /// per channel operations, bytes, MiB/s over the run, time spent waiting and
 /// wait p50/p99 (over all the channel's requests, including those that did
@@ -625,29 +656,10 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
         );
         header(&mut out);
         for c in &f.stats.channels {
-            let w = &c.counts.wait_total;
-            let l = &c.counts.latency_total;
-            let lat = |ns: u64| {
-                if l.is_empty() {
-                    "-".to_string()
-                } else {
-                    human_ns(ns)
-                }
-            };
-            row(
-                &mut out,
-                &c.name,
-                (c.counts.ops, c.counts.bytes),
-                secs,
-                [
-                    &human_ns(w.total_ns),
-                    &human_ns(w.p50_ns),
-                    &human_ns(w.p99_ns),
-                    &lat(l.p50_ns),
-                    &lat(l.p99_ns),
-                    &lat(l.p999_ns),
-                ],
-            );
+            counts_row(&mut out, &c.name, &c.counts, secs);
+        }
+        if f.stats.critical.ops > 0 {
+            counts_row(&mut out, CRITICAL_ROW, &f.stats.critical, secs);
         }
         let u = &f.stats.unmatched;
         if u.ops > 0 {
@@ -671,6 +683,9 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
     let mut order: Vec<(String, Sum)> = Vec::new();
     let mut unmatched = Sum::default();
     let mut all = Sum::default();
+    // Critical requests: their latency distributions add up; their waits
+    // have none (the total time waited does).
+    let mut critical = Sum::default();
     for f in files {
         for c in &f.stats.channels {
             match order.iter_mut().find(|(n, _)| *n == c.name) {
@@ -684,6 +699,13 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
             all.add_channel(c);
         }
         unmatched.add(&f.stats.unmatched);
+        critical.add(&f.stats.critical);
+        if let Some(m) = &mut critical.histograms {
+            m.merge(&paio::stats::Histograms {
+                wait: Vec::new(),
+                latency: f.stats.critical_latency.clone(),
+            });
+        }
     }
     let _ = writeln!(
         out,
@@ -719,6 +741,16 @@ pub fn format_summary(files: &[StatsFile], elapsed: Duration) -> String {
         secs,
         [&f[0], &f[1], &f[2], &f[3], &f[4], &f[5]],
     );
+    if critical.ops > 0 {
+        let f = critical.figures();
+        row(
+            &mut out,
+            CRITICAL_ROW,
+            (critical.ops, critical.bytes),
+            secs,
+            [&f[0], "-", "-", &f[3], &f[4], &f[5]],
+        );
+    }
     out
 }
 
@@ -854,6 +886,69 @@ total over 1 process
   all channels        2055    2.00 GiB    1024.0    19.50s         -         -         -         -         -
 ";
         assert_eq!(s, expected, "\n{s}");
+    }
+
+    /// Critical requests get a row of their own per process (with its own
+    /// summaries) and in the totals (their latencies merged; their waits
+    /// have no distribution, only a total).
+    #[test]
+    fn critical_requests_have_their_rows() {
+        let critical = |pid: u32| {
+            let mut f = sample(pid, "/usr/bin/fio");
+            let c = &mut f.stats.critical;
+            c.ops = 100;
+            c.bytes = 409_600;
+            c.wait_total.total_ns = 1_000_000;
+            c.latency_total = paio::stats::LatencySummary {
+                ops: 100,
+                mean_ns: 10_000,
+                p50_ns: 10_000,
+                p99_ns: 20_000,
+                p999_ns: 30_000,
+                max_ns: 30_000,
+            };
+            f.stats.critical_latency = vec![(10_000, 99), (2_000_000, 1)];
+            f
+        };
+        let s = format_summary(&[critical(1), critical(2)], Duration::from_secs(2));
+        let rows: Vec<&str> = s
+            .lines()
+            .filter(|l| l.starts_with("  (critical)"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{s}");
+        assert_eq!(
+            rows[0].split_whitespace().collect::<Vec<_>>(),
+            [
+                "(critical)",
+                "100",
+                "400.00",
+                "KiB",
+                "0.2",
+                "1.0ms",
+                "0",
+                "0",
+                "10.0us",
+                "20.0us",
+                "30.0us"
+            ],
+            "{s}"
+        );
+        // 200 together: 198 at 10 µs, 2 at 2 ms (1 %): the p99.9.
+        assert_eq!(
+            rows[2].split_whitespace().skip(5).collect::<Vec<_>>(),
+            ["2.0ms", "-", "-", "10.2us", "10.2us", "2.1ms"],
+            "{s}"
+        );
+        // After the channels' totals, not in them.
+        let all = s
+            .lines()
+            .position(|l| l.starts_with("  all channels"))
+            .unwrap();
+        let last = s.lines().position(|l| l == rows[2]).unwrap();
+        assert!(last > all, "{s}");
+        // No row without critical requests.
+        let plain = format_summary(&[sample(3, "dd")], Duration::from_secs(2));
+        assert!(!plain.contains("(critical)"), "{plain}");
     }
 
     /// Files with histograms: the totals' percentiles are those of every
