@@ -342,6 +342,39 @@ fn a_read_is_charged_what_the_file_can_give_not_its_buffer() {
     assert!(read["bytes"].as_u64().unwrap() >= 300 << 10, "{read}");
 }
 
+/// A read that moves more than its bound (the file grew between the bound's
+/// `fstat` and the call; a `/proc` file, whose size is 0, always does) is
+/// charged the bytes beyond it after the call: every byte is counted.
+#[test]
+fn bytes_beyond_a_reads_bound_are_charged_after_it() {
+    let dir = scratch("read-beyond-bound");
+    let exe = compile(&dir, "proc_read", &[]);
+    let policy = dir.join("limit.toml");
+    std::fs::write(
+        &policy,
+        "[[channel]]\nname = \"read\"\nmatch = { request_type = \"read\" }\n\
+         default_object = \"limit\"\n[[channel.object]]\nname = \"limit\"\nkind = \"drl\"\n\
+         rate = \"1GiB/s\"\n",
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        &[&exe],
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let moved: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(moved > 0);
+    let stats = take_stats(&dir);
+    let mine: Vec<_> = stats.iter().filter(|s| s.exe == exe).collect();
+    assert_eq!(mine.len(), 1, "{:?}", summary(&stats));
+    let read = mine[0].channel_json("read").unwrap();
+    // Admitted for 0 bytes (the bound), then the rest as a request of its own.
+    assert_eq!(read["bytes"].as_u64(), Some(moved), "{read}");
+    assert_eq!(read["ops"].as_u64(), Some(2), "{read}");
+}
+
 /// A `popen`ed pipe is a stream (glibc makes it with an internal `pipe2`
 /// no preload sees): under `--limit` it was limited as storage.
 #[test]
