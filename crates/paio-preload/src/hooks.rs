@@ -884,9 +884,7 @@ macro_rules! fopen_hook {
                 // libc itself: endmntent, ...) may have left its entry to
                 // this address.
                 streams::forget(r);
-                if rt::classifying() {
-                    rt::opened(stream_fd(r));
-                }
+                rt::opened(stream_fd(r));
             }
             r
         }
@@ -939,7 +937,7 @@ macro_rules! freopen_hook {
             let r = unsafe { real(path, mode, stream) };
             if !path.is_null() {
                 fdtable::set(old, 0);
-                if !r.is_null() && rt::classifying() {
+                if !r.is_null() {
                     rt::opened(stream_fd(r));
                 }
             }

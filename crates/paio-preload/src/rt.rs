@@ -1932,12 +1932,10 @@ fn classify_by_kind(cfg: &Config, fd: c_int) -> bool {
         return false;
     }
     if cfg.class_rules.is_empty() {
-        if cfg.stream_class != 0 {
-            // Not a stream, whatever the number was before a close this
-            // library did not see. (Without any class the table stays all
-            // zero: numbers reused after a close are 0 already.)
-            fdtable::set(fd, 0);
-        }
+        // No class, and a kind to learn at the first data call, whatever
+        // the number was before a close this library did not see
+        // (`syscall(SYS_close)`): its reads went as a stream's.
+        fdtable::set(fd, 0);
         return false;
     }
     true

@@ -342,6 +342,39 @@ fn a_read_is_charged_what_the_file_can_give_not_its_buffer() {
     assert!(read["bytes"].as_u64().unwrap() >= 300 << 10, "{read}");
 }
 
+/// A number that was a pipe's and was closed where the interposer did not
+/// see it (`syscall(SYS_close)`) is reset when a regular file gets it, by
+/// `open` or over a Unix socket, with no file class configured: the file's
+/// reads went as a stream's (one phase, no latency, no priority slot).
+#[test]
+fn a_file_on_a_reused_stream_number_is_storage() {
+    let dir = scratch("fd-reuse");
+    random_file(&dir.join("f"), 1 << 20);
+    let exe = compile(&dir, "fd_reuse", &[]);
+    let policy = dir.join("all.toml");
+    std::fs::write(&policy, "[[channel]]\nname = \"all\"\nmatch = {}\n").unwrap();
+    for mode in ["rawclose", "scmraw"] {
+        let out = run(
+            &dir,
+            &[&exe, mode, "f"],
+            true,
+            &[("PAIO_POLICY", policy.to_str().unwrap())],
+        );
+        assert!(out.status.success(), "{mode}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "1048576\n", "{mode}");
+        let stats = take_stats(&dir);
+        let mine: Vec<_> = stats.iter().filter(|s| s.exe == exe).collect();
+        assert_eq!(mine.len(), 1, "{mode}: {:?}", summary(&stats));
+        let all = mine[0].channel_json("all").unwrap();
+        // 16 reads of 64 KiB and the one at the end, each timed.
+        assert_eq!(
+            all["latency_total"]["ops"].as_u64(),
+            Some(17),
+            "{mode}: {all}"
+        );
+    }
+}
+
 /// A read that moves more than its bound (the file grew between the bound's
 /// `fstat` and the call; a `/proc` file, whose size is 0, always does) is
 /// charged the bytes beyond it after the call: every byte is counted.
