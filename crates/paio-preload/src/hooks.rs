@@ -746,7 +746,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         // the real close_range.
         unsafe { real(a, b, flags) }
     });
-    if r == 0 && flags & CLOSE_RANGE_CLOEXEC == 0 {
+    if r == 0 && flags & CLOSE_RANGE_CLOEXEC == 0 && !rt::in_vfork_child() {
         fdtable::clear_range(first, last);
     }
     r
@@ -801,7 +801,9 @@ pub unsafe extern "C" fn closefrom(lowfd: c_int) {
         // SAFETY: the caller's argument to the real closefrom.
         unsafe { real(lowfd) };
     }
-    fdtable::clear_range(first, c_uint::MAX);
+    if !rt::in_vfork_child() {
+        fdtable::clear_range(first, c_uint::MAX);
+    }
 }
 
 #[no_mangle]
@@ -811,7 +813,7 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
     };
     // SAFETY: the caller's argument to the real dup.
     let r = unsafe { real(old) };
-    if r >= 0 {
+    if r >= 0 && !rt::in_vfork_child() {
         fdtable::copy(old, r);
     }
     r
@@ -824,7 +826,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     };
     // SAFETY: the caller's arguments to the real dup2.
     let r = unsafe { real(old, new) };
-    if r >= 0 {
+    if r >= 0 && !rt::in_vfork_child() {
         fdtable::copy(old, r);
     }
     r
@@ -837,7 +839,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     };
     // SAFETY: the caller's arguments to the real dup3.
     let r = unsafe { real(old, new, flags) };
-    if r >= 0 {
+    if r >= 0 && !rt::in_vfork_child() {
         fdtable::copy(old, r);
     }
     r
@@ -856,7 +858,10 @@ macro_rules! fcntl_hook {
             // SAFETY: the caller's arguments to the real variadic fcntl; the
             // third is passed in the same register class it arrived in.
             let r = unsafe { real(fd, cmd, arg) };
-            if r >= 0 && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) {
+            if r >= 0
+                && (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC)
+                && !rt::in_vfork_child()
+            {
                 fdtable::copy(fd, r);
             }
             r

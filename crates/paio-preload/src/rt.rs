@@ -905,7 +905,11 @@ fn learn_kind(fd: c_int) -> bool {
     let Some((mode, _)) = file_kind(fd) else {
         return false;
     };
-    let stream = matches!(mode, libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFCHR);
+    // Storage is a regular file or a block device; everything else waits
+    // for a peer or an event: pipes, sockets, terminals and other character
+    // devices, and anonymous inodes (mode 0: eventfd, timerfd, signalfd,
+    // inotify, epoll, pidfd).
+    let stream = !matches!(mode, libc::S_IFREG | libc::S_IFBLK | libc::S_IFDIR);
     fdtable::set_kind(
         fd,
         if stream {
@@ -1644,7 +1648,8 @@ fn reread_thread_name(g: &Guard) {
 ///
 /// The read goes in two phases like a data call: admitted before the call
 /// (a priority object may hold it back), completed after it with the bytes
-/// it moved and the call's latency. Only a route that charges bytes (a rate
+/// it moved and the call's latency; from or to a stream ([`is_stream_fd`])
+/// it is charged after the call, in one phase. Only a route that charges bytes (a rate
 /// in bytes) needs to know beforehand how many the call will move: for it
 /// the read is admitted with [`copy_bound`], anything moved beyond that (a
 /// file that grew meanwhile) is charged after the call as a request of its
@@ -1668,10 +1673,16 @@ pub(crate) fn copy_call(
         return call();
     };
     check_thread_name(&g);
-    let in_class = fdtable::get(fd_in);
+    let in_entry = fdtable::entry(fd_in);
+    let in_class = fdtable::class_of(in_entry);
     let asked = adjust(cfg, g.thread.context(RequestType::READ, len), in_class);
-    // The size admitted, when the read is admitted before the call.
-    let admitted = if stage.charges_bytes_on_thread(g.thread, &asked) {
+    // The size admitted, when the read is admitted before the call. A copy
+    // from or to a stream may wait for its peer as long as it likes: charged
+    // after it, as a stream's data call is.
+    let admitted = if is_stream_fd(fd_in, in_entry) || is_stream_fd(fd_out, fdtable::entry(fd_out))
+    {
+        None
+    } else if stage.charges_bytes_on_thread(g.thread, &asked) {
         Some(copy_bound(fd_in, off_in, fd_out, len)).filter(|&n| n > 0)
     } else {
         Some(len)
@@ -2090,6 +2101,18 @@ struct Record<'a> {
     dirty_writebacks: u64,
 }
 
+/// Whether the caller is a vfork child (between `vfork` and `exec` or
+/// `_exit`): it shares its parent's memory and ran no atfork handler, so
+/// what it changes in this library's tables it changes in its parent's,
+/// although its descriptors are its own (Python starts subprocesses so, and
+/// its child's `dup2` onto 1 made the parent's stdout pipe storage). One
+/// `getpid` system call: asked by the calls that copy or clear descriptor
+/// entries in bulk (`dup`s, `close_range`), not by `close`.
+pub(crate) fn in_vfork_child() -> bool {
+    // SAFETY: getpid has no preconditions.
+    (unsafe { libc::getpid() }) as u64 != PID.load(Ordering::Relaxed)
+}
+
 /// Writes `{"pid","ppid","exe","stats"}` to PAIO_STATS (`%p` → pid)
 /// atomically: a temporary file in the same directory, then rename.
 /// `force` (exit paths) waits briefly for a concurrent push to finish.
@@ -2098,11 +2121,9 @@ fn push_stats(force: bool) {
     let Some(template) = &cfg.stats_path else {
         return;
     };
-    // A vfork child (between vfork and exec or _exit) shares its parent's
-    // memory and ran no atfork handler: it must not allocate or write the
-    // parent's statistics under its own pid.
-    // SAFETY: getpid has no preconditions.
-    if unsafe { libc::getpid() } as u64 != PID.load(Ordering::Relaxed) {
+    // A vfork child must not allocate or write the parent's statistics
+    // under its own pid.
+    if in_vfork_child() {
         return;
     }
     let mut tries = 0;

@@ -246,14 +246,15 @@ fn data_calls_have_latency_percentiles() {
     assert!(p50 <= p99 && p99 <= max, "{lat}");
 }
 
-/// Calls on streams (pipes, sockets, terminals) wait for their peer, not
-/// for storage: they are charged after they return, in one phase. Four
-/// threads waiting on a pipe held all four slots of a `depth = 4` priority
-/// object, so no read of a file ever went; now the reads go, and only they
-/// have a latency.
+/// Calls on streams (pipes, sockets, terminals, anonymous inodes such as an
+/// eventfd) wait for their peer or an event, not for storage: they are
+/// charged after they return, in one phase. Four threads waiting on a pipe
+/// held all four slots of a `depth = 4` priority object, so no read of a
+/// file ever went; so did two waiting on an eventfd; now the reads go, and
+/// only they have a latency.
 #[test]
 fn threads_waiting_on_a_pipe_hold_no_slot() {
-    let dir = board_scratch("idle-pipe", "depth = 4");
+    let dir = board_scratch("idle-pipe", "depth = 2");
     let exe = compile(&dir, "idle_pipe", &["-pthread"]);
     let board = dir.join("test.board");
     let out = run(
@@ -273,8 +274,8 @@ fn threads_waiting_on_a_pipe_hold_no_slot() {
         .find(|s| s.exe.ends_with("/idle_pipe"))
         .unwrap_or_else(|| panic!("no statistics of idle_pipe: {stats:?}"));
     let all = prog.channel_json("all").unwrap();
-    // 100 preads with a latency; 4 pipe reads and 4 pipe writes counted
-    // without one (stdout is the test's pipe too: one write).
+    // 100 preads with a latency; the waiters' reads and the writes that
+    // let them go counted without one (stdout is the test's pipe too).
     assert_eq!(all["latency_total"]["ops"].as_u64(), Some(100), "{all}");
     assert!(all["ops"].as_u64().unwrap() >= 109, "{all}");
 }
@@ -325,6 +326,72 @@ fn a_critical_program_waiting_for_input_is_not_on_the_board() {
     writer.write_all(b"x").unwrap();
     drop(writer);
     assert!(critical.wait().unwrap().success());
+}
+
+/// A vfork child's `dup2` (Python starts subprocesses with vfork) changed
+/// its parent's descriptor table, which it shares: the parent's pipe became
+/// storage, its reads timed and, if critical, on the board while waiting.
+#[test]
+fn a_vfork_childs_dup2_leaves_the_parents_descriptors_alone() {
+    let dir = scratch("vfork-dup");
+    random_file(&dir.join("f"), 4096);
+    let exe = compile(&dir, "vfork_dup", &[]);
+    let policy = dir.join("all.toml");
+    std::fs::write(&policy, "[[channel]]\nname = \"all\"\nmatch = {}\n").unwrap();
+    let out = run(
+        &dir,
+        &[&exe, "f"],
+        true,
+        &[("PAIO_POLICY", policy.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let stats = take_stats(&dir);
+    let mine: Vec<_> = stats.iter().filter(|s| s.exe == exe).collect();
+    assert_eq!(mine.len(), 1, "{:?}", summary(&stats));
+    let all = mine[0].channel_json("all").unwrap();
+    // The file's read only: the pipe's reads and writes are a stream's.
+    assert_eq!(all["latency_total"]["ops"].as_u64(), Some(1), "{all}");
+}
+
+/// A copy call from a stream (`splice` from a pipe) waits for its peer: it
+/// is charged after the call, so a critical program waiting in it is not
+/// critical I/O in flight on the board.
+#[test]
+fn a_critical_splice_waiting_on_a_pipe_is_not_on_the_board() {
+    use std::io::Write;
+    let dir = scratch("splice-wait");
+    let exe = compile(&dir, "splice_wait", &[]);
+    let board = dir.join("test.board");
+    let mut child = Reaped(
+        Command::new(&exe)
+            .arg("out.bin")
+            .current_dir(&dir)
+            .env("LD_PRELOAD", lib())
+            .env("PAIO_CRITICAL", "1")
+            .env("PAIO_BOARD", &board)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.stdin.take().unwrap();
+    // Until it is in splice(2), waiting: its state is S with splice's
+    // system call number in /proc/PID/syscall.
+    let syscall = format!("/proc/{}/syscall", child.id());
+    let t0 = std::time::Instant::now();
+    let waiting = format!("{} ", libc::SYS_splice);
+    while !std::fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with(&waiting)) {
+        assert!(t0.elapsed().as_secs() < 20, "never waited in splice");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(
+        board_word(&board, 2),
+        0,
+        "critical I/O in flight on the board"
+    );
+    stdin.write_all(b"data").unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(std::fs::read(dir.join("out.bin")).unwrap(), b"data");
 }
 
 /// A critical process's sync calls are two-phase requests: counted among
