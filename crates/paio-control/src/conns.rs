@@ -125,6 +125,8 @@ pub enum Closed {
     /// A stage whose `hello` or statistics took what paiod keeps of stages
     /// over `max_stage_bytes`.
     StageBytes,
+    /// A peer of another uid than paiod's and root.
+    ForeignUid,
     /// Replies left unread longer than `drain_timeout`, or over the
     /// outbox's hard limit.
     Unread,
@@ -142,6 +144,7 @@ impl Closed {
             Closed::CtlIdle => "ctl_idle",
             Closed::Buffered => "max_buffered",
             Closed::StageBytes => "max_stage_bytes",
+            Closed::ForeignUid => "foreign_uid",
             Closed::Unread => "unread",
         }
     }

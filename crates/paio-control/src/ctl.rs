@@ -282,7 +282,7 @@ pub struct ConnectionStatus {
     pub max_stage_bytes: u64,
     /// Connections paiod closed since it started, by reason (`stage_cap`,
     /// `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`,
-    /// `max_stage_bytes`, `unread`).
+    /// `max_stage_bytes`, `foreign_uid`, `unread`).
     pub closed: BTreeMap<String, u64>,
 }
 

@@ -18,7 +18,7 @@
 //! | `paiod_connections` | gauge | state (`stage`, `waiting`, `ctl`) |
 //! | `paiod_connection_cap` | gauge | cap (`max_stages`, `max_stages_per_uid`, `max_waiting`, `max_ctl`, `max_stage_bytes`) |
 //! | `paiod_stage_bytes` | gauge, bytes of stages' registrations and statistics paiod keeps (estimated) | |
-//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `max_stage_bytes`, `unread`) |
+//! | `paiod_connections_closed_total` | counter | reason (`stage_cap`, `uid_cap`, `ctl_cap`, `waiting_cap`, `hello_timeout`, `ctl_idle`, `max_buffered`, `max_stage_bytes`, `foreign_uid`, `unread`) |
 //! | `paiod_loop_period_seconds` | gauge, achieved control period over the last 100 ticks | stat (`p50`, `p99`, `max`, `target`) |
 //! | `paiod_loop_work_seconds` | gauge, a tick's work | stat (`p99`) |
 //! | `paiod_loop_overruns_total` | counter, periods more than 10 % late | |

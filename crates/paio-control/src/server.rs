@@ -568,10 +568,27 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
     let me = rustix::process::geteuid().as_raw();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(err)?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(err)?;
+            // Created 0700 at once, not chmod-ed after: nobody else may
+            // enter it meanwhile.
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(err)?;
         }
-        let meta = std::fs::metadata(dir).map_err(err)?;
+        // The directory itself, not what a symbolic link there names:
+        // another user's link at the default /tmp/paio-<uid> would let them
+        // move the socket away later.
+        let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+        if meta.file_type().is_symlink() {
+            return Err(ServerError::NotOwn {
+                path: dir.display().to_string(),
+                reason: "the socket's directory is a symbolic link, which another user could \
+                         point elsewhere: use the directory itself, or a directory of your own"
+                    .into(),
+            });
+        }
         if let Some(reason) = unsafe_socket_dir(meta.uid(), meta.mode(), me) {
             return Err(ServerError::NotOwn {
                 path: dir.display().to_string(),
@@ -614,7 +631,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, ServerError> {
             Err(_) => std::fs::remove_file(path).map_err(err)?,
         }
     }
-    let listener = UnixListener::bind(path).map_err(err)?;
+    // Created 0600: between a bind under the caller's umask and a chmod
+    // after it, another user connected (and paiod served them).
+    let old = rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let bound = UnixListener::bind(path);
+    rustix::process::umask(old);
+    let listener = bound.map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
     Ok(listener)
 }
@@ -706,6 +728,24 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
             return;
         }
     };
+    // Only paiod's own user and root: the socket's mode says so too, but a
+    // socket passed by systemd, or a directory others can enter, must not
+    // be all that stands between another user and this paiod's rules.
+    let me = rustix::process::geteuid().as_raw();
+    if cred.uid != me && cred.uid != 0 {
+        lock(&state).conns.count(Closed::ForeignUid);
+        tracing::warn!(
+            "connection of pid {} uid {} refused: paiod serves uid {me} and root",
+            cred.pid,
+            cred.uid
+        );
+        refuse(
+            stream,
+            &format!("paiod serves uid {me} and root, not uid {}", cred.uid),
+        )
+        .await;
+        return;
+    }
     let (r, w) = stream.into_split();
     let (out, rx) = Outbox::new();
     let writer = tokio::spawn(rx.write_all_to(w));
@@ -773,6 +813,29 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
     if tokio::time::timeout(grace, writer).await.is_err() {
         abort.abort();
     }
+}
+
+/// Answers a connection that will not be served with an `error` frame
+/// saying why, and closes it: what it sent is read first (at most 64 KiB,
+/// within [`WRITER_GRACE`]), since closing a Unix socket with unread bytes
+/// makes the peer's read fail before it sees the answer.
+async fn refuse(mut stream: UnixStream, why: &str) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let refusal = protocol::encode(&Message::error(None, ErrorCode::Limit, why.to_string()));
+    let _ = tokio::time::timeout(WRITER_GRACE, async {
+        stream.write_all(&refusal).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 4096];
+        let mut left = 64 * 1024;
+        while left > 0 {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => left -= n.min(left),
+            }
+        }
+        Ok::<(), io::Error>(())
+    })
+    .await;
 }
 
 /// Reads and handles `r`'s frames until the peer leaves, the connection is
@@ -1768,6 +1831,12 @@ mod tests {
         let e = bind(&file).unwrap_err().to_string();
         assert!(e.contains("not a socket"), "{e}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        // A symbolic link as the directory (another user's at the default
+        // /tmp/paio-<uid> could be pointed elsewhere later).
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(d.path(), &link).unwrap();
+        let e = bind(&link.join("paiod.sock")).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
         // A stale socket of paiod's own user is replaced; a new directory is 0700.
         let sock = d.path().join("run/paiod.sock");
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -1014,6 +1014,46 @@ fn unfinished_frames_are_capped_over_all_connections() {
     wait_for("the stage to register", || paiod.status().stages.len() == 1);
 }
 
+/// A peer of another uid than paiod's and root is refused, whatever the
+/// socket's mode lets through (a socket made 0600 after its bind was open
+/// to everyone in between, and paiod served another user's `ctl set`).
+#[test]
+fn another_users_peer_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test connects as another uid (nobody) with setpriv: run it as root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let paiod = Paiod::start(dir.path(), "");
+    // The socket's mode must not be what refuses nobody here.
+    std::fs::set_permissions(&paiod.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let script = "import socket,struct,sys\ns=socket.socket(socket.AF_UNIX)\n\
+         s.connect(sys.argv[1])\nb=b'{\"type\":\"ctl\",\"id\":1,\"command\":{\"command\":\"status\"}}'\n\
+         s.sendall(struct.pack('>I',len(b))+b)\nd=b''\n\
+         while True:\n c=s.recv(65536)\n if not c: break\n d+=c\nprint(d[4:].decode())\n";
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            script,
+        ])
+        .arg(&paiod.socket)
+        .output()
+        .expect("setpriv (util-linux) and /usr/bin/python3, which uid nobody can run");
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("paiod serves uid 0 and root, not uid 65534"),
+        "{said}"
+    );
+    assert_eq!(connections(&paiod).closed.get("foreign_uid"), Some(&1));
+}
+
 /// A report of 34,816 tiny objects (1 MB) made paiod keep 13.5 MB, for
 /// every stage sending one. A report over the objects a stage may have is
 /// refused, and what all stages make paiod keep is capped
