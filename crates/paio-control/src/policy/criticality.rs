@@ -981,7 +981,7 @@ mod tests {
         let c = config(&views[0]);
         assert_eq!((c.depth, c.busy_depth), (2, 0), "a lower max_depth at once");
         for (key, value, says) in [
-            ("max_depth", "0", "at least 1"),
+            ("max_depth", "0", "between 1 and 4194303"),
             ("min_depth", "0", "between 1 and max_depth"),
             ("min_depth", "3", "between 1 and max_depth (2)"),
             ("busy_depth", "3", "at most max_depth"),
