@@ -103,36 +103,44 @@ fn map(
             return Err(error(&io::Error::last_os_error()));
         }
     } else {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
         let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-        // The creator may still be sizing it: wait up to 100 ms.
+        // The creator may still be sizing it: wait up to 100 ms, but only
+        // for a file that could be ours. Another user's file (or a FIFO,
+        // or an open mode) is refused at once: squatted, it cost each of
+        // the victim's processes 100 ms at its start.
         for _ in 0..100 {
             let r = crate::sys::fstat(fd, &mut st);
             if crate::sys::failed(r) {
                 return Err(error(&io::Error::from_raw_os_error(-r as i32)));
             }
             // SAFETY: fstat filled it.
-            if unsafe { st.assume_init_ref() }.st_size != 0 {
+            let st = unsafe { st.assume_init_ref() };
+            if st.st_uid != uid {
+                return Err(error(&format_args!(
+                    "owned by uid {}, not {uid}: remove it, or set {} to a file of your own",
+                    st.st_uid, kind.var
+                )));
+            }
+            if st.st_mode & 0o077 != 0 {
+                return Err(error(&format_args!(
+                    "mode {:o} lets other users in: remove it (it is created 0600)",
+                    st.st_mode & 0o777
+                )));
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(error(&format_args!(
+                    "not a {SIZE}-byte regular file: remove it"
+                )));
+            }
+            if st.st_size != 0 {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // SAFETY: fstat filled it.
-        let st = unsafe { st.assume_init() };
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
-        if st.st_uid != uid {
-            return Err(error(&format_args!(
-                "owned by uid {}, not {uid}: remove it, or set {} to a file of your own",
-                st.st_uid, kind.var
-            )));
-        }
-        if st.st_mode & 0o077 != 0 {
-            return Err(error(&format_args!(
-                "mode {:o} lets other users in: remove it (it is created 0600)",
-                st.st_mode & 0o777
-            )));
-        }
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_size != SIZE as libc::off_t {
+        if unsafe { st.assume_init() }.st_size != SIZE as libc::off_t {
             return Err(error(&format_args!(
                 "not a {SIZE}-byte regular file: remove it"
             )));

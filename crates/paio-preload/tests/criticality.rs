@@ -830,6 +830,40 @@ fn a_process_that_execs_keeps_one_slot() {
     child.wait().unwrap();
 }
 
+/// Another user's file at the board's path (empty, open to all: the size
+/// a creator may still be setting) is refused at once: waiting up to 100 ms
+/// for it to be sized cost each of the victim's processes 100 ms.
+#[test]
+fn a_squatted_board_is_refused_without_waiting() {
+    use std::os::unix::fs::PermissionsExt;
+    require("strace");
+    let dir = scratch("board-squat");
+    let board = dir.join("squat.board");
+    std::fs::write(&board, b"").unwrap();
+    std::fs::set_permissions(&board, std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&board, Some(65534), Some(65534)).unwrap();
+    let out = Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=nanosleep,clock_nanosleep",
+            "-o",
+            "trace.txt",
+            "true",
+        ])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", lib())
+        .env("PAIO_BOARD", &board)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    let trace = std::fs::read_to_string(dir.join("trace.txt")).unwrap();
+    let sleeps = trace.lines().filter(|l| l.contains("sleep(")).count();
+    assert_eq!(sleeps, 0, "{trace}");
+}
+
 /// A board path that cannot be opened says why and what to do, not only
 /// the system's error.
 #[test]
