@@ -550,9 +550,11 @@ pub fn render(figure: &Figure, out: &Path) -> Result<(), PlotError> {
     };
     let size = check(figure)?;
     // The file is written at the end of drawing, where a failure reads as
-    // the image library's debug output: made first, so that a directory or
-    // an unwritable path is said plainly.
-    std::fs::File::create(out).map_err(|e| draw(format!("cannot write the PNG: {e}")))?;
+    // the image library's debug output: made first, as the user's own
+    // (create_output), so that a directory, an unwritable path or another
+    // user's link or file there is said plainly.
+    paio_control::record::create_output(out)
+        .map_err(|e| draw(format!("cannot write the PNG: {e}")))?;
     let root = BitMapBackend::new(out, size).into_drawing_area();
     draw_figure(figure, &root).map_err(|e| draw(e.to_string()))?;
     root.present().map_err(|e| draw(e.to_string()))

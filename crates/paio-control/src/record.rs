@@ -147,6 +147,51 @@ pub fn unix_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Creates (or truncates) `path` for writing output a user asked for (a
+/// recording, a plot), without letting another user choose what is
+/// written over: a symbolic link that the kernel's `protected_symlinks`
+/// would not follow (in a sticky directory others may write to, such as
+/// `/tmp`, owned by neither the caller nor the directory's owner) is
+/// refused, whatever that setting is; so is an existing regular file of
+/// another user (a 0666 file planted at the name). Devices and FIFOs
+/// (`/dev/null`, `/dev/stdout`) are opened as they are, untruncated.
+pub fn create_output(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    if let Ok(link) = std::fs::symlink_metadata(path) {
+        if link.file_type().is_symlink() {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir = std::fs::metadata(dir.unwrap_or(Path::new(".")))?;
+            if dir.mode() & 0o1002 == 0o1002 && link.uid() != me && link.uid() != dir.uid() {
+                return Err(refused(format!(
+                    "a symbolic link of uid {} in a directory others may write to: not \
+                     followed (it could point at any of your files); remove it or choose \
+                     another path",
+                    link.uid()
+                )));
+            }
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() {
+        if meta.uid() != me {
+            return Err(refused(format!(
+                "a file of uid {}, not yours: not overwritten (another user's file at this \
+                 name?); remove it or choose another path",
+                meta.uid()
+            )));
+        }
+        file.set_len(0)?;
+    }
+    Ok(file)
+}
+
 /// Writes samples to a file from a thread of its own, so that a slow disk
 /// never delays the caller: [`Recorder::record`] never blocks; a sample
 /// that finds [`QUEUE`] others waiting is dropped and counted in the next
@@ -165,7 +210,7 @@ impl Recorder {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::create(path).map_err(io)?;
+        let file = create_output(path).map_err(io)?;
         let (tx, rx) = sync_channel(QUEUE);
         let path = path.to_path_buf();
         let thread = std::thread::Builder::new()
@@ -295,6 +340,51 @@ pub fn parse(text: &str, path: &Path) -> Result<Vec<Sample>, RecordError> {
 
 #[cfg(test)]
 mod tests {
+
+    /// Output is never written through another user's symbolic link in a
+    /// directory others may write to, nor over another user's file; a file
+    /// of one's own is truncated, a device opened as it is.
+    #[test]
+    fn output_files_are_the_users_own() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let shared = d.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, "keep me").unwrap();
+        let link = shared.join("job.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test makes files of another uid (nobody): run it as root"
+        );
+        {
+            // Another user's link (root's own would be followed).
+            rustix::fs::chownat(
+                rustix::fs::CWD,
+                &link,
+                Some(rustix::process::Uid::from_raw(65534)),
+                None,
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .unwrap();
+            let e = create_output(&link).unwrap_err();
+            assert!(e.to_string().contains("symbolic link of uid 65534"), "{e}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+            let planted = shared.join("planted.png");
+            std::fs::write(&planted, "theirs").unwrap();
+            std::os::unix::fs::chown(&planted, Some(65534), Some(65534)).unwrap();
+            let e = create_output(&planted).unwrap_err();
+            assert!(e.to_string().contains("a file of uid 65534"), "{e}");
+            assert_eq!(std::fs::read_to_string(&planted).unwrap(), "theirs");
+        }
+        let mine = shared.join("mine.jsonl");
+        std::fs::write(&mine, "old contents").unwrap();
+        drop(create_output(&mine).unwrap());
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "");
+        drop(create_output(Path::new("/dev/null")).unwrap());
+    }
     use super::*;
 
     pub(crate) fn sample(t: f64, bps: f64) -> Sample {
