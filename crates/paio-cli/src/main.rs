@@ -858,9 +858,12 @@ fn run(a: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
     // Always: it also holds the buckets of the limits the command's
-    // processes share (`PAIO_SHARED`, created by the first of them).
+    // processes share (`PAIO_SHARED`, created by the first of them). 0700:
+    // its policy and the processes' statistics (executables, bytes,
+    // latencies) are the user's business only.
     let tmp = tempfile::Builder::new()
         .prefix("paio-run.")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .context("cannot create a temporary directory")?;
     // argv[0] is `program` as given (see `child::run_forwarding_signals`).

@@ -2371,3 +2371,24 @@ fn paiod_records_every_period() {
     assert!(reads.iter().all(|&r| r < 12.0), "{reads:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// paio run's temporary directory (the generated policy, the shared limits,
+/// the statistics of `--summary`) is the user's only: under umask 022 it
+/// was 0755 and its files readable by every user.
+#[test]
+fn the_runs_temporary_directory_is_private() {
+    let o = paio()
+        .args([
+            "run",
+            "--limit",
+            "read=1GiB/s",
+            "--",
+            "sh",
+            "-c",
+            "umask 022; stat -c %a \"$(dirname \"$PAIO_POLICY\")\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(stdout(&o), "700\n");
+}
