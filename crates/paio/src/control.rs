@@ -59,7 +59,7 @@ pub fn default_socket_path_from(xdg_runtime_dir: Option<PathBuf>) -> PathBuf {
     match xdg_runtime_dir.filter(|d| d.is_absolute()) {
         Some(dir) => dir.join("paio").join(SOCKET_NAME),
         None => {
-            let uid = rustix::process::getuid().as_raw();
+            let uid = rustix::process::geteuid().as_raw();
             if uid == 0 {
                 PathBuf::from("/run/paio").join(SOCKET_NAME)
             } else {
@@ -271,13 +271,15 @@ enum SessionError {
 }
 
 /// Checks that the paiod answering on `stream` (connected to `path`) runs
-/// as an allowed user, `owner_uid` or else this process's uid or root: the
+/// as an allowed user, `owner_uid` or else this process's effective uid or
+/// root (a set-user-ID program talks to its owner's paiod, not its
+/// caller's): the
 /// peer's uid from the kernel (`SO_PEERCRED`) and the socket file's owner.
 /// Err: a message naming the socket, the uid found and the one expected.
 /// A stage checks this before it accepts rules; `paio status` and
 /// `paio ctl` before they trust a report or say a value was set.
 pub fn check_paiod(stream: &UnixStream, path: &Path, owner_uid: Option<u32>) -> Result<(), String> {
-    let me = rustix::process::getuid().as_raw();
+    let me = rustix::process::geteuid().as_raw();
     let allowed = |uid: u32| match owner_uid {
         Some(owner) => uid == owner,
         None => uid == me || uid == 0,
