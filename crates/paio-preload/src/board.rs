@@ -225,6 +225,15 @@ impl Board {
     }
 }
 
+/// Whether a critical completion at `last` is within `window_ns` before
+/// `now`. A time more than a window after `now` is no completion of this
+/// time line (a process in a time namespace whose `CLOCK_MONOTONIC` runs a
+/// day ahead left one, and every background program of its user was held
+/// for that day); one less ahead is a conversion's skew, and counts.
+fn recent(last: u64, now: u64, window_ns: u64) -> bool {
+    last <= now.saturating_add(window_ns) && now < last.saturating_add(window_ns)
+}
+
 /// A slot's owner word: `pid`, and the low 32 bits of its start time.
 fn owner_word(pid: u32, start_ticks: u64) -> u64 {
     u64::from(pid) | (start_ticks & 0xffff_ffff) << 32
@@ -356,7 +365,7 @@ impl paio::CriticalBoard for Board {
         let last = self.words[W_LAST_NS].load(Ordering::Relaxed);
         last != 0
             && self.words[W_LAST_PID].load(Ordering::Relaxed) != self.pid.load(Ordering::Relaxed)
-            && monotonic_ns() < last.saturating_add(window_ns)
+            && recent(last, monotonic_ns(), window_ns)
     }
 
     fn normal_take(&self, limit: Option<u32>) -> bool {
@@ -383,6 +392,14 @@ impl paio::CriticalBoard for Board {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_completion_from_the_future_is_not_recent() {
+        assert!(recent(1_000, 1_500, 1_000));
+        assert!(recent(1_200, 1_000, 1_000), "a skew within a window");
+        assert!(!recent(1_000, 2_000, 1_000));
+        assert!(!recent(1_000 + 86_400_000_000_000, 1_500, 1_000));
+    }
 
     #[test]
     fn the_start_time_is_field_22_whatever_the_command_name() {
