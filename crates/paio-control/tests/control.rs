@@ -224,6 +224,25 @@ fn raw_frame(s: &mut UnixStream, payload: &[u8]) {
     s.write_all(&f).unwrap();
 }
 
+/// Connects to `socket` and says hello with `info`, as a stage does; the
+/// answer is left to read.
+fn hello(socket: &Path, info: paio::StageInfo) -> UnixStream {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    protocol::write_message(
+        &mut s,
+        &Message::Hello(Box::new(protocol::Hello {
+            version: protocol::VERSION,
+            ppid: 1,
+            user: "t".into(),
+            exe: None,
+            info,
+        })),
+    )
+    .unwrap();
+    s
+}
+
 fn read_msg(s: &mut UnixStream) -> Message {
     let p = protocol::read_frame(s, protocol::DEFAULT_MAX_FRAME)
         .unwrap()
@@ -1082,19 +1101,7 @@ fn what_stages_make_paiod_keep_is_capped() {
         &format!("[connections]\nmax_stage_bytes = \"{cap}B\"\n"),
     );
     let register = |name: &str| {
-        let mut s = UnixStream::connect(&paiod.socket).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        protocol::write_message(
-            &mut s,
-            &Message::Hello(Box::new(protocol::Hello {
-                version: protocol::VERSION,
-                ppid: 1,
-                user: "t".into(),
-                exe: None,
-                info: stage(name).info(),
-            })),
-        )
-        .unwrap();
+        let mut s = hello(&paiod.socket, stage(name).info());
         assert!(matches!(read_msg(&mut s), Message::Welcome { .. }));
         s
     };
@@ -1285,19 +1292,7 @@ fn oversized_names_are_refused_with_the_cap() {
     );
     let mut info = stage("t").info();
     info.identity.name = "n".repeat(300);
-    let mut s = UnixStream::connect(&paiod.socket).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    protocol::write_message(
-        &mut s,
-        &Message::Hello(Box::new(protocol::Hello {
-            version: protocol::VERSION,
-            ppid: 1,
-            user: "t".into(),
-            exe: None,
-            info,
-        })),
-    )
-    .unwrap();
+    let mut s = hello(&paiod.socket, info);
     match read_msg(&mut s) {
         Message::Error { message, .. } => {
             assert!(

@@ -318,11 +318,7 @@ fn a_critical_program_waiting_for_input_is_not_on_the_board() {
         ],
     );
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        board_word(&board, 2),
-        0,
-        "critical I/O in flight on the board"
-    );
+    assert_nothing_critical_on(&board);
     writer.write_all(b"x").unwrap();
     drop(writer);
     assert!(critical.wait().unwrap().success());
@@ -383,11 +379,7 @@ fn a_critical_splice_waiting_on_a_pipe_is_not_on_the_board() {
         assert!(t0.elapsed().as_secs() < 20, "never waited in splice");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(
-        board_word(&board, 2),
-        0,
-        "critical I/O in flight on the board"
-    );
+    assert_nothing_critical_on(&board);
     stdin.write_all(b"data").unwrap();
     drop(stdin);
     assert!(child.wait().unwrap().success());
@@ -485,6 +477,15 @@ fn board_word(board: &Path, i: usize) -> u64 {
         return 0;
     }
     u64::from_le_bytes(words[8 * i..8 * i + 8].try_into().unwrap())
+}
+
+/// Asserts that the board has no critical request in flight (word 2).
+fn assert_nothing_critical_on(board: &Path) {
+    assert_eq!(
+        board_word(board, 2),
+        0,
+        "critical I/O in flight on the board"
+    );
 }
 
 /// Waits up to 20 s until the board's word `i` is `value`.
