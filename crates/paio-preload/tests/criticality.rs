@@ -771,6 +771,20 @@ fn a_dead_programs_tokens_are_reclaimed() {
     shared_pool(true);
 }
 
+/// What `true` under the interposer says on stderr with the board `board`
+/// (it succeeds whatever the board: a board it cannot use costs only the
+/// cross-process view).
+fn board_said(dir: &Path, board: &Path) -> String {
+    let out = run(
+        dir,
+        &["true"],
+        true,
+        &[("PAIO_BOARD", board.to_str().unwrap())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_board_others_can_read_is_refused() {
     let dir = scratch("board-mode");
@@ -778,14 +792,7 @@ fn a_board_others_can_read_is_refused() {
     std::fs::write(&board, vec![0u8; 4096]).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&board, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = run(
-        &dir,
-        &["true"],
-        true,
-        &[("PAIO_BOARD", board.to_str().unwrap())],
-    );
-    assert!(out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = board_said(&dir, &board);
     assert!(
         err.contains("mode 644 lets other users in: remove it")
             && err.contains("critical I/O of other processes is not seen"),
@@ -879,14 +886,7 @@ fn an_unusable_board_path_says_what_to_do() {
             "its directory does not exist: create it, or set PAIO_BOARD",
         ),
     ] {
-        let out = run(
-            &dir,
-            &["true"],
-            true,
-            &[("PAIO_BOARD", board.to_str().unwrap())],
-        );
-        assert!(out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = board_said(&dir, &board);
         assert!(err.contains(says), "{err}");
     }
 }
