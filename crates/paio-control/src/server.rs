@@ -815,14 +815,18 @@ pub async fn serve_stream(stream: UnixStream, state: Shared) {
     }
 }
 
+/// How long a refused connection is kept to be told why.
+const REFUSE_GRACE: Duration = Duration::from_millis(100);
+
 /// Answers a connection that will not be served with an `error` frame
 /// saying why, and closes it: what it sent is read first (at most 64 KiB,
-/// within [`WRITER_GRACE`]), since closing a Unix socket with unread bytes
-/// makes the peer's read fail before it sees the answer.
+/// within [`REFUSE_GRACE`], so refused peers cannot hold descriptors for
+/// long), since closing a Unix socket with unread bytes makes the peer's
+/// read fail before it sees the answer.
 async fn refuse(mut stream: UnixStream, why: &str) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let refusal = protocol::encode(&Message::error(None, ErrorCode::Limit, why.to_string()));
-    let _ = tokio::time::timeout(WRITER_GRACE, async {
+    let _ = tokio::time::timeout(REFUSE_GRACE, async {
         stream.write_all(&refusal).await?;
         stream.shutdown().await?;
         let mut sink = [0u8; 4096];
