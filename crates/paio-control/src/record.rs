@@ -159,8 +159,12 @@ pub fn create_output(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
     let refused = |why: String| std::io::Error::new(std::io::ErrorKind::PermissionDenied, why);
+    // Followed only if it was a link that passed the check: one that
+    // appears between the check and the open is not.
+    let mut follow = false;
     if let Ok(link) = std::fs::symlink_metadata(path) {
         if link.file_type().is_symlink() {
+            follow = true;
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
             let dir = std::fs::metadata(dir.unwrap_or(Path::new(".")))?;
             if dir.mode() & 0o1002 == 0o1002 && link.uid() != me && link.uid() != dir.uid() {
@@ -173,10 +177,17 @@ pub fn create_output(path: &Path) -> std::io::Result<File> {
             }
         }
     }
+    use std::os::unix::fs::OpenOptionsExt;
+    let nofollow = if follow {
+        0
+    } else {
+        rustix::fs::OFlags::NOFOLLOW.bits() as i32
+    };
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
+        .custom_flags(nofollow)
         .open(path)?;
     let meta = file.metadata()?;
     if meta.is_file() {
