@@ -269,19 +269,7 @@ fn start_ticks(pid: Option<u32>) -> Option<u64> {
     put(b"/proc/");
     match pid {
         None => put(b"self"),
-        Some(mut p) => {
-            let mut digits = [0u8; 10];
-            let mut d = digits.len();
-            loop {
-                d -= 1;
-                digits[d] = b'0' + (p % 10) as u8;
-                p /= 10;
-                if p == 0 {
-                    break;
-                }
-            }
-            put(&digits[d..]);
-        }
+        Some(p) => put(crate::sys::decimal(p, &mut [0; 10])),
     }
     put(b"/stat\0");
     let mut buf = [0u8; 1024];

@@ -821,11 +821,12 @@ pub(crate) fn data_call(
     };
     check_thread_name(&g);
     let entry = fdtable::entry(fd);
+    let class = fdtable::class_of(entry);
     if is_stream_fd(fd, entry) {
-        return stream_call(g, cfg, stage, rt, fd, &mut piece);
+        return stream_call(g, rt, class, &mut piece);
     }
     let size = size();
-    let ctx = adjust(cfg, g.thread.context(rt, size), fdtable::class_of(entry));
+    let ctx = adjust(cfg, g.thread.context(rt, size), class);
     // Pieces are multiples of 4 KiB and a call is split only when larger
     // than a piece: smaller calls skip the question (one routing fewer).
     if split != Split::Never && size > paio::object::SPLIT_ALIGN {
@@ -877,7 +878,7 @@ pub(crate) fn data_call(
         }
         if moved > admitted {
             // The file grew meanwhile: the rest as a request of its own.
-            submit(&g, rt, moved - admitted, fdtable::get(fd));
+            submit(&g, rt, moved - admitted, class);
         }
         wrote(&g, rt, &ctx, fd, r);
         maybe_push(&g, cfg);
@@ -934,10 +935,8 @@ fn learn_kind(fd: c_int) -> bool {
 #[inline(never)]
 fn stream_call(
     g: Guard,
-    cfg: &Config,
-    stage: &'static Stage,
     rt: RequestType,
-    fd: c_int,
+    class: u16,
     piece: &mut impl FnMut(u64, u64) -> i64,
 ) -> i64 {
     let thread = g.thread;
@@ -945,9 +944,7 @@ fn stream_call(
     let r = piece(0, u64::MAX);
     // The guard saves the real call's errno and restores it on drop.
     if let Some(g) = Guard::reenter(thread) {
-        let ctx = adjust(cfg, g.thread.context(rt, r.max(0) as u64), fdtable::get(fd));
-        let _ = stage.enforce_on_thread(g.thread, &ctx);
-        maybe_push(&g, cfg);
+        submit(&g, rt, r.max(0) as u64, class);
     }
     r
 }
@@ -964,18 +961,22 @@ const READ_BOUND_ABOVE: u64 = 64 * 1024;
 /// the caller's guard.
 fn read_bound(fd: c_int, pos: Option<i64>, size: u64) -> u64 {
     let size = size.min(MAX_RW_COUNT);
-    let Some((libc::S_IFREG, file_size)) = file_kind(fd) else {
-        return size;
+    file_left(fd, pos.filter(|&p| p >= 0)).map_or(size, |left| size.min(left))
+}
+
+/// The bytes a regular file holds from `pos` (`None`: its file offset) to
+/// its end; `None` for other descriptors, or a position that is negative
+/// or cannot be had. Raw system calls, errno restored by the caller's guard.
+fn file_left(fd: c_int, pos: Option<i64>) -> Option<u64> {
+    let Some((libc::S_IFREG, size)) = file_kind(fd) else {
+        return None;
     };
-    let pos = match pos.filter(|&p| p >= 0) {
+    let pos = match pos {
         Some(p) => p,
         // SAFETY: lseek takes plain integers.
         None => unsafe { libc::syscall(libc::SYS_lseek, fd, 0, libc::SEEK_CUR) },
     };
-    match u64::try_from(pos) {
-        Ok(p) => size.min(file_size.saturating_sub(p)),
-        Err(_) => size,
-    }
+    u64::try_from(pos).ok().map(|p| size.saturating_sub(p))
 }
 
 /// A data call of `ctx` on `fd` returned `r`: a non-critical write's bytes
@@ -1718,35 +1719,16 @@ pub(crate) fn copy_call(
 
 /// The most bytes a copy of `len` from `fd_in` (at `off_in`, else its file
 /// offset) to `fd_out` can move, when that is known before the call; 0 when
-/// not. Known for a regular file (to its end) or a pipe (what it holds)
-/// copied to a regular file or a pipe (at most its free space): Linux moves
-/// no more, and in the common case exactly that. Not for sockets and other
-/// descriptors, whose share of a call depends on the peer. Raw system
-/// calls: nothing interposed, errno restored by the caller's guard.
+/// not. Both ends are storage here (a copy with a stream at either end is
+/// charged after it): known for a regular file copied to a regular file,
+/// to the input's end, which Linux moves no more than and in the common
+/// case exactly. Raw system calls: nothing interposed, errno restored by
+/// the caller's guard.
 fn copy_bound(fd_in: c_int, off_in: Option<i64>, fd_out: c_int, len: u64) -> u64 {
-    let len = len.min(MAX_RW_COUNT);
-    let available = match file_kind(fd_in) {
-        Some((libc::S_IFREG, size)) => {
-            let pos = match off_in {
-                Some(o) => o,
-                // SAFETY: lseek takes plain integers.
-                None => unsafe { libc::syscall(libc::SYS_lseek, fd_in, 0, libc::SEEK_CUR) },
-            };
-            u64::try_from(pos).map_or(0, |p| size.saturating_sub(p))
-        }
-        Some((libc::S_IFIFO, _)) => pipe_bytes(fd_in),
-        _ => 0,
-    };
-    let room = match file_kind(fd_out) {
-        Some((libc::S_IFREG, _)) => u64::MAX,
-        Some((libc::S_IFIFO, _)) => {
-            // SAFETY: F_GETPIPE_SZ takes no third argument.
-            let capacity = unsafe { libc::syscall(libc::SYS_fcntl, fd_out, libc::F_GETPIPE_SZ) };
-            u64::try_from(capacity).map_or(0, |c| c.saturating_sub(pipe_bytes(fd_out)))
-        }
-        _ => 0,
-    };
-    len.min(available).min(room)
+    if !matches!(file_kind(fd_out), Some((libc::S_IFREG, _))) {
+        return 0;
+    }
+    file_left(fd_in, off_in).map_or(0, |left| len.min(MAX_RW_COUNT).min(left))
 }
 
 /// A descriptor's file type (`S_IFMT` bits) and size, by a raw `fstat`
@@ -1759,18 +1741,6 @@ pub(crate) fn file_kind(fd: c_int) -> Option<(libc::mode_t, u64)> {
     // SAFETY: fstat succeeded, so it filled `st`.
     let st = unsafe { st.assume_init() };
     Some((st.st_mode & libc::S_IFMT, st.st_size.max(0) as u64))
-}
-
-/// The bytes a pipe holds (`FIONREAD`), 0 when it cannot be asked.
-fn pipe_bytes(fd: c_int) -> u64 {
-    let mut n: c_int = 0;
-    // SAFETY: FIONREAD writes one int to the valid pointer given.
-    let r = unsafe { libc::syscall(libc::SYS_ioctl, fd, libc::FIONREAD, &mut n as *mut c_int) };
-    if r == 0 {
-        n.max(0) as u64
-    } else {
-        0
-    }
 }
 
 /// Charges an open/close/metadata call on `fd` before it runs (size 0),
@@ -1940,6 +1910,8 @@ fn classify_inherited(cfg: &Config) {
 fn classify_by_kind(cfg: &Config, fd: c_int) -> bool {
     if cfg.stream_class != 0 && is_stream(fd) {
         fdtable::set(fd, cfg.stream_class);
+        // Its kind too: the first data call need not ask again.
+        fdtable::set_kind(fd, fdtable::KIND_STREAM);
         return false;
     }
     if cfg.class_rules.is_empty() {
@@ -1975,19 +1947,9 @@ pub(crate) fn fd_path(fd: c_int, buf: &mut [u8; 4096]) -> Option<&[u8]> {
     const PREFIX: &[u8] = b"/proc/self/fd/";
     let mut name = [0u8; PREFIX.len() + 11];
     name[..PREFIX.len()].copy_from_slice(PREFIX);
-    let mut digits = [0u8; 10];
-    let (mut n, mut len) = (u32::try_from(fd).ok()?, 0);
-    loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for (i, d) in digits[..len].iter().rev().enumerate() {
-        name[PREFIX.len() + i] = *d;
-    }
+    let mut digit_buf = [0; 10];
+    let digits = crate::sys::decimal(u32::try_from(fd).ok()?, &mut digit_buf);
+    name[PREFIX.len()..PREFIX.len() + digits.len()].copy_from_slice(digits);
     // SAFETY: `name` is NUL-terminated (its last byte is never written);
     // `buf` is valid for writes of its length.
     let r = unsafe {

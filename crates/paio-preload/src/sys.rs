@@ -47,6 +47,20 @@ pub(crate) fn fstat(fd: c_int, st: &mut std::mem::MaybeUninit<libc::stat>) -> is
     }
 }
 
+/// `n` in decimal digits, written at the end of `buf`: the digits, for
+/// building `/proc` paths with no allocation.
+pub(crate) fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut d = buf.len();
+    loop {
+        d -= 1;
+        buf[d] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[d..];
+        }
+    }
+}
+
 /// Whether a raw result is an error (`-4095..=-1`).
 #[inline]
 pub(crate) fn failed(r: isize) -> bool {
