@@ -221,19 +221,11 @@ pub struct ConnectionLimits {
     pub max_stage_bytes: Option<u64>,
 }
 
-/// Checks that `path` can name a Unix socket (its bytes fit `sun_path`):
-/// a longer one passed `--check-config` and then stopped paiod at bind.
+/// Checks that `path` can name a Unix socket
+/// ([`paio::control::check_socket_path`]), naming it: a longer one passed
+/// `--check-config` and then stopped paiod at bind.
 pub fn check_socket_path(path: &Path) -> Result<(), String> {
-    rustix::net::SocketAddrUnix::new(path)
-        .map(|_| ())
-        .map_err(|_| {
-            format!(
-                "{}: {} bytes, more than a Unix socket's path may have (107); choose a \
-             shorter path",
-                path.display(),
-                path.as_os_str().len()
-            )
-        })
+    paio::control::check_socket_path(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Default [`ConnectionLimits::max_buffered`]: 256 MiB.
