@@ -124,7 +124,7 @@ impl Board {
         self.pid.store(u64::from(pid), Ordering::Relaxed);
         self.slot.store(0, Ordering::Relaxed);
         let owner = owner_word(pid, start_ticks(None).unwrap_or(0));
-        if self.slot_of(owner).is_some() {
+        if self.take_over(owner) {
             return;
         }
         for pass in 0..2 {
@@ -150,13 +150,16 @@ impl Board {
     /// library), whose slot would otherwise stay taken while the process
     /// lives (a program started through shims took 84 of the 252). Counts
     /// left in it by threads the `exec` ended are given back.
-    fn slot_of(&self, owner: u64) -> Option<usize> {
-        let i = (0..SLOTS)
+    fn take_over(&self, owner: u64) -> bool {
+        let Some(i) = (0..SLOTS)
             .map(|s| HEADER + 2 * s)
-            .find(|&i| self.words[i].load(Ordering::Acquire) == owner)?;
+            .find(|&i| self.words[i].load(Ordering::Acquire) == owner)
+        else {
+            return false;
+        };
         self.give_back(i);
         self.slot.store(i as u64, Ordering::Relaxed);
-        Some(i)
+        true
     }
 
     /// Returns the counts of slot `i` to the totals and zeroes them.
